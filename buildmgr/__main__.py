@@ -1,0 +1,3 @@
+from buildmgr.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,184 @@
+"""Stages 4–7 in order: configure, build, install to staging, smoke run, publish with a receipt."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+from buildmgr import __version__, source, store
+from buildmgr.cmake import read_reply, request_reply
+from buildmgr.config import Dirs
+from buildmgr.errors import BuildFailed
+from buildmgr.fsutil import locked
+from buildmgr.install import install_targets
+from buildmgr.plan import BuildPlan
+from buildmgr.progress import Reporter
+from buildmgr.smoke import smoke_run, tiny_model
+
+TAIL_LINES = 20
+# Binaries find their libraries next to them (build tree) or in ../lib (prefix): no LD_LIBRARY_PATH.
+RPATH_DEFINES = {
+    "CMAKE_BUILD_WITH_INSTALL_RPATH": "ON",
+    "CMAKE_INSTALL_RPATH": "$ORIGIN/../lib;$ORIGIN",
+    "CMAKE_INSTALL_LIBDIR": "lib",
+}
+LAUNCHER_LANGUAGES = ("C", "CXX", "CUDA", "HIP")
+
+
+def error_excerpt(lines: list[str], limit: int = TAIL_LINES) -> tuple[str, ...]:
+    """The lines a person needs: from Ninja's first FAILED: or CMake's first error, else the end."""
+    for marker in ("FAILED: ", "CMake Error"):
+        for index, line in enumerate(lines):
+            if line.startswith(marker):
+                return tuple(line.rstrip() for line in lines[index : index + limit])
+    return tuple(line.rstrip() for line in lines[-limit:])
+
+
+def parse_ccache_statslog(text: str) -> dict[str, int]:
+    """Per-build counts from ccache's stats log: one '# file' record per compilation."""
+    counts = {"hits": 0, "misses": 0, "uncacheable": 0}
+    for record in text.split("# ")[1:]:
+        fields = set(record.split("\n")[1:])
+        if fields & {"direct_cache_hit", "preprocessed_cache_hit"}:
+            counts["hits"] += 1
+        elif "cache_miss" in fields:
+            counts["misses"] += 1
+        else:
+            counts["uncacheable"] += 1
+    return counts
+
+
+def _run_logged(cmd: list[str], log: Path, env: dict[str, str], feed: Callable[[str], None] | None = None) -> int:
+    with open(log, "a", encoding="utf-8", buffering=1) as handle:  # line-buffered: `tail -f` works
+        handle.write(f"$ {shlex.join(cmd)}\n")
+        process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   errors="replace", env=env)
+        assert process.stdout is not None
+        for line in process.stdout:
+            handle.write(line)
+            if feed is not None:
+                feed(line)
+        return process.wait()
+
+
+def _fail(message: str, log: Path) -> BuildFailed:
+    lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    return BuildFailed(message, log=log, tail=error_excerpt(lines))
+
+
+def build_env(plan: BuildPlan, dirs: Dirs, build_dir: Path, statslog: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "CCACHE_DIR": str(dirs.ccache),
+        # Paths under the base dir are made relative, so every build dir hits the same entries.
+        "CCACHE_BASEDIR": os.path.commonpath([plan.source.path, build_dir]),
+        "CCACHE_NOHASHDIR": "1",
+        "CCACHE_STATSLOG": str(statslog),
+        "NINJA_STATUS": "[%f/%t] ",
+    })
+    return env
+
+
+def configure_command(plan: BuildPlan, build_dir: Path) -> list[str]:
+    tools = plan.toolchain
+    defines = dict(plan.defines) | RPATH_DEFINES
+    if tools.ccache.found:
+        defines |= {f"CMAKE_{lang}_COMPILER_LAUNCHER": str(tools.ccache.path) for lang in LAUNCHER_LANGUAGES}
+    return [
+        str(tools.cmake.path), "-S", str(plan.source.path), "-B", str(build_dir), "-G", "Ninja",
+        f"-DCMAKE_MAKE_PROGRAM={tools.ninja.path}",
+        *(f"-D{key}={value}" for key, value in sorted(defines.items())),
+    ]
+
+
+def _host() -> dict[str, object]:
+    return {
+        "hostname": socket.gethostname(),
+        "os": platform.platform(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+    }
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter) -> store.Build:
+    """Run the whole pipeline; the prefix appears only if every stage passed."""
+    prefix = plan.prefix(dirs.builds)
+    build_dir = dirs.build_trees / plan.build_id
+    dirs.logs.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    log = dirs.logs / f"{plan.build_id}-{stamp}.log"
+    statslog = dirs.logs / f"{plan.build_id}-{stamp}.ccache-stats"
+    with locked(store.build_lock(dirs, plan.build_id)):
+        started, clock = _now(), time.monotonic()
+        reporter.say(f"building [bold]{plan.build_id}[/] from {plan.source.origin} ({plan.source.short_commit}); log: {log}")
+        staging = None
+        try:
+            with reporter.phase("fetch"):
+                source.materialize(plan.source, dirs)
+            env = build_env(plan, dirs, build_dir, statslog)
+            with reporter.phase("configure"):
+                build_dir.mkdir(parents=True, exist_ok=True)
+                request_reply(build_dir)
+                if _run_logged(configure_command(plan, build_dir), log, env) != 0:
+                    raise _fail("configure failed", log)
+                reply = read_reply(build_dir)
+            with reporter.phase("build", f"{', '.join(plan.targets)} with -j{plan.jobs}"):
+                command = [str(plan.toolchain.cmake.path), "--build", str(build_dir), "-j", str(plan.jobs),
+                           "--target", *plan.targets]
+                with reporter.ninja_bar() as feed:
+                    if _run_logged(command, log, env, feed) != 0:
+                        raise _fail("build failed", log)
+            staging = store.new_staging(dirs, plan.build_id)
+            with reporter.phase("install"):
+                install_targets(reply, plan.source.path, build_dir, plan.targets, staging)
+            with reporter.phase("smoke"):
+                result = smoke_run(staging, plan.source.short_commit, tiny_model(dirs.cache))
+                with open(log, "a", encoding="utf-8") as handle:
+                    for check in result.checks:
+                        handle.write(f"smoke: {shlex.join(check.command)} -> {check.returncode}: {check.detail}\n")
+                for check in result.checks:
+                    reporter.say(f"  {'✓' if check.passed else '✗'} {' '.join(check.command[:2])}: {check.detail[:120]}")
+                if not result.passed:
+                    failed = result.failures[0] if result.failures else None
+                    what = f"{' '.join(failed.command[:2])} exited {failed.returncode}" if failed else "no tools to run"
+                    raise BuildFailed(f"smoke run failed ({what}); the build was not published", log=log,
+                                      tail=tuple(failed.detail.splitlines()[-TAIL_LINES:]) if failed else ())
+            receipt = {
+                "schema": store.RECEIPT_SCHEMA,
+                "id": plan.build_id,
+                "buildmgr": __version__,
+                "recipe": plan.recipe.to_json() | {"resolved_defines": dict(plan.defines)},
+                "source": plan.source.to_json(),
+                "toolchain": plan.toolchain.to_json(),
+                "host": _host(),
+                "jobs": plan.jobs,
+                "started": started,
+                "finished": _now(),
+                "seconds": round(time.monotonic() - clock, 3),
+                "phases": dict(reporter.timings),
+                "ccache": parse_ccache_statslog(statslog.read_text()) if statslog.exists() else None,
+                "smoke": result.to_json(),
+                "log": str(log),
+                "files": store.file_hashes(staging),
+            }
+            store.write_receipt(staging, receipt)
+            store.publish(staging, prefix)
+            staging = None
+        finally:
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
+            statslog.unlink(missing_ok=True)
+    reporter.say(f"[green]built[/] {plan.build_id} → {prefix}")
+    return store.Build(plan.build_id, prefix, receipt)

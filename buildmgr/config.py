@@ -1,0 +1,88 @@
+"""Where buildmgr keeps things. Read once, here; XDG_* variables move every directory."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+
+from buildmgr.errors import UserError
+
+APP = "buildmgr"
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Dirs:
+    data: Path
+    cache: Path
+    config: Path
+
+    @classmethod
+    def from_environment(cls) -> Dirs:
+        return cls(
+            data=Path(platformdirs.user_data_dir(APP)),
+            cache=Path(platformdirs.user_cache_dir(APP)),
+            config=Path(platformdirs.user_config_dir(APP)),
+        )
+
+    @property
+    def builds(self) -> Path:
+        return self.data / "builds"
+
+    @property
+    def staging(self) -> Path:
+        return self.data / "builds" / ".staging"
+
+    @property
+    def sources(self) -> Path:
+        return self.data / "sources"
+
+    @property
+    def inventory(self) -> Path:
+        return self.data / "inventory"
+
+    @property
+    def downloads(self) -> Path:
+        return self.cache / "downloads"
+
+    @property
+    def build_trees(self) -> Path:
+        return self.cache / "build-trees"
+
+    @property
+    def logs(self) -> Path:
+        return self.cache / "logs"
+
+    @property
+    def git(self) -> Path:
+        return self.cache / "git"
+
+    @property
+    def user_recipes(self) -> Path:
+        return self.config / "recipes"
+
+    @property
+    def ccache(self) -> Path:
+        # A user's own CCACHE_DIR wins: their cache is shared with their other builds.
+        configured = os.environ.get("CCACHE_DIR")
+        return Path(configured) if configured else self.cache / "ccache"
+
+
+def ensure_writable(path: Path, hint: str) -> None:
+    """Fail early, with one line, when a directory cannot be created or written."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as err:
+        raise UserError(f"cannot write to {path} ({err.strerror or err}); {hint}") from None
+
+
+def resource_path(name: str) -> Path:
+    """A file shipped with buildmgr: inside the wheel, or at the top of a source checkout."""
+    packaged = PACKAGE_DIR / "_data" / name
+    return packaged if packaged.exists() else PACKAGE_DIR.parent / name

@@ -1,0 +1,26 @@
+"""Every error that reaches the user. The CLI catches `BuildmgrError` and exits with its code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class BuildmgrError(Exception):
+    exit_code = 1
+
+
+class UserError(BuildmgrError):
+    """Bad input: the message says what is wrong and how to fix it. Nothing was written."""
+
+    exit_code = 2
+
+
+class BuildFailed(BuildmgrError):
+    """The build or a built tool failed. The log is kept."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, log: Path | None = None, tail: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.log = log
+        self.tail = tail

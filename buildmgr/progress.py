@@ -1,0 +1,99 @@
+"""Calm, timed output: one line per phase, a bar fed by Ninja's [N/M] lines, folding in CI."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+_STATUS = re.compile(r"^\[(\d+)/(\d+)\]\s*(.*)")
+
+
+def parse_ninja_status(line: str) -> tuple[int, int, str] | None:
+    match = _STATUS.match(line)
+    return (int(match.group(1)), int(match.group(2)), match.group(3)) if match else None
+
+
+@dataclass
+class NinjaCounter:
+    """Progress of the outer Ninja only.
+
+    ExternalProjects (e.g. Vulkan's shader generator) run a nested Ninja whose [n/m] lines
+    are interleaved with ours; they have a smaller total, so lines below the largest total
+    seen are ignored and the count never goes back.
+    """
+
+    done: int = 0
+    total: int = 0
+
+    def feed(self, line: str) -> bool:
+        status = parse_ninja_status(line)
+        if status is None:
+            return False
+        done, total, _ = status
+        if total < self.total:
+            return False
+        self.total = total
+        self.done = max(self.done, done)
+        return True
+
+
+@dataclass
+class Reporter:
+    console: Console = field(default_factory=lambda: Console(stderr=True, highlight=False, soft_wrap=True))
+    in_ci: bool = field(default_factory=lambda: bool(os.environ.get("CI")))
+    github: bool = field(default_factory=lambda: os.environ.get("GITHUB_ACTIONS") == "true")
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def say(self, message: str) -> None:
+        self.console.print(message)
+
+    @contextlib.contextmanager
+    def phase(self, name: str, detail: str = "") -> Iterator[None]:
+        if self.github:
+            print(f"::group::{name} {detail}".rstrip(), flush=True)
+        self.console.print(f"[bold]▸ {name}[/] {detail}".rstrip())
+        start = time.monotonic()
+        try:
+            yield
+        except BaseException:
+            self.timings[name] = round(time.monotonic() - start, 3)
+            self.console.print(f"  [red]✗[/] {name} {self.timings[name]:.1f} s")
+            raise
+        finally:
+            if self.github:
+                print("::endgroup::", flush=True)
+        self.timings[name] = round(time.monotonic() - start, 3)
+        self.console.print(f"  [green]✓[/] {name} {self.timings[name]:.1f} s")
+
+    @contextlib.contextmanager
+    def ninja_bar(self) -> Iterator[Callable[[str], None]]:
+        """Yields `feed(line)`: every line of the build's output goes through it."""
+        counter = NinjaCounter()
+        interactive = self.console.is_terminal and not self.in_ci
+        progress = Progress(
+            TextColumn("  build"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=self.console, transient=True, disable=not interactive,
+        )
+        task = progress.add_task("build", total=None)
+        reported_tenth = -1
+
+        def feed(line: str) -> None:
+            nonlocal reported_tenth
+            if not counter.feed(line):
+                return
+            progress.update(task, completed=counter.done, total=counter.total)
+            tenth = counter.done * 10 // counter.total
+            if not interactive and tenth > reported_tenth:
+                # Plain logs get a line per tenth, not one per compile.
+                reported_tenth = tenth
+                self.console.print(f"  build {counter.done}/{counter.total}")
+
+        with progress:
+            yield feed

@@ -1,0 +1,360 @@
+"""Stage 1: a llama.cpp source tree with a known identity (pinned sdist, local checkout or git)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import posixpath
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from buildmgr.config import Dirs, resource_path
+from buildmgr.errors import BuildFailed, UserError
+from buildmgr.fsutil import atomic_write_text, locked, sha256_file
+
+MARKER = ".buildmgr-source.json"
+# Trees not needed to build; skipped when fingerprinting a local checkout.
+_UNBUILT_DIRS = {".git", "models", "docs", "media", "gguf-py", "benches", "tests", "node_modules"}
+
+
+@dataclass(frozen=True)
+class Pin:
+    package: str
+    version: str
+    sha256: str
+    subdir: str
+    commit: str
+    date: str
+    llama_version: str
+    ggml_version: str
+    build_number: int
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}"
+
+    @property
+    def sdist_name(self) -> str:
+        return f"{self.package.replace('-', '_')}-{self.version}.tar.gz"
+
+
+def load_pin(path: Path | None = None) -> Pin:
+    path = path or resource_path("vendor/llama.cpp.lock.toml")
+    try:
+        table = tomllib.loads(path.read_text(encoding="utf-8"))["source"]
+        return Pin(**{name: table[name] for name in Pin.__dataclass_fields__})
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as err:
+        raise UserError(f"{path}: not a valid source lock ({err})") from None
+
+
+@dataclass(frozen=True)
+class SourceTree:
+    path: Path
+    origin: str
+    commit: str | None
+    build_number: int
+    llama_version: str
+    fingerprint: str  # what makes two trees the same source, for the build hash
+
+    @property
+    def short_commit(self) -> str:
+        return self.commit[:7] if self.commit else "unknown"
+
+    @property
+    def version_label(self) -> str:
+        """Directory name under builds/: llama.cpp's own version plus the commit."""
+        suffix = self.short_commit if self.commit else f"local-{self.fingerprint[:8]}"
+        return f"{self.llama_version}-{suffix}"
+
+    def cmake_defines(self) -> dict[str, str]:
+        # Without these, build-info asks git in the source dir and prints "commit unknown",
+        # or worse, the commit of an enclosing repository.
+        return {"LLAMA_BUILD_COMMIT": self.short_commit, "LLAMA_BUILD_NUMBER": str(self.build_number)}
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "origin": self.origin,
+            "path": str(self.path),
+            "commit": self.commit,
+            "build_number": self.build_number,
+            "llama_version": self.llama_version,
+            "fingerprint": self.fingerprint,
+        }
+
+
+# --- what --source means (pure) ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    kind: str  # "pinned" | "path" | "git"
+    location: str = ""
+    ref: str = ""
+
+
+def parse_source_spec(text: str | None) -> SourceSpec:
+    if not text:
+        return SourceSpec("pinned")
+    if Path(text).is_dir():
+        return SourceSpec("path", text)
+    if "@" in text:
+        url, ref = text.rsplit("@", 1)
+        if ref and ("://" in url or re.match(r"^[\w.-]+@[\w.-]+:", url) or Path(url).is_dir()):
+            return SourceSpec("git", url, ref)
+    raise UserError(
+        f"--source {text!r} is neither an existing directory nor a git URL@REF "
+        "(e.g. https://github.com/ggml-org/llama.cpp@b6000)"
+    )
+
+
+# --- checking that a tree is llama.cpp (pure over the file system) -----------------------
+
+
+def read_llama_version(root: Path) -> str:
+    """The MAJOR.MINOR.PATCH of the tree's top CMakeLists.txt, or raise UserError."""
+    cmakelists = root / "CMakeLists.txt"
+    try:
+        text = cmakelists.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    if not re.search(r'project\s*\(\s*"?llama\.cpp"?', text) or not (root / "ggml" / "CMakeLists.txt").is_file():
+        raise UserError(
+            f"{root} is not a llama.cpp source tree (no CMakeLists.txt with project(\"llama.cpp\") "
+            "and ggml/); pass the top directory of a llama.cpp checkout"
+        )
+    parts = [re.search(rf"set\(LLAMA_VERSION_{p}\s+(\d+)\)", text) for p in ("MAJOR", "MINOR", "PATCH")]
+    return ".".join(m.group(1) for m in parts) if all(parts) else "0.0.0"
+
+
+def fingerprint_tree(root: Path) -> str:
+    """Cheap identity of a working tree: every built file's path, size and mtime."""
+    digest = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in _UNBUILT_DIRS and not d.startswith("build"))
+        for name in sorted(filenames):
+            full = Path(dirpath, name)
+            stat = full.lstat()
+            digest.update(f"{full.relative_to(root)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+# --- safe extraction --------------------------------------------------------------------
+
+
+def _unsafe_reason(member: tarfile.TarInfo, inside: PurePosixPath) -> str | None:
+    name = PurePosixPath(member.name)
+    if name.is_absolute():
+        return "absolute path"
+    if ".." in name.parts:
+        return "'..' in path"
+    if member.isdev() or member.isfifo():
+        return "device or fifo"
+    if member.issym():
+        target = PurePosixPath(member.linkname)
+        if target.is_absolute():
+            return f"absolute link to {member.linkname!r}"
+        resolved = PurePosixPath(posixpath.normpath(name.parent / target))
+        if resolved.parts[:1] == ("..",) or not resolved.is_relative_to(inside):
+            return f"link to {member.linkname!r} leaves the tree"
+    if member.islnk():
+        target = PurePosixPath(member.linkname)
+        if target.is_absolute() or ".." in target.parts or not target.is_relative_to(inside):
+            return f"hard link to {member.linkname!r} leaves the tree"
+    return None
+
+
+def safe_extract(archive: Path, subdir: str, dest: Path) -> None:
+    """Extract only `<top>/<subdir>/` of a .tar.gz into dest, refusing any entry that could escape.
+
+    Every entry is checked before anything is written; dest must not exist yet.
+    """
+    try:
+        tar = tarfile.open(archive, "r:*")
+    except (OSError, tarfile.TarError) as err:
+        raise UserError(f"{archive}: not a readable tar archive ({err})") from None
+    with tar:
+        members = tar.getmembers()
+        for member in members:
+            reason = _unsafe_reason(member, PurePosixPath())
+            if reason:
+                raise UserError(f"{archive.name}: unsafe entry {member.name!r} ({reason}); refusing to extract")
+        tops = {PurePosixPath(m.name).parts[0] for m in members if PurePosixPath(m.name).parts}
+        if len(tops) != 1:
+            raise UserError(f"{archive.name}: expected one top-level directory, found {len(tops)}")
+        inside = PurePosixPath(tops.pop(), subdir)
+        wanted = []
+        for member in members:
+            name = PurePosixPath(member.name)
+            if name == inside or not name.is_relative_to(inside):
+                continue
+            relative = name.relative_to(inside)
+            if relative.parts[0] == ".git":  # a submodule's gitdir pointer into the sdist's own .git
+                continue
+            reason = _unsafe_reason(member, inside)
+            if reason:
+                raise UserError(f"{archive.name}: unsafe entry {member.name!r} ({reason}); refusing to extract")
+            member.name = str(relative)
+            if member.islnk():
+                member.linkname = str(PurePosixPath(member.linkname).relative_to(inside))
+            wanted.append(member)
+        if not wanted:
+            raise UserError(f"{archive.name}: has no {subdir}/; is this the right package?")
+        dest.mkdir(parents=True)
+        tar.extractall(dest, members=wanted, filter="data")
+
+
+# --- the three kinds of source ----------------------------------------------------------
+
+
+def _download_sdist(pin: Pin, dirs: Dirs) -> Path:
+    """The user's own pip fetches the sdist, so their index settings apply."""
+    dirs.downloads.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dirs.downloads, prefix=".pip-") as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+               "--disable-pip-version-check", "-d", tmp, pin.requirement]
+        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        found = list(Path(tmp).glob("*.tar.gz"))
+        if result.returncode != 0 or len(found) != 1:
+            tail = tuple((result.stdout + result.stderr).strip().splitlines()[-8:])
+            raise BuildFailed(f"pip could not download {pin.requirement}", tail=tail)
+        target = dirs.downloads / pin.sdist_name
+        os.replace(found[0], target)
+        return target
+
+
+def verify_sdist(path: Path, pin: Pin) -> None:
+    actual = sha256_file(path)
+    if actual != pin.sha256:
+        raise UserError(
+            f"{path.name}: sha256 {actual} does not match the lock's {pin.sha256}; "
+            "the index served a different file: check your pip index settings"
+        )
+
+
+def pinned_tree(pin: Pin, dirs: Dirs) -> SourceTree:
+    return SourceTree(
+        path=dirs.sources / f"llama.cpp-{pin.commit[:12]}",
+        origin=f"pypi:{pin.requirement}",
+        commit=pin.commit,
+        build_number=pin.build_number,
+        llama_version=pin.llama_version.split("-")[0],
+        fingerprint=pin.commit,
+    )
+
+
+def is_synced(tree: SourceTree, pin: Pin) -> bool:
+    try:
+        marker = json.loads((tree.path / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return marker.get("sha256") == pin.sha256
+
+
+def sync_pinned(pin: Pin, dirs: Dirs, archive: Path | None = None) -> SourceTree:
+    """Fetch (unless already there), verify, then extract the pinned tree; idempotent."""
+    tree = pinned_tree(pin, dirs)
+    if is_synced(tree, pin):
+        return tree
+    if archive is not None:
+        verify_sdist(archive, pin)
+    else:
+        archive = dirs.downloads / pin.sdist_name
+        if archive.exists():
+            try:
+                verify_sdist(archive, pin)
+            except UserError:
+                archive.unlink()  # a corrupt cached download is fetched again
+        if not archive.exists():
+            archive = _download_sdist(pin, dirs)
+            try:
+                verify_sdist(archive, pin)
+            except UserError:
+                archive.unlink()
+                raise
+    with locked(dirs.sources / ".lock"):
+        if is_synced(tree, pin):
+            return tree
+        staging = Path(tempfile.mkdtemp(dir=dirs.sources, prefix=".extract-"))
+        try:
+            safe_extract(archive, pin.subdir, staging / "tree")
+            atomic_write_text(staging / "tree" / MARKER, json.dumps({"sha256": pin.sha256, "commit": pin.commit}))
+            if tree.path.exists():
+                shutil.rmtree(tree.path)
+            os.replace(staging / "tree", tree.path)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return tree
+
+
+def _git(args: list[str], cwd: Path | None = None) -> str:
+    git = shutil.which("git")
+    if git is None:
+        raise UserError("git is not installed; install it (apt-get install git) to build from a git URL")
+    result = subprocess.run([git, *args], cwd=cwd, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise UserError(f"git {' '.join(args[:2])} failed: {last}")
+    return result.stdout.strip()
+
+
+def _git_facts(root: Path) -> tuple[str | None, int, bool]:
+    """(commit, build number, clean) of a git checkout; (None, 0, False) when it is not one."""
+    if not (root / ".git").exists() or shutil.which("git") is None:
+        return None, 0, False
+    try:
+        commit = _git(["rev-parse", "HEAD"], cwd=root)
+        count = int(_git(["rev-list", "--count", "HEAD"], cwd=root))
+        clean = _git(["status", "--porcelain", "--untracked-files=no"], cwd=root) == ""
+    except (UserError, ValueError):
+        return None, 0, False
+    return commit, count, clean
+
+
+def local_tree(path: Path) -> SourceTree:
+    root = path.resolve()
+    version = read_llama_version(root)
+    commit, count, clean = _git_facts(root)
+    fingerprint = commit if (commit and clean) else fingerprint_tree(root)
+    return SourceTree(root, f"path:{root}", commit, count, version, fingerprint)
+
+
+def git_tree(url: str, ref: str, dirs: Dirs) -> SourceTree:
+    clone = dirs.git / hashlib.sha256(url.encode()).hexdigest()[:12]
+    with locked(dirs.git / ".lock"):
+        if not (clone / ".git").exists():
+            tmp = dirs.git / f".{clone.name}.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            _git(["clone", "--quiet", "--no-checkout", url, str(tmp)])
+            os.replace(tmp, clone)
+        else:
+            _git(["fetch", "--quiet", "--tags", "--force", "origin"], cwd=clone)
+        try:
+            _git(["checkout", "--quiet", "--force", "--detach", f"origin/{ref}"], cwd=clone)
+        except UserError:
+            _git(["checkout", "--quiet", "--force", "--detach", ref], cwd=clone)
+    version = read_llama_version(clone)
+    commit, count, _ = _git_facts(clone)
+    return SourceTree(clone, f"git:{url}@{ref}", commit, count, version, commit or fingerprint_tree(clone))
+
+
+def resolve_source(spec: SourceSpec, dirs: Dirs) -> SourceTree:
+    if spec.kind == "path":
+        return local_tree(Path(spec.location))
+    if spec.kind == "git":
+        return git_tree(spec.location, spec.ref, dirs)
+    return sync_pinned(load_pin(), dirs)
+
+
+def materialize(tree: SourceTree, dirs: Dirs) -> SourceTree:
+    """Make sure the tree's files are on disk: only a pinned tree may still need fetching."""
+    if tree.origin.startswith("pypi:"):
+        return sync_pinned(load_pin(), dirs)
+    return tree

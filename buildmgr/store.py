@@ -1,0 +1,149 @@
+"""Stage 7: prefixes and their receipts. A receipt is the single source of truth about a build."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from buildmgr.config import Dirs
+from buildmgr.errors import UserError
+from buildmgr.fsutil import atomic_write_text, locked, sha256_file
+
+RECEIPT = "buildmgr-receipt.json"
+RECEIPT_SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class Build:
+    id: str
+    prefix: Path
+    receipt: dict
+
+    @property
+    def recipe(self) -> str:
+        return self.receipt["recipe"]["name"]
+
+    @property
+    def finished(self) -> str:
+        return self.receipt.get("finished", "")
+
+    def tool(self, name: str) -> Path:
+        return self.prefix / "bin" / name
+
+
+def build_lock(dirs: Dirs, build_id: str) -> Path:
+    return dirs.data / "locks" / f"{build_id}.lock"
+
+
+def read_receipt(prefix: Path) -> dict | None:
+    try:
+        receipt = json.loads((prefix / RECEIPT).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return receipt if isinstance(receipt, dict) and receipt.get("schema") == RECEIPT_SCHEMA else None
+
+
+def installed(dirs: Dirs) -> list[Build]:
+    builds = []
+    for receipt_path in sorted(dirs.builds.glob(f"*/*/{RECEIPT}")):
+        prefix = receipt_path.parent
+        if prefix.parent.name.startswith("."):
+            continue
+        receipt = read_receipt(prefix)
+        if receipt is not None:
+            builds.append(Build(receipt["id"], prefix, receipt))
+    return sorted(builds, key=lambda b: b.finished)
+
+
+def find(dirs: Dirs, ref: str) -> Build:
+    """A build id, or a recipe name meaning that recipe's newest build."""
+    builds = installed(dirs)
+    exact = [b for b in builds if b.id == ref]
+    if exact:
+        return exact[0]
+    of_recipe = [b for b in builds if b.recipe == ref]
+    if of_recipe:
+        return of_recipe[-1]
+    known = ", ".join(b.id for b in builds) or "none; run 'buildmgr build' first"
+    raise UserError(f"no installed build {ref!r}; installed: {known}")
+
+
+def file_hashes(prefix: Path) -> dict[str, str]:
+    hashes = {}
+    for path in sorted(prefix.rglob("*")):
+        relative = str(path.relative_to(prefix))
+        if path.is_symlink():
+            hashes[relative] = "link:" + os.readlink(path)
+        elif path.is_file() and path.name != RECEIPT:
+            hashes[relative] = sha256_file(path)
+    return hashes
+
+
+def new_staging(dirs: Dirs, build_id: str) -> Path:
+    path = dirs.staging / f"{build_id}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+    path.mkdir(parents=True)
+    return path
+
+
+def write_receipt(staging: Path, receipt: dict) -> None:
+    atomic_write_text(staging / RECEIPT, json.dumps(receipt, indent=2, sort_keys=True) + "\n")
+
+
+def publish(staging: Path, prefix: Path) -> None:
+    """Make a complete staging dir the prefix with one rename; an older prefix is replaced."""
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    old = None
+    if prefix.exists():
+        old = prefix.with_name(f".old-{prefix.name}-{uuid.uuid4().hex[:8]}")
+        os.rename(prefix, old)
+    os.rename(staging, prefix)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def remove(dirs: Dirs, build: Build) -> None:
+    with locked(build_lock(dirs, build.id)):
+        doomed = build.prefix.with_name(f".removing-{build.prefix.name}")
+        os.rename(build.prefix, doomed)  # the build disappears at once, the files after
+        shutil.rmtree(doomed)
+        shutil.rmtree(dirs.build_trees / build.id, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def gc(dirs: Dirs) -> list[Path]:
+    """Remove staging dirs of dead builds, leftovers of interrupted renames, and orphan build trees."""
+    removed: list[Path] = []
+    if dirs.staging.is_dir():
+        for path in dirs.staging.iterdir():
+            parts = path.name.rsplit(".", 2)
+            if len(parts) == 3 and parts[1].isdigit() and _pid_alive(int(parts[1])):
+                continue
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    for leftover in dirs.builds.glob("*/.*"):
+        if leftover.name.startswith((".old-", ".removing-")):
+            shutil.rmtree(leftover, ignore_errors=True)
+            removed.append(leftover)
+    if dirs.build_trees.is_dir():
+        alive = {b.id for b in installed(dirs)}
+        for tree in dirs.build_trees.iterdir():
+            if tree.name in alive:
+                continue
+            with locked(build_lock(dirs, tree.name), wait=False) as idle:
+                if idle:  # a busy lock is a build in progress: its tree stays
+                    shutil.rmtree(tree, ignore_errors=True)
+                    removed.append(tree)
+    return removed

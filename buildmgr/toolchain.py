@@ -1,0 +1,101 @@
+"""Stage 3: which programs build this recipe, with their versions; problems as one-line fixes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass
+
+from buildmgr import cmake
+from buildmgr.errors import UserError
+
+MIN_CMAKE = "3.18"
+MIN_NINJA = "1.10"
+
+# What to install when a recipe's tool is missing (Debian/Ubuntu).
+INSTALL_HINTS = {
+    "cmake": "pip install 'cmake>=3.18'",
+    "ninja": "pip install ninja",
+    "cc": "apt-get install build-essential (or set CC)",
+    "c++": "apt-get install build-essential (or set CXX)",
+    "ccache": "apt-get install ccache",
+    "git": "apt-get install git",
+}
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    path: str | None = None
+    version: str | None = None
+
+    @property
+    def found(self) -> bool:
+        return self.path is not None
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    cmake: Tool
+    ninja: Tool
+    cc: Tool
+    cxx: Tool
+    ccache: Tool
+
+    def tools(self) -> dict[str, Tool]:
+        return {t.name: t for t in (self.cmake, self.ninja, self.cc, self.cxx, self.ccache)}
+
+    def identity(self) -> dict[str, str | None]:
+        """Versions that change the binaries (ccache does not)."""
+        return {t.name: t.version for t in (self.cmake, self.ninja, self.cc, self.cxx)}
+
+    def to_json(self) -> dict[str, dict[str, str | None]]:
+        return {name: asdict(tool) for name, tool in self.tools().items()}
+
+
+def _version_line(path: str) -> str | None:
+    try:
+        result = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = (result.stdout or result.stderr).strip().splitlines()
+    return lines[0].strip() if result.returncode == 0 and lines else None
+
+
+def _program(name: str, command: str) -> Tool:
+    path = shutil.which(command)
+    if path is None:
+        return Tool(name)
+    version = _version_line(path)
+    return Tool(name, path, version) if version else Tool(name)
+
+
+def detect() -> Toolchain:
+    found_cmake = cmake.find_cmake(MIN_CMAKE)
+    found_ninja = cmake.find_ninja(MIN_NINJA)
+    return Toolchain(
+        cmake=Tool("cmake", str(found_cmake.path), found_cmake.version) if found_cmake else Tool("cmake"),
+        ninja=Tool("ninja", str(found_ninja.path), found_ninja.version) if found_ninja else Tool("ninja"),
+        cc=_program("cc", os.environ.get("CC") or "cc"),
+        cxx=_program("c++", os.environ.get("CXX") or "c++"),
+        ccache=_program("ccache", "ccache"),
+    )
+
+
+def problems(toolchain: Toolchain, required: tuple[str, ...]) -> list[str]:
+    """One line per missing tool that this recipe needs: what is missing and how to get it."""
+    tools = toolchain.tools()
+    missing = []
+    for name in ("cmake", "ninja", *required):
+        tool = tools.get(name) or _program(name, name)
+        if not tool.found:
+            minimum = {"cmake": f" >= {MIN_CMAKE}", "ninja": f" >= {MIN_NINJA}"}.get(name, "")
+            missing.append(f"{name}{minimum} not found: {INSTALL_HINTS.get(name, f'install {name}')}")
+    return missing
+
+
+def require(toolchain: Toolchain, required: tuple[str, ...], recipe: str) -> None:
+    found = problems(toolchain, required)
+    if found:
+        raise UserError(f"cannot build {recipe}: " + "; ".join(found))

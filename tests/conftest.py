@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+# One compile cache for every run of the suite on this machine: repeated runs are fast,
+# and the first run on a fresh machine proves the cold path.
+TEST_CCACHE = Path(os.environ.get("BUILDMGR_TEST_CCACHE", Path.home() / ".cache" / "buildmgr-tests" / "ccache"))
+
+
+def make_env(root: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "CCACHE_"))}
+    env.update(
+        XDG_DATA_HOME=str(root / "data"),
+        XDG_CACHE_HOME=str(root / "cache"),
+        XDG_CONFIG_HOME=str(root / "config"),
+        CCACHE_DIR=str(TEST_CCACHE),
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+def buildmgr(env: dict[str, str], *args: str, timeout: float = 3000) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "buildmgr", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def assert_user_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    """Exit 2, one line on stderr, no traceback, and the line says what is wrong."""
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert lines[0].startswith("buildmgr: error: ")
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@pytest.fixture
+def tmp_env(tmp_path: Path) -> dict[str, str]:
+    return make_env(tmp_path)
+
+
+def write_fake_tree(root: Path, tool_source: str) -> Path:
+    """A tiny CMake project shaped like llama.cpp (same markers, targets and install rules).
+
+    Used only where a real llama.cpp cannot show the behaviour cheaply: a compile error,
+    a tool that does not run.
+    """
+    (root / "ggml").mkdir(parents=True)
+    (root / "ggml" / "CMakeLists.txt").write_text("# ggml\n")
+    (root / "tool.c").write_text(tool_source)
+    (root / "CMakeLists.txt").write_text(textwrap.dedent("""\
+        cmake_minimum_required(VERSION 3.18)
+        project("llama.cpp" C)
+        set(LLAMA_VERSION_MAJOR 9)
+        set(LLAMA_VERSION_MINOR 8)
+        set(LLAMA_VERSION_PATCH 7)
+        foreach(tool llama-server llama-cli llama-bench llama-completion)
+            add_executable(${tool} tool.c)
+            install(TARGETS ${tool} RUNTIME)
+        endforeach()
+        """))
+    return root

@@ -1,0 +1,68 @@
+from pathlib import Path
+
+from buildmgr.builder import configure_command, error_excerpt, parse_ccache_statslog
+from buildmgr.plan import default_jobs, make_plan, parse_jobs
+from buildmgr.recipes import Recipe
+from buildmgr.source import SourceTree
+from buildmgr.toolchain import Tool, Toolchain
+
+import pytest
+
+from buildmgr.errors import UserError
+
+
+def toolchain(ccache: bool = True, cc_version: str = "cc 12.2.0") -> Toolchain:
+    return Toolchain(
+        cmake=Tool("cmake", "/opt/cmake", "4.4.5"),
+        ninja=Tool("ninja", "/opt/ninja", "1.13.2"),
+        cc=Tool("cc", "/usr/bin/cc", cc_version),
+        cxx=Tool("c++", "/usr/bin/c++", "c++ 12.2.0"),
+        ccache=Tool("ccache", "/usr/bin/ccache", "4.7.5") if ccache else Tool("ccache"),
+    )
+
+
+RECIPE = Recipe("cpu", "cpu", ("CPU",), ("llama-cli",), defines=(("GGML_NATIVE", "ON"),))
+SOURCE = SourceTree(Path("/src/llama.cpp"), "pypi:x", "0c1e57098bba43ac", 0, "0.5.0", "0c1e57098bba43ac")
+
+
+def test_error_excerpt_starts_at_first_failure():
+    lines = ["[1/3] ok", "FAILED: a.o", "a.c:1: error: boom", "ninja: build stopped"]
+    assert error_excerpt(lines) == ("FAILED: a.o", "a.c:1: error: boom", "ninja: build stopped")
+    assert error_excerpt(["x"] * 30 + ["CMake Error at X:1", "detail"])[:1] == ("CMake Error at X:1",)
+    assert error_excerpt([str(i) for i in range(50)], limit=3) == ("47", "48", "49")
+
+
+def test_ccache_statslog_counts_hits_misses_and_uncacheable():
+    text = "# a.c\ncache_miss\ndirect_cache_miss\n# b.c\ndirect_cache_hit\nlocal_storage_hit\n# c.c\npreprocessed_cache_hit\n# d.c\ncalled_for_link\n"
+    assert parse_ccache_statslog(text) == {"hits": 2, "misses": 1, "uncacheable": 1}
+    assert parse_ccache_statslog("") == {"hits": 0, "misses": 0, "uncacheable": 0}
+
+
+def test_configure_command_sets_launchers_rpath_and_source_commit():
+    plan = make_plan(RECIPE, SOURCE, toolchain(), 2)
+    command = configure_command(plan, Path("/b"))
+    assert command[:8] == ["/opt/cmake", "-S", "/src/llama.cpp", "-B", "/b", "-G", "Ninja", "-DCMAKE_MAKE_PROGRAM=/opt/ninja"]
+    for flag in ("-DCMAKE_CXX_COMPILER_LAUNCHER=/usr/bin/ccache", "-DCMAKE_CUDA_COMPILER_LAUNCHER=/usr/bin/ccache",
+                 "-DGGML_CCACHE=OFF", "-DCMAKE_INSTALL_RPATH=$ORIGIN/../lib;$ORIGIN", "-DLLAMA_BUILD_COMMIT=0c1e570",
+                 "-DLLAMA_BUILD_NUMBER=0", "-DGGML_NATIVE=ON", "-DLLAMA_BUILD_TESTS=OFF"):
+        assert flag in command
+    assert not any("LAUNCHER" in arg for arg in configure_command(make_plan(RECIPE, SOURCE, toolchain(ccache=False), 2), Path("/b")))
+
+
+def test_identity_covers_toolchain_and_source_but_not_ccache_or_jobs():
+    base = make_plan(RECIPE, SOURCE, toolchain(), 2)
+    assert base.build_id == f"cpu-{base.digest[:8]}"
+    assert make_plan(RECIPE, SOURCE, toolchain(ccache=False), 8).digest == base.digest
+    assert make_plan(RECIPE, SOURCE, toolchain(cc_version="cc 13"), 2).digest != base.digest
+    other = SourceTree(SOURCE.path, "x", "1111111aaaa", 0, "0.5.0", "1111111aaaa")
+    assert make_plan(RECIPE, other, toolchain(), 2).digest != base.digest
+    assert base.prefix(Path("/d/builds")) == Path(f"/d/builds/0.5.0-0c1e570/{base.build_id}")
+
+
+def test_default_jobs_respects_memory():
+    assert default_jobs(16, 64) == 16
+    assert default_jobs(16, 9) == 4
+    assert default_jobs(2, 1) == 1
+    assert parse_jobs("3", 2, 1) == 3
+    with pytest.raises(UserError):
+        parse_jobs("0", 2, 1)

@@ -1,0 +1,60 @@
+"""Every bad input: one line, exit 2, no traceback, nothing written."""
+
+import tarfile
+from pathlib import Path
+
+from conftest import assert_user_error, buildmgr, make_env
+
+
+def written(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and "config" not in p.parts)
+
+
+def test_unknown_recipe_lists_known_ones(tmp_path: Path, tmp_env):
+    assert_user_error(buildmgr(tmp_env, "build", "cuda+nope"), "unknown recipe", "known recipes: cpu, rpc")
+    assert written(tmp_path) == []
+
+
+def test_malformed_user_recipe_names_file_and_line(tmp_path: Path, tmp_env):
+    recipes = tmp_path / "config" / "buildmgr" / "recipes"
+    recipes.mkdir(parents=True)
+    (recipes / "mine.toml").write_text('backends = ["CPU"]\ntargets = [\n"llama-cli"\ndefines = 3\n')
+    result = buildmgr(tmp_env, "build", "mine")
+    assert_user_error(result, str(recipes / "mine.toml"), "invalid TOML", "line 4")
+    assert written(tmp_path) == []
+
+
+def test_source_that_is_not_llama_cpp(tmp_path: Path, tmp_env):
+    (tmp_path / "elsewhere").mkdir()
+    assert_user_error(buildmgr(tmp_env, "build", "--source", str(tmp_path / "elsewhere")), "is not a llama.cpp source tree")
+    assert_user_error(buildmgr(tmp_env, "build", "--source", "nowhere"), "neither an existing directory nor a git URL@REF")
+    assert written(tmp_path) == []
+
+
+def test_unwritable_data_dir(tmp_path: Path):
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where a directory should be")
+    env = make_env(tmp_path, XDG_DATA_HOME=str(blocker / "data"))
+    assert_user_error(buildmgr(env, "build"), "cannot write to", "XDG_DATA_HOME")
+    assert written(tmp_path) == ["file"]
+
+
+def test_sdist_with_wrong_checksum_is_refused_and_not_extracted(tmp_path: Path, tmp_env):
+    fake = tmp_path / "llama_cpp_python-0.3.36.tar.gz"
+    with tarfile.open(fake, "w:gz") as tar:
+        tar.add(__file__, arcname="llama_cpp_python-0.3.36/vendor/llama.cpp/CMakeLists.txt")
+    result = buildmgr(tmp_env, "source", "sync", "--archive", str(fake))
+    assert_user_error(result, "does not match the lock's 832db069")
+    assert written(tmp_path) == ["llama_cpp_python-0.3.36.tar.gz"]
+
+
+def test_bad_arguments_are_one_line(tmp_env):
+    assert_user_error(buildmgr(tmp_env, "build", "--jobs", "0"), "--jobs")
+    assert_user_error(buildmgr(tmp_env, "frobnicate"), "invalid choice")
+    assert_user_error(buildmgr(tmp_env, "source", "sync", "--archive", "/no/such.tar.gz"), "no such file")
+
+
+def test_unknown_build_says_what_is_installed(tmp_env):
+    assert_user_error(buildmgr(tmp_env, "which", "cpu"), "no installed build 'cpu'", "run 'buildmgr build' first")
+    assert_user_error(buildmgr(tmp_env, "run", "cpu", "--", "llama-cli"), "no installed build")
+    assert_user_error(buildmgr(tmp_env, "remove", "cpu-12345678"), "no installed build")

@@ -1,0 +1,115 @@
+from pathlib import Path
+
+import pytest
+
+from buildmgr.config import resource_path
+from buildmgr.errors import UserError
+from buildmgr.recipes import compose, load_recipes, parse_recipe
+
+CUDA = """
+backends = ["CPU", "CUDA"]
+targets = ["llama-cli", "llama-bench"]
+tools = ["nvcc"]
+[defines]
+GGML_CUDA = "ON"
+[conflicts.hip]
+reason = "CUDA and HIP cannot share one non-DL build"
+unless = { GGML_BACKEND_DL = "ON" }
+"""
+HIP = """
+backends = ["CPU", "ROCm"]
+targets = ["llama-cli"]
+[defines]
+GGML_HIP = true
+"""
+VULKAN = """
+backends = ["CPU", "Vulkan"]
+targets = ["llama-cli", "llama-server"]
+[defines]
+GGML_VULKAN = "ON"
+GGML_NATIVE = "OFF"
+"""
+DL = """
+backends = ["CPU"]
+targets = ["llama-cli"]
+[defines]
+GGML_BACKEND_DL = "ON"
+"""
+
+
+def known() -> dict:
+    return {name: parse_recipe(name, text, f"{name}.toml")
+            for name, text in {"cuda": CUDA, "hip": HIP, "vulkan": VULKAN, "dl": DL}.items()}
+
+
+def test_shipped_recipes_parse_and_cpu_builds_only_user_tools():
+    recipes = load_recipes(resource_path("recipes"))
+    assert {"cpu", "rpc"} <= set(recipes)
+    assert set(recipes["cpu"].targets) == {"llama-server", "llama-cli", "llama-bench", "llama-completion"}
+
+
+def test_composition_is_the_union_in_canonical_order():
+    recipe = compose("vulkan+cuda", known())
+    assert recipe.name == "cuda+vulkan"
+    assert recipe.backends == ("CPU", "CUDA", "Vulkan")
+    assert recipe.targets == ("llama-cli", "llama-bench", "llama-server")
+    assert dict(recipe.defines) == {"GGML_CUDA": "ON", "GGML_VULKAN": "ON", "GGML_NATIVE": "OFF"}
+    assert recipe.tools == ("nvcc",)
+    assert compose("cuda+vulkan", known()) == recipe
+
+
+def test_boolean_defines_become_on_off():
+    assert dict(known()["hip"].defines) == {"GGML_HIP": "ON"}
+
+
+def test_conflict_is_refused_with_its_reason():
+    with pytest.raises(UserError, match="cannot combine cuda and hip: CUDA and HIP cannot share one non-DL build"):
+        compose("cuda+hip", known())
+
+
+def test_conflict_is_excused_under_its_unless_defines():
+    assert compose("cuda+dl+hip", known()).backends == ("CPU", "CUDA", "ROCm")
+
+
+def test_disagreeing_defines_are_refused():
+    recipes = known() | {"native": parse_recipe("native", 'backends=["CPU"]\ntargets=["x"]\n[defines]\nGGML_NATIVE="ON"', "n")}
+    with pytest.raises(UserError, match="disagree on GGML_NATIVE"):
+        compose("vulkan+native", recipes)
+
+
+def test_unknown_recipe_lists_known_ones():
+    with pytest.raises(UserError, match="unknown recipe 'metal'; known recipes: cuda, dl, hip, vulkan"):
+        compose("cuda+metal", known())
+
+
+@pytest.mark.parametrize("expression", ["", "+", "cuda+", "cuda++vulkan"])
+def test_empty_parts_are_refused(expression):
+    with pytest.raises(UserError, match="empty"):
+        compose(expression, known())
+
+
+def test_malformed_toml_names_file_and_line():
+    with pytest.raises(UserError, match=r"bad\.toml: invalid TOML: .*line 3"):
+        parse_recipe("bad", 'backends = ["CPU"]\ntargets = ["x"]\ndefines = {\n', "bad.toml")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('backends = ["CPU"]\ntargets = ["x"]\ntarget = 1', "unknown key"),
+        ('targets = ["x"]', "missing 'backends'"),
+        ('backends = "CPU"\ntargets = ["x"]', "'backends' must be a list"),
+        ('backends = ["CPU"]\ntargets = ["x"]\n[defines]\nX = [1]', "define X must be"),
+        ('backends = ["CPU"]\ntargets = ["x"]\n[conflicts]\nhip = 3', "conflicts.hip needs a 'reason'"),
+    ],
+)
+def test_schema_errors(text, message):
+    with pytest.raises(UserError, match=message):
+        parse_recipe("r", text, "r.toml")
+
+
+def test_user_recipes_override_shipped_ones(tmp_path: Path):
+    (tmp_path / "cpu.toml").write_text('description = "mine"\nbackends = ["CPU"]\ntargets = ["llama-cli"]\n')
+    recipes = load_recipes(resource_path("recipes"), tmp_path)
+    assert recipes["cpu"].description == "mine"
+    assert recipes["cpu"].source_file == str(tmp_path / "cpu.toml")
