@@ -152,7 +152,8 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter) -> store.Build:
                     reporter.say(f"  {'✓' if check.passed else '✗'} {' '.join(check.command[:2])}: {check.detail[:120]}")
                 if not result.passed:
                     failed = result.failures[0] if result.failures else None
-                    what = f"{' '.join(failed.command[:2])} exited {failed.returncode}" if failed else "no tools to run"
+                    what = (f"{' '.join(failed.command[:2])}: exit {failed.returncode}, {failed.detail.splitlines()[-1][:160] if failed.detail else 'no output'}"
+                            if failed else "no tools to run")
                     raise BuildFailed(f"smoke run failed ({what}); the build was not published", log=log,
                                       tail=tuple(failed.detail.splitlines()[-TAIL_LINES:]) if failed else ())
             receipt = {

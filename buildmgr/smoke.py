@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import time
@@ -123,7 +124,8 @@ def _run(command: list[str], env: dict[str, str]) -> tuple[int, str, float]:
 def version_check(tool: Path, short_commit: str, env: dict[str, str]) -> Check:
     code, output, seconds = _run([str(tool), "--version"], env)
     line = next((ln for ln in output.splitlines() if ln.startswith("version:")), "")
-    passed = code == 0 and (short_commit == "unknown" or f"({short_commit})" in line)
+    # "version: 0.5.0-dev (build 0, commit 0c1e570)"; older trees print "version: 0 (0c1e570)"
+    passed = code == 0 and (short_commit == "unknown" or re.search(rf"\b{short_commit}\b", line) is not None)
     detail = line or output.strip()[-400:]
     return Check([tool.name, "--version"], code, seconds, passed, detail)
 

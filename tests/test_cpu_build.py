@@ -1,0 +1,137 @@
+"""The real thing: the pinned llama.cpp, fetched with pip, built for the cpu recipe, run, rebuilt."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from buildmgr.fsutil import sha256_file
+from conftest import buildmgr, make_env
+
+pytestmark = pytest.mark.slow
+COMMIT = "0c1e570"
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> dict[str, str]:
+    return make_env(tmp_path_factory.mktemp("e2e"))
+
+
+@pytest.fixture(scope="module")
+def first_build(env):
+    result = buildmgr(env, "build")
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def receipt_of(env) -> dict:
+    prefix = Path(buildmgr(env, "which", "cpu").stdout.strip())
+    return json.loads((prefix / "buildmgr-receipt.json").read_text())
+
+
+def logs(env) -> list[Path]:
+    return sorted((Path(env["XDG_CACHE_HOME"]) / "buildmgr" / "logs").glob("*.log"))
+
+
+def test_build_reports_each_phase(first_build):
+    for phase in ("fetch", "configure", "build", "install", "smoke"):
+        assert f"✓ {phase}" in first_build.stderr
+    assert "built cpu-" in first_build.stderr
+
+
+def test_receipt_records_what_was_built_and_proven(env, first_build):
+    receipt = receipt_of(env)
+    prefix = Path(buildmgr(env, "which", "cpu").stdout.strip())
+    assert prefix.parent.name == f"0.5.0-{COMMIT}" and prefix.name == receipt["id"]
+    assert receipt["source"]["commit"] == "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
+    assert receipt["source"]["origin"] == "pypi:llama-cpp-python==0.3.36"
+    assert receipt["recipe"]["resolved_defines"]["LLAMA_BUILD_COMMIT"] == COMMIT
+    assert set(receipt["phases"]) == {"fetch", "configure", "build", "install", "smoke"}
+    assert receipt["toolchain"]["cmake"]["version"] and receipt["toolchain"]["c++"]["version"]
+    assert receipt["ccache"]["hits"] + receipt["ccache"]["misses"] > 100
+    smoke = receipt["smoke"]
+    assert smoke["passed"]
+    versions = {c["command"][0]: c["detail"] for c in smoke["checks"] if c["command"][1] == "--version"}
+    assert set(versions) == {"llama-cli", "llama-server", "llama-bench", "llama-completion"}
+    assert all(f"commit {COMMIT}" in line for line in versions.values())
+    bench = [c for c in smoke["checks"] if "-m" in c["command"]]
+    assert bench and bench[0]["passed"] and "t/s" in bench[0]["detail"]
+    for relative, digest in receipt["files"].items():
+        path = prefix / relative
+        assert path.exists() or path.is_symlink()
+        if not digest.startswith("link:"):
+            assert sha256_file(path) == digest
+    assert {"bin/llama-cli", "bin/llama-server", "bin/llama-bench", "lib/libllama.so", "include/llama.h"} <= set(receipt["files"])
+    assert not any(name.startswith("bin/llama-quantize") for name in receipt["files"])  # not in the recipe
+
+
+def test_tools_run_from_the_prefix_without_ld_library_path(env, first_build):
+    clean = {k: v for k, v in env.items() if k != "LD_LIBRARY_PATH"}
+    result = buildmgr(clean, "run", "cpu", "--", "llama-cli", "--version")
+    assert result.returncode == 0
+    assert f"commit {COMMIT})" in result.stdout + result.stderr
+    cli = Path(buildmgr(env, "which", "cpu", "llama-cli").stdout.strip())
+    dynamic = subprocess.run(["readelf", "-d", str(cli)], capture_output=True, text=True).stdout
+    assert "$ORIGIN/../lib" in dynamic
+
+
+def test_completion_generates_text_on_the_tiny_model(env, first_build):
+    model = Path(env["XDG_CACHE_HOME"]) / "buildmgr" / "smoke" / "tiny-llama-v1.gguf"
+    assert 100_000 < model.stat().st_size < 2_000_000
+    result = buildmgr(env, "run", "cpu", "--", "llama-completion", "-m", str(model), "-p", "hello", "-n", "8",
+                      "--temp", "0", "-no-cnv", timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "hello" in result.stdout
+
+
+def test_list_and_which(env, first_build):
+    listed = json.loads(buildmgr(env, "list", "--json").stdout)["builds"]
+    assert [b["recipe"] for b in listed] == ["cpu"]
+    assert listed[0]["smoke_passed"] is True and listed[0]["backends"] == ["CPU"]
+    assert buildmgr(env, "which", listed[0]["id"]).stdout.strip() == listed[0]["prefix"]
+    table = buildmgr(env, "list")
+    assert listed[0]["id"] in table.stdout
+
+
+def test_same_build_again_is_a_no_op(env, first_build):
+    before_logs, before = logs(env), receipt_of(env)
+    again = buildmgr(env, "build", "cpu")
+    assert again.returncode == 0
+    assert "up to date" in again.stderr
+    assert logs(env) == before_logs  # cmake was never started: no new log
+    assert receipt_of(env) == before
+
+
+def test_fresh_build_dir_with_warm_cache_hits_ccache(env, first_build):
+    build_id = receipt_of(env)["id"]
+    tree = Path(env["XDG_CACHE_HOME"]) / "buildmgr" / "build-trees" / build_id
+    subprocess.run(["rm", "-rf", str(tree)], check=True)
+    rebuilt = buildmgr(env, "build", "--rebuild")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    counts = receipt_of(env)["ccache"]
+    assert counts["hits"] > 100
+    assert counts["misses"] <= counts["hits"] // 50, counts
+
+
+def test_concurrent_builds_publish_one_complete_prefix(env, first_build):
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda _: buildmgr(env, "build", "--rebuild"), range(2)))
+    assert [r.returncode for r in results] == [0, 0], [r.stderr[-500:] for r in results]
+    builds = json.loads(buildmgr(env, "list", "--json").stdout)["builds"]
+    assert len(builds) == 1 and receipt_of(env)["smoke"]["passed"]
+    data = Path(env["XDG_DATA_HOME"]) / "buildmgr" / "builds"
+    assert list((data / ".staging").iterdir()) == []
+    assert [p.name for p in (data / f"0.5.0-{COMMIT}").iterdir()] == [builds[0]["id"]]
+
+
+def test_remove_then_gc(env, first_build):
+    prefix = Path(buildmgr(env, "which", "cpu").stdout.strip())
+    assert buildmgr(env, "remove", "cpu").returncode == 0
+    assert not prefix.exists()
+    assert json.loads(buildmgr(env, "list", "--json").stdout)["builds"] == []
+    gc = buildmgr(env, "gc")
+    assert gc.returncode == 0 and "gc:" in gc.stderr
