@@ -13,23 +13,28 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from buildmgr import __version__, source, store
-from buildmgr.cmake import read_reply, request_reply
+from buildmgr import __version__, proof, source, store
+from buildmgr.cmake import Reply, read_reply, request_reply
 from buildmgr.config import Dirs
+from buildmgr.diagnose import diagnose
 from buildmgr.errors import BuildFailed
 from buildmgr.fsutil import locked
 from buildmgr.install import install_targets
 from buildmgr.plan import BuildPlan
 from buildmgr.progress import Reporter
+from buildmgr.recipes import BASE_DEFINES
 from buildmgr.smoke import smoke_run, tiny_model
 
 TAIL_LINES = 20
 # Binaries find their libraries next to them (build tree) or in ../lib (prefix): no LD_LIBRARY_PATH.
+# DT_RPATH rather than RUNPATH on Linux: it is searched before LD_LIBRARY_PATH, so another build's
+# libllama.so on that path cannot be loaded into this one.
 RPATH_DEFINES = {
     "CMAKE_BUILD_WITH_INSTALL_RPATH": "ON",
     "CMAKE_INSTALL_RPATH": "$ORIGIN/../lib;$ORIGIN",
     "CMAKE_INSTALL_LIBDIR": "lib",
-}
+} | ({"CMAKE_EXE_LINKER_FLAGS": "-Wl,--disable-new-dtags", "CMAKE_SHARED_LINKER_FLAGS": "-Wl,--disable-new-dtags",
+      "CMAKE_MODULE_LINKER_FLAGS": "-Wl,--disable-new-dtags"} if platform.system() == "Linux" else {})
 LAUNCHER_LANGUAGES = ("C", "CXX", "CUDA", "HIP")
 
 
@@ -70,8 +75,8 @@ def _run_logged(cmd: list[str], log: Path, env: dict[str, str], feed: Callable[[
 
 
 def _fail(message: str, log: Path) -> BuildFailed:
-    lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
-    return BuildFailed(message, log=log, tail=error_excerpt(lines))
+    text = log.read_text(encoding="utf-8", errors="replace")
+    return BuildFailed(message, log=log, tail=error_excerpt(text.splitlines()), hints=tuple(diagnose(text)))
 
 
 def build_env(plan: BuildPlan, dirs: Dirs, build_dir: Path, statslog: Path) -> dict[str, str]:
@@ -89,7 +94,7 @@ def build_env(plan: BuildPlan, dirs: Dirs, build_dir: Path, statslog: Path) -> d
 
 def configure_command(plan: BuildPlan, build_dir: Path) -> list[str]:
     tools = plan.toolchain
-    defines = dict(plan.defines) | RPATH_DEFINES
+    defines = dict(plan.defines) | plan.host_defines | RPATH_DEFINES
     if tools.ccache.found:
         defines |= {f"CMAKE_{lang}_COMPILER_LAUNCHER": str(tools.ccache.path) for lang in LAUNCHER_LANGUAGES}
     return [
@@ -97,6 +102,19 @@ def configure_command(plan: BuildPlan, build_dir: Path) -> list[str]:
         f"-DCMAKE_MAKE_PROGRAM={tools.ninja.path}",
         *(f"-D{key}={value}" for key, value in sorted(defines.items())),
     ]
+
+
+def _prove_backends(plan: BuildPlan, reply: Reply, log: Path) -> None:
+    """Fail before compiling if configure silently dropped a backend or ignored one of our options."""
+    asked = dict(BASE_DEFINES) | dict(plan.recipe.defines) | dict(plan.arch.defines)
+    problems = proof.backend_problems(reply, plan.recipe.backends)
+    ignored = proof.ignored_options(reply, asked)
+    if ignored:
+        problems.append(f"option(s) {', '.join(ignored)} are not declared by this llama.cpp (typo, or too old a source)")
+    if problems:
+        with open(log, "a", encoding="utf-8") as handle:
+            handle.writelines(f"proof: {p}\n" for p in problems)
+        raise BuildFailed("configure did not produce the requested build: " + "; ".join(problems), log=log)
 
 
 def _host() -> dict[str, object]:
@@ -134,15 +152,17 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter) -> store.Build:
                 if _run_logged(configure_command(plan, build_dir), log, env) != 0:
                     raise _fail("configure failed", log)
                 reply = read_reply(build_dir)
+                _prove_backends(plan, reply, log)
+            targets = tuple(dict.fromkeys(plan.targets + proof.backend_targets(reply, plan.recipe.backends)))
             with reporter.phase("build", f"{', '.join(plan.targets)} with -j{plan.jobs}"):
                 command = [str(plan.toolchain.cmake.path), "--build", str(build_dir), "-j", str(plan.jobs),
-                           "--target", *plan.targets]
+                           "--target", *targets]
                 with reporter.ninja_bar() as feed:
                     if _run_logged(command, log, env, feed) != 0:
                         raise _fail("build failed", log)
             staging = store.new_staging(dirs, plan.build_id)
             with reporter.phase("install"):
-                install_targets(reply, plan.source.path, build_dir, plan.targets, staging)
+                install_targets(reply, plan.source.path, build_dir, targets, staging)
             with reporter.phase("smoke"):
                 result = smoke_run(staging, plan.source.short_commit, tiny_model(dirs.cache))
                 with open(log, "a", encoding="utf-8") as handle:
@@ -160,7 +180,9 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter) -> store.Build:
                 "schema": store.RECEIPT_SCHEMA,
                 "id": plan.build_id,
                 "buildmgr": __version__,
-                "recipe": plan.recipe.to_json() | {"resolved_defines": dict(plan.defines)},
+                "recipe": plan.recipe.to_json() | {"resolved_defines": dict(plan.defines), "arch": plan.arch.label},
+                "host_defines": plan.host_defines,
+                "backend_versions": plan.backend_versions,
                 "source": plan.source.to_json(),
                 "toolchain": plan.toolchain.to_json(),
                 "host": _host(),

@@ -3,20 +3,42 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
-
 from buildmgr import __version__
-from buildmgr.config import Dirs, ensure_writable, resource_path
+from buildmgr.config import Dirs, ensure_writable
 from buildmgr.errors import BuildFailed, BuildmgrError, UserError
 
-_out = Console(highlight=False, soft_wrap=True)
-_err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+@functools.cache
+def _out():
+    from rich.console import Console  # imported late: `--json` paths never pay for rich
+
+    return Console(highlight=False, soft_wrap=True)
+
+
+@functools.cache
+def _err():
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _table(*columns: str):
+    from rich.table import Table
+
+    return Table(*columns, box=None)
+
+
+def escape(text: str) -> str:
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -24,46 +46,33 @@ class _Parser(argparse.ArgumentParser):
         raise UserError(f"{message} (see '{self.prog} --help')")
 
 
-def _recipes(dirs: Dirs):
-    from buildmgr.recipes import load_recipes
-
-    return load_recipes(resource_path("recipes"), dirs.user_recipes)
-
-
-def _available_gib() -> float:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) / (1 << 20)
-    except OSError:
-        pass
-    return 4.0
-
-
 def cmd_build(args: argparse.Namespace, dirs: Dirs) -> int:
-    from buildmgr import builder, plan, source, store, toolchain
+    from buildmgr import builder, store
+    from buildmgr.options import BuildRequest, resolve
     from buildmgr.progress import Reporter
-    from buildmgr.recipes import compose
 
-    recipe = compose(args.recipe, _recipes(dirs))
-    spec = source.parse_source_spec(args.source)
-    jobs = plan.parse_jobs(args.jobs, os.cpu_count() or 1, _available_gib())
-    hint = "set XDG_DATA_HOME / XDG_CACHE_HOME to a writable directory"
-    ensure_writable(dirs.data, hint)
-    ensure_writable(dirs.cache, hint)
-    tools = toolchain.detect()
-    toolchain.require(tools, recipe.tools, recipe.name)
-    tree = source.pinned_tree(source.load_pin(), dirs) if spec.kind == "pinned" else source.resolve_source(spec, dirs)
-    build_plan = plan.make_plan(recipe, tree, tools, jobs)
+    request = BuildRequest(args.recipe, args.sm, args.gfx, args.source, args.jobs, tuple(args.define))
+    build_plan = resolve(request, dirs)
     prefix = build_plan.prefix(dirs.builds)
     if not args.rebuild and store.read_receipt(prefix) is not None:
-        _err.print(f"up to date: {build_plan.build_id} ({prefix}); --rebuild to build again")
+        _err().print(f"up to date: {build_plan.build_id} ({prefix}); --rebuild to build again")
         return 0
-    if not tools.ccache.found:
-        _err.print("[yellow]ccache not found: building without a compile cache (apt-get install ccache)[/]")
-    builder.execute(build_plan, dirs, Reporter())
+    if not build_plan.toolchain.ccache.found:
+        _err().print("[yellow]ccache not found: building without a compile cache (apt-get install ccache)[/]")
+    build = builder.execute(build_plan, dirs, Reporter())
+    _probe_after_build(dirs, build)
     return 0
+
+
+def _probe_after_build(dirs: Dirs, build) -> None:
+    from buildmgr import inventory
+
+    data = inventory.refresh(dirs, [build], warn=lambda m: _err().print(m, markup=False, style="yellow"))
+    entry = data["builds"][build.id]
+    names = [d["name"] for d in entry["probe"]["devices"]]
+    _err().print(f"devices this build sees: {', '.join(names) or '(none besides the CPU)'}", markup=False)
+    for reason in entry.get("absent", []):
+        _err().print(f"  {reason}", markup=False)
 
 
 def cmd_list(args: argparse.Namespace, dirs: Dirs) -> int:
@@ -77,13 +86,13 @@ def cmd_list(args: argparse.Namespace, dirs: Dirs) -> int:
         print(json.dumps({"builds": rows}, indent=2))
         return 0
     if not builds:
-        _err.print("no builds yet; run 'buildmgr build'")
+        _err().print("no builds yet; run 'buildmgr build'")
         return 0
-    table = Table("build", "backends", "source", "finished", "prefix", box=None)
+    table = _table("build", "backends", "source", "finished", "prefix")
     for b in builds:
         table.add_row(b.id, ", ".join(b.receipt["recipe"]["backends"]), b.receipt["source"]["origin"],
                       b.finished, str(b.prefix))
-    _out.print(table)
+    _out().print(table)
     return 0
 
 
@@ -123,7 +132,7 @@ def cmd_remove(args: argparse.Namespace, dirs: Dirs) -> int:
 
     build = store.find(dirs, args.build)
     store.remove(dirs, build)
-    _err.print(f"removed {build.id} ({build.prefix})")
+    _err().print(f"removed {build.id} ({build.prefix})")
     return 0
 
 
@@ -132,43 +141,111 @@ def cmd_gc(args: argparse.Namespace, dirs: Dirs) -> int:
 
     removed = store.gc(dirs)
     for path in removed:
-        _err.print(f"removed {path}")
-    _err.print(f"gc: {len(removed)} item(s) removed")
+        _err().print(f"removed {path}")
+    _err().print(f"gc: {len(removed)} item(s) removed")
     return 0
 
 
 def cmd_recipes(args: argparse.Namespace, dirs: Dirs) -> int:
-    from buildmgr import toolchain
+    from buildmgr import backends, toolchain
+    from buildmgr.options import all_recipes, host_facts
 
-    recipes = _recipes(dirs)
-    tools = toolchain.detect()
+    host = host_facts()
     rows = []
-    for recipe in recipes.values():
-        missing = toolchain.problems(tools, recipe.tools)
+    for recipe in all_recipes(dirs).values():
+        report = backends.inspect(recipe.backends, host, deep=False)
+        missing = toolchain.problems(host.toolchain, recipe.tools) + [c.line() for c in report.failures]
         rows.append(recipe.to_json() | {"buildable": not missing, "missing": missing, "file": recipe.source_file})
     if args.json:
         print(json.dumps({"recipes": rows}, indent=2))
         return 0
-    table = Table("recipe", "backends", "targets", "buildable here", "description", box=None)
+    table = _table("recipe", "backends", "buildable here", "description")
     for row in rows:
-        verdict = "[green]yes[/]" if row["buildable"] else "[red]no[/]: " + "; ".join(row["missing"])
-        table.add_row(row["name"], ", ".join(row["backends"]), ", ".join(row["targets"]), verdict, row["description"])
-    _out.print(table)
+        verdict = "[green]yes[/]" if row["buildable"] else "[red]no[/]: " + escape("; ".join(row["missing"]))
+        table.add_row(row["name"], ", ".join(row["backends"]), verdict, row["description"])
+    _out().print(table)
     return 0
 
 
 def cmd_doctor(args: argparse.Namespace, dirs: Dirs) -> int:
-    from buildmgr import toolchain
+    from buildmgr import backends, toolchain
+    from buildmgr.options import host_facts
 
-    tools = toolchain.detect()
-    table = Table("tool", "found", "version", "path", box=None)
-    for tool in tools.tools().values():
-        table.add_row(tool.name, "[green]yes[/]" if tool.found else "[red]no[/]", tool.version or "", tool.path or "")
-    _out.print(table)
-    problems = toolchain.problems(tools, ("cc", "c++", "ccache"))
-    for problem in problems:
-        _out.print(f"[red]✗[/] {problem}")
-    return 1 if problems else 0
+    host = host_facts()
+    table = _table("check", "ok", "found", "fix")
+    for tool in host.toolchain.tools().values():
+        fix = "" if tool.found else toolchain.INSTALL_HINTS.get(tool.name, "")
+        table.add_row(tool.name, "[green]yes[/]" if tool.found else "[red]no[/]",
+                      escape(f"{tool.version or 'not found'} {tool.path or ''}"), escape(fix))
+    report = backends.inspect(backends.known_backends(), host)
+    for check in report.checks:
+        table.add_row(f"{check.backend}: {check.what}", "[green]yes[/]" if check.ok else "[red]no[/]",
+                      escape(check.found), "" if check.ok else escape(check.fix))
+    _out().print(table)
+    basics = toolchain.problems(host.toolchain, ("cc", "c++"))
+    return 1 if basics else 0
+
+
+def _read_capture(path: Path | None, what: str) -> str:
+    if path is None:
+        return ""
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError as err:
+        raise UserError(f"cannot read {what} file {path}: {err.strerror or err}") from None
+
+
+def cmd_devices(args: argparse.Namespace, dirs: Dirs) -> int:
+    from buildmgr import identity, inventory, probe, store
+
+    if args.parse is not None:
+        devices = probe.parse_list_devices(_read_capture(args.parse, "--parse"))
+        vulkan = probe.parse_vulkaninfo_summary(_read_capture(args.vulkaninfo, "--vulkaninfo"))
+        nvidia = probe.parse_nvidia_smi_csv(_read_capture(args.nvidia_smi, "--nvidia-smi"))
+        resolved, notes = identity.resolve(devices, nvidia, vulkan)
+        data = {"devices": [d.to_json() for d in resolved], "notes": notes}
+        if args.json:
+            print(json.dumps(data, indent=2))
+        else:
+            _devices_table({"devices": data["devices"], "builds": {}, "notes": notes})
+        return 0
+    warn = lambda message: _err().print(message, markup=False, style="yellow")  # noqa: E731
+    path = inventory.path_for(dirs)
+    data = None if args.refresh else inventory.load(path, warn) if path.exists() else None
+    builds = store.installed(dirs)
+    if data is None or set(data.get("builds", {})) != {b.id for b in builds}:
+        ensure_writable(dirs.inventory, "set XDG_DATA_HOME to a writable directory")
+        data = inventory.refresh(dirs, builds, warn)
+    if args.json:
+        print(json.dumps(data, indent=2, sort_keys=True))
+    else:
+        _devices_table(data)
+    return 0
+
+
+def _devices_table(data: dict) -> None:
+    builds = data.get("builds", {})
+    groups: dict[str, list[dict]] = {}
+    for device in data.get("devices", []):
+        groups.setdefault(device["physical_id"], []).append(device)
+    table = _table("physical device", "type", "memory", *builds)
+    for members in groups.values():
+        first = members[0]
+        row = [escape(first["description"]), first["type"], f"{max(m['memory_total_mib'] for m in members)} MiB"]
+        for entry in builds.values():
+            seen = {d["name"] for d in (entry.get("last_good") or {}).get("devices", [])}
+            names = [m["name"] for m in members if m["name"] in seen]
+            built = {m["backend"] for m in members} & set(entry.get("backends", []))
+            row.append(", ".join(names) if names else "[yellow]built ≠ present[/]" if built else "—")
+        if not builds:
+            row[0] = f"{escape(first['description'])} [dim]({', '.join(m['name'] for m in members)})[/]"
+        table.add_row(*row)
+    if groups:
+        _out().print(table)
+    else:
+        _out().print("no devices besides the CPU" + (" in any build" if builds else " (no builds yet: run 'buildmgr build')"))
+    for note in data.get("notes", []):
+        _out().print(f"• {escape(note)}")
 
 
 def cmd_source(args: argparse.Namespace, dirs: Dirs) -> int:
@@ -181,9 +258,9 @@ def cmd_source(args: argparse.Namespace, dirs: Dirs) -> int:
             raise UserError(f"--archive {args.archive}: no such file")
         ensure_writable(dirs.data, "set XDG_DATA_HOME to a writable directory")
         ensure_writable(dirs.cache, "set XDG_CACHE_HOME to a writable directory")
-        with _err.status(f"fetching and verifying {pin.requirement} …"):
+        with _err().status(f"fetching and verifying {pin.requirement} …"):
             tree = source.sync_pinned(pin, dirs, args.archive)
-        _err.print(f"synced llama.cpp {tree.short_commit} → {tree.path}")
+        _err().print(f"synced llama.cpp {tree.short_commit} → {tree.path}")
         return 0
     info = {"package": pin.requirement, "sha256": pin.sha256, "subdir": pin.subdir, "commit": pin.commit,
             "date": pin.date, "llama_version": pin.llama_version, "ggml_version": pin.ggml_version,
@@ -192,7 +269,7 @@ def cmd_source(args: argparse.Namespace, dirs: Dirs) -> int:
         print(json.dumps(info, indent=2))
     else:
         for key, value in info.items():
-            _out.print(f"{key:14} {value}")
+            _out().print(f"{key:14} {value}")
     return 0
 
 
@@ -203,8 +280,12 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("build", help="build a recipe (default cpu); a no-op if that exact build exists")
     p.add_argument("recipe", nargs="?", default="cpu", help="recipe, or recipes joined with '+'")
+    p.add_argument("--sm", help="CUDA compute capabilities, e.g. 86 or 86,89 or 8.6 or native (default: this host's GPUs)")
+    p.add_argument("--gfx", help="AMD GPU targets for HIP, e.g. gfx1100,gfx1151 (default: this host's GPUs)")
     p.add_argument("--source", help="llama.cpp checkout PATH or git URL@REF (default: the pinned sdist)")
-    p.add_argument("--jobs", "-j", help="parallel compile jobs (default: cores, capped at 1 per 2 GiB free)")
+    p.add_argument("--jobs", "-j", help="parallel compile jobs (default: cores, capped by free memory per job)")
+    p.add_argument("--define", "-D", action="append", default=[], metavar="KEY=VALUE",
+                   help="an extra CMake define (part of the build's identity); GGML_*/LLAMA_* ones must exist")
     p.add_argument("--rebuild", action="store_true", help="build even if the identical prefix exists")
     p.set_defaults(func=cmd_build)
 
@@ -236,6 +317,15 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="toolchain report")
     p.set_defaults(func=cmd_doctor)
 
+    p = sub.add_parser("devices", help="the devices each build really sees on this host, grouped by physical card")
+    p.add_argument("--refresh", action="store_true", help="probe every build again")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--parse", type=Path, metavar="FILE", help="parse a captured --list-devices output instead")
+    p.add_argument("--vulkaninfo", type=Path, metavar="FILE", help="with --parse: a captured 'vulkaninfo --summary'")
+    p.add_argument("--nvidia-smi", type=Path, metavar="FILE",
+                   help="with --parse: a captured 'nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total --format=csv'")
+    p.set_defaults(func=cmd_devices)
+
     p = sub.add_parser("source", help="fetch and verify the pinned source, or show it")
     p.add_argument("action", choices=("sync", "show"))
     p.add_argument("--archive", type=Path, help="with sync: use this already downloaded sdist (verified all the same)")
@@ -249,15 +339,20 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         return args.func(args, Dirs.from_environment())
     except BuildFailed as err:
+        for hint in err.hints:
+            _err().print(f"likely fix: {hint}", markup=False, style="bold yellow")
         for line in err.tail:
-            _err.print(f"  {line}", markup=False)
-        _err.print(f"buildmgr: error: {err}", markup=False)
+            _err().print(f"  {line}", markup=False)
+        _err().print(f"buildmgr: error: {err}", markup=False)
         if err.log is not None:
-            _err.print(f"full log: {err.log}", markup=False)
+            _err().print(f"full log: {err.log}", markup=False)
         return err.exit_code
     except BuildmgrError as err:
-        _err.print(f"buildmgr: error: {err}", markup=False)
+        _err().print(f"buildmgr: error: {err}", markup=False)
         return err.exit_code
     except KeyboardInterrupt:
-        _err.print("buildmgr: interrupted")
+        _err().print("buildmgr: interrupted")
         return 130
+    except BrokenPipeError:  # `buildmgr list --json | head`: the reader left, which is fine
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

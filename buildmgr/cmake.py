@@ -41,6 +41,7 @@ def request_reply(build_dir: Path) -> None:
 class Reply:
     configuration: Configuration
     cache: dict[str, str]
+    cache_types: dict[str, str]  # UNINITIALIZED: set with -D but never declared by the project
 
 
 def read_reply(build_dir: Path) -> Reply:
@@ -48,4 +49,8 @@ def read_reply(build_dir: Path) -> Reply:
     codemodel, cache = index.reply.codemodel_v2, index.reply.cache_v2
     if codemodel is None or cache is None:
         raise FileNotFoundError(f"no CMake File API reply in {build_dir}")
-    return Reply(codemodel.configurations[0], {entry.name: entry.value for entry in cache.entries})
+    return Reply(
+        codemodel.configurations[0],
+        {entry.name: entry.value for entry in cache.entries},
+        {entry.name: entry.type for entry in cache.entries},
+    )

@@ -20,7 +20,9 @@ class BuildFailed(BuildmgrError):
 
     exit_code = 1
 
-    def __init__(self, message: str, log: Path | None = None, tail: tuple[str, ...] = ()) -> None:
+    def __init__(self, message: str, log: Path | None = None, tail: tuple[str, ...] = (),
+                 hints: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.log = log
         self.tail = tail
+        self.hints = hints  # known fixes matched in the log, printed above the tail

@@ -1,10 +1,10 @@
-"""A resolved build: recipe + source + toolchain, fixed once. Its hash is the prefix's identity."""
+"""A resolved build: recipe + arch + source + toolchain, fixed once. Its hash is the prefix's identity."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from buildmgr.errors import UserError
@@ -12,21 +12,26 @@ from buildmgr.recipes import BASE_DEFINES, Recipe
 from buildmgr.source import SourceTree
 from buildmgr.toolchain import Toolchain
 
-# Each compile job of llama.cpp's larger C++ files can take about 2 GiB.
-MEMORY_PER_JOB_GIB = 2.0
 
-
-def default_jobs(cores: int, available_gib: float) -> int:
+def default_jobs(cores: int, available_gib: float, gib_per_job: float) -> int:
     """As many jobs as cores, but never more than memory allows (at least one)."""
-    return max(1, min(cores, int(available_gib // MEMORY_PER_JOB_GIB)))
+    return max(1, min(cores, int(available_gib // gib_per_job)))
 
 
-def parse_jobs(text: str | None, cores: int, available_gib: float) -> int:
+def parse_jobs(text: str | None, cores: int, available_gib: float, gib_per_job: float) -> int:
     if text is None:
-        return default_jobs(cores, available_gib)
+        return default_jobs(cores, available_gib, gib_per_job)
     if not text.isdigit() or int(text) < 1:
         raise UserError(f"--jobs {text!r} must be a whole number of at least 1")
     return int(text)
+
+
+@dataclass(frozen=True)
+class Arch:
+    """GPU architectures chosen with --sm / --gfx: CMake defines plus a label for the build id."""
+
+    defines: tuple[tuple[str, str], ...] = ()
+    label: str = ""
 
 
 @dataclass(frozen=True)
@@ -38,23 +43,30 @@ class BuildPlan:
     targets: tuple[str, ...]
     jobs: int
     digest: str
+    arch: Arch = Arch()
+    backend_versions: dict[str, str] = field(default_factory=dict)
+    host_defines: dict[str, str] = field(default_factory=dict)  # tool paths on this host; not identity
 
     @property
     def build_id(self) -> str:
-        return f"{self.recipe.name}-{self.digest[:8]}"
+        middle = f"-{self.arch.label}" if self.arch.label else ""
+        return f"{self.recipe.name}{middle}-{self.digest[:8]}"
 
     def prefix(self, builds_dir: Path) -> Path:
         return builds_dir / self.source.version_label / self.build_id
 
 
-def make_plan(recipe: Recipe, source: SourceTree, toolchain: Toolchain, jobs: int) -> BuildPlan:
-    defines = {**BASE_DEFINES, **dict(recipe.defines), **source.cmake_defines()}
+def make_plan(recipe: Recipe, source: SourceTree, toolchain: Toolchain, jobs: int, arch: Arch = Arch(),
+              backend_versions: dict[str, str] | None = None, host_defines: dict[str, str] | None = None) -> BuildPlan:
+    defines = {**BASE_DEFINES, **dict(recipe.defines), **dict(arch.defines), **source.cmake_defines()}
     resolved = tuple(sorted(defines.items()))
+    versions = dict(sorted((backend_versions or {}).items()))
     identity = {
         "source": source.fingerprint,
         "defines": resolved,
         "targets": recipe.targets,
-        "toolchain": toolchain.identity(),
+        "toolchain": toolchain.identity() | versions,
     }
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
-    return BuildPlan(recipe, source, toolchain, resolved, recipe.targets, jobs, digest)
+    return BuildPlan(recipe, source, toolchain, resolved, recipe.targets, jobs, digest, arch, versions,
+                     dict(host_defines or {}))

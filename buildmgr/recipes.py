@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from buildmgr.errors import UserError
@@ -138,6 +138,14 @@ def compose(expression: str, known: dict[str, Recipe]) -> Recipe:
     parts = [known[n] for n in sorted(set(names))]
     if len(parts) == 1:
         return parts[0]
+    # Conflicts first: their reasons explain more than the define clash they usually cause.
+    every_define = {k: v for p in parts for k, v in p.defines}
+    chosen = {p.name for p in parts}
+    for part in parts:
+        for conflict in part.conflicts:
+            excused = conflict.unless and all(every_define.get(k) == v for k, v in conflict.unless)
+            if conflict.other in chosen and not excused:
+                raise UserError(f"cannot combine {part.name} and {conflict.other}: {conflict.reason}")
     defines: dict[str, str] = {}
     owner: dict[str, str] = {}
     for part in parts:
@@ -147,12 +155,6 @@ def compose(expression: str, known: dict[str, Recipe]) -> Recipe:
                     f"recipes {owner[key]} and {part.name} disagree on {key} ({defines[key]} vs {value})"
                 )
             defines[key], owner[key] = value, part.name
-    chosen = {p.name for p in parts}
-    for part in parts:
-        for conflict in part.conflicts:
-            excused = conflict.unless and all(defines.get(k) == v for k, v in conflict.unless)
-            if conflict.other in chosen and not excused:
-                raise UserError(f"cannot combine {part.name} and {conflict.other}: {conflict.reason}")
     return Recipe(
         name="+".join(p.name for p in parts),
         description=" + ".join(p.description for p in parts),
@@ -161,3 +163,24 @@ def compose(expression: str, known: dict[str, Recipe]) -> Recipe:
         tools=_union([p.tools for p in parts]),
         defines=tuple(sorted(defines.items())),
     )
+
+
+_DEFINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_-]*)=(.*)$")
+
+
+def parse_defines(items: tuple[str, ...]) -> dict[str, str]:
+    """`-D KEY=VALUE` arguments → a dict; a malformed one is a UserError."""
+    defines = {}
+    for item in items:
+        match = _DEFINE.match(item)
+        if not match:
+            raise UserError(f"--define {item!r}: expected KEY=VALUE, e.g. -D GGML_CUDA_FA=OFF")
+        defines[match.group(1)] = match.group(2)
+    return defines
+
+
+def with_defines(recipe: Recipe, extra: dict[str, str]) -> Recipe:
+    """The recipe plus the user's own -D defines, which win over the recipe's."""
+    if not extra:
+        return recipe
+    return replace(recipe, defines=tuple(sorted({**dict(recipe.defines), **extra}.items())))

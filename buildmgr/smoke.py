@@ -11,9 +11,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from buildmgr.fsutil import locked
+from buildmgr.probe import probe_build
 
 TIMEOUT_S = 300
 VERSIONED_TOOLS = ("llama-cli", "llama-server", "llama-bench", "llama-completion")
+# BLAS is an accelerator for the CPU's matrix work and RPC a remote host: neither is a -dev to bench.
+UNBENCHED_BACKENDS = {"BLAS", "RPC"}
 # Bump when the model below changes, so a cached file is never stale.
 MODEL_NAME = "tiny-llama-v1.gguf"
 
@@ -92,37 +95,32 @@ class Check:
 class SmokeResult:
     passed: bool
     checks: tuple[Check, ...] = field(default=())
+    devices: tuple[str, ...] = ()  # devices the model ran on, besides the CPU
 
     def to_json(self) -> dict[str, object]:
-        return {"passed": self.passed, "checks": [asdict(c) for c in self.checks]}
+        return {"passed": self.passed, "checks": [asdict(c) for c in self.checks], "devices": list(self.devices)}
 
     @property
     def failures(self) -> list[Check]:
         return [c for c in self.checks if not c.passed]
 
 
-def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The binaries must run from their prefix alone: no LD_LIBRARY_PATH help."""
-    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
-    env.update(extra or {})
-    return env
-
-
-def _run(command: list[str], env: dict[str, str]) -> tuple[int, str, float]:
+def _run(command: list[str], env: dict[str, str]) -> tuple[int, str, str, float]:
+    """(exit code, stdout, stderr, seconds); a timeout or a missing binary is exit -1."""
     start = time.monotonic()
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, env=env, check=False)
-        output = result.stdout + result.stderr
-        code = result.returncode
+        code, out, err = result.returncode, result.stdout, result.stderr
     except subprocess.TimeoutExpired:
-        output, code = f"timed out after {TIMEOUT_S} s", -1
-    except OSError as err:
-        output, code = str(err), -1
-    return code, output, round(time.monotonic() - start, 3)
+        code, out, err = -1, "", f"timed out after {TIMEOUT_S} s"
+    except OSError as error:
+        code, out, err = -1, "", str(error)
+    return code, out, err, round(time.monotonic() - start, 3)
 
 
 def version_check(tool: Path, short_commit: str, env: dict[str, str]) -> Check:
-    code, output, seconds = _run([str(tool), "--version"], env)
+    code, out, err, seconds = _run([str(tool), "--version"], env)
+    output = out + err  # --version prints to stderr
     line = next((ln for ln in output.splitlines() if ln.startswith("version:")), "")
     # "version: 0.5.0-dev (build 0, commit 0c1e570)"; older trees print "version: 0 (0c1e570)"
     passed = code == 0 and (short_commit == "unknown" or re.search(rf"\b{short_commit}\b", line) is not None)
@@ -132,24 +130,29 @@ def version_check(tool: Path, short_commit: str, env: dict[str, str]) -> Check:
 
 def bench_check(tool: Path, model: Path, env: dict[str, str], extra_args: tuple[str, ...] = ()) -> Check:
     command = [str(tool), "-m", str(model), "-p", "16", "-n", "8", "-r", "1", "-o", "json", *extra_args]
-    code, output, seconds = _run(command, env)
-    passed, detail = False, output.strip()[-400:]
+    code, out, err, seconds = _run(command, env)
+    passed, detail = False, (out + err).strip()[-400:]
     if code == 0:
         try:
-            start = output.index("[")
-            results = json.loads(output[start : output.rindex("]") + 1])
-            speeds = [f"{r['n_prompt'] or r['n_gen']} tok: {r['avg_ts']:.0f} t/s on {r.get('backends', '?')}" for r in results]
-            passed, detail = bool(results), "; ".join(speeds)
-        except (ValueError, KeyError, TypeError):
+            results = json.loads(out)
+            speeds = [f"{'pp' if r['n_prompt'] else 'tg'}{r['n_prompt'] or r['n_gen']} {r['avg_ts']:.0f} t/s" for r in results]
+            where = results[0].get("devices", "?") if results else "?"
+            passed, detail = bool(results), f"on {'CPU' if where == 'none' else where}: " + ", ".join(speeds)
+        except (ValueError, KeyError, TypeError, IndexError):
             pass
-    return Check([tool.name, "-m", model.name, *command[3:]], code, seconds, passed, detail)
+    return Check([tool.name, *command[1:2], model.name, *command[3:]], code, seconds, passed, detail)
 
 
 def smoke_run(prefix: Path, short_commit: str, model: Path) -> SmokeResult:
-    env = clean_env()
+    """--version of every tool, then llama-bench on the CPU and on every device the build lists here."""
+    env = dict(os.environ)  # the user's own, LD_LIBRARY_PATH included: RPATH wins over it
     bindir = prefix / "bin"
     checks = [version_check(bindir / name, short_commit, env) for name in VERSIONED_TOOLS if (bindir / name).exists()]
     bench = bindir / "llama-bench"
+    devices: tuple[str, ...] = ()
     if bench.exists():
-        checks.append(bench_check(bench, model, env))
-    return SmokeResult(passed=bool(checks) and all(c.passed for c in checks), checks=tuple(checks))
+        listed = probe_build(prefix, env)
+        devices = tuple(d.name for d in listed.devices if d.backend not in UNBENCHED_BACKENDS)
+        checks.append(bench_check(bench, model, env, ("-dev", "none")))
+        checks.extend(bench_check(bench, model, env, ("-dev", name)) for name in devices)
+    return SmokeResult(bool(checks) and all(c.passed for c in checks), tuple(checks), devices)

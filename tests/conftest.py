@@ -54,7 +54,8 @@ def write_fake_tree(root: Path, tool_source: str) -> Path:
     a tool that does not run.
     """
     (root / "ggml").mkdir(parents=True)
-    (root / "ggml" / "CMakeLists.txt").write_text("# ggml\n")
+    (root / "ggml" / "CMakeLists.txt").write_text("add_library(ggml-cpu STATIC cpu.c)\n")
+    (root / "ggml" / "cpu.c").write_text("int ggml_cpu(void) { return 0; }\n")
     (root / "tool.c").write_text(tool_source)
     (root / "CMakeLists.txt").write_text(textwrap.dedent("""\
         cmake_minimum_required(VERSION 3.18)
@@ -62,6 +63,10 @@ def write_fake_tree(root: Path, tool_source: str) -> Path:
         set(LLAMA_VERSION_MAJOR 9)
         set(LLAMA_VERSION_MINOR 8)
         set(LLAMA_VERSION_PATCH 7)
+        foreach(opt LLAMA_BUILD_TESTS LLAMA_BUILD_EXAMPLES LLAMA_BUILD_TOOLS LLAMA_BUILD_SERVER GGML_CCACHE GGML_NATIVE)
+            option(${opt} "" OFF)
+        endforeach()
+        add_subdirectory(ggml)
         foreach(tool llama-server llama-cli llama-bench llama-completion)
             add_executable(${tool} tool.c)
             install(TARGETS ${tool} RUNTIME)

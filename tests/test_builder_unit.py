@@ -59,10 +59,11 @@ def test_identity_covers_toolchain_and_source_but_not_ccache_or_jobs():
     assert base.prefix(Path("/d/builds")) == Path(f"/d/builds/0.5.0-0c1e570/{base.build_id}")
 
 
-def test_default_jobs_respects_memory():
-    assert default_jobs(16, 64) == 16
-    assert default_jobs(16, 9) == 4
-    assert default_jobs(2, 1) == 1
-    assert parse_jobs("3", 2, 1) == 3
+def test_default_jobs_respects_memory_per_job():
+    assert default_jobs(16, 64, 2.0) == 16
+    assert default_jobs(16, 9, 2.0) == 4
+    assert default_jobs(16, 64, 4.0) == 16 and default_jobs(16, 40, 4.0) == 10  # CUDA's budget
+    assert default_jobs(2, 1, 2.0) == 1
+    assert parse_jobs("3", 2, 1, 2.0) == 3
     with pytest.raises(UserError):
-        parse_jobs("0", 2, 1)
+        parse_jobs("0", 2, 1, 2.0)

@@ -11,7 +11,7 @@ def written(root: Path) -> list[str]:
 
 
 def test_unknown_recipe_lists_known_ones(tmp_path: Path, tmp_env):
-    assert_user_error(buildmgr(tmp_env, "build", "cuda+nope"), "unknown recipe", "known recipes: cpu, rpc")
+    assert_user_error(buildmgr(tmp_env, "build", "cuda+nope"), "unknown recipe", "known recipes: cpu, cuda, hip, metal, rpc, sycl, universal, vulkan")
     assert written(tmp_path) == []
 
 

@@ -69,14 +69,18 @@ def test_receipt_records_what_was_built_and_proven(env, first_build):
     assert not any(name.startswith("bin/llama-quantize") for name in receipt["files"])  # not in the recipe
 
 
-def test_tools_run_from_the_prefix_without_ld_library_path(env, first_build):
+def test_tools_run_from_the_prefix_and_ignore_other_builds_on_ld_library_path(env, first_build, tmp_path):
     clean = {k: v for k, v in env.items() if k != "LD_LIBRARY_PATH"}
     result = buildmgr(clean, "run", "cpu", "--", "llama-cli", "--version")
     assert result.returncode == 0
     assert f"commit {COMMIT})" in result.stdout + result.stderr
     cli = Path(buildmgr(env, "which", "cpu", "llama-cli").stdout.strip())
     dynamic = subprocess.run(["readelf", "-d", str(cli)], capture_output=True, text=True).stdout
-    assert "$ORIGIN/../lib" in dynamic
+    assert "Library rpath: [$ORIGIN/../lib:$ORIGIN]" in dynamic  # DT_RPATH: searched before LD_LIBRARY_PATH
+    for name in ("libllama.so.0", "libggml.so.0", "libggml-base.so.0"):
+        (tmp_path / name).write_bytes(b"not a library")  # what another build's lib dir could shadow
+    hijacked = buildmgr(env | {"LD_LIBRARY_PATH": str(tmp_path)}, "run", "cpu", "--", "llama-cli", "--version")
+    assert hijacked.returncode == 0, hijacked.stderr
 
 
 def test_completion_generates_text_on_the_tiny_model(env, first_build):

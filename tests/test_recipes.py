@@ -44,7 +44,7 @@ def known() -> dict:
 
 def test_shipped_recipes_parse_and_cpu_builds_only_user_tools():
     recipes = load_recipes(resource_path("recipes"))
-    assert {"cpu", "rpc"} <= set(recipes)
+    assert {"cpu", "cuda", "vulkan", "hip", "sycl", "metal", "rpc", "universal"} <= set(recipes)
     assert set(recipes["cpu"].targets) == {"llama-server", "llama-cli", "llama-bench", "llama-completion"}
 
 

@@ -1,0 +1,113 @@
+"""Per-backend knowledge, one module each: what to check before compiling, which ggml target proves
+the backend is in the build, which host paths CMake needs, and how much memory a compile job takes.
+
+Backend names are the ones llama.cpp prints (`CUDA0`, `Vulkan0`, `ROCm0` …).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from types import ModuleType
+
+from buildmgr.errors import UserError
+from buildmgr.toolchain import Toolchain
+
+
+@dataclass(frozen=True)
+class Check:
+    """One preflight fact: what was looked for, what was found, and how to fix it if it failed."""
+
+    backend: str
+    what: str
+    ok: bool
+    found: str = ""
+    fix: str = ""
+
+    def line(self) -> str:
+        return f"{self.backend}: {self.what}: {self.found}" + ("" if self.ok else f"; {self.fix}")
+
+
+@dataclass(frozen=True)
+class Report:
+    checks: tuple[Check, ...] = ()
+    host_defines: dict[str, str] = field(default_factory=dict)  # paths on this host: not identity
+    versions: dict[str, str] = field(default_factory=dict)  # versions that change the binaries: identity
+
+    @property
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
+
+
+@dataclass(frozen=True)
+class Host:
+    """What a backend may look at. Read once, so checks are pure over it in tests."""
+
+    environ: dict[str, str]
+    system: str
+    machine: str
+    toolchain: Toolchain
+
+
+def run_text(command: list[str], timeout: float = 60) -> tuple[int, str]:
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return -1, str(err)
+    return result.returncode, result.stdout + result.stderr
+
+
+def which(name: str, *dirs: str) -> str | None:
+    for directory in dirs:
+        if directory and os.access(os.path.join(directory, name), os.X_OK):
+            return os.path.join(directory, name)
+    return shutil.which(name)
+
+
+def _modules() -> dict[str, ModuleType]:
+    from buildmgr.backends import cpu, cuda, hip, metal, rpc, sycl, vulkan
+
+    return {m.NAME: m for m in (cpu, cuda, vulkan, hip, sycl, metal, rpc)}
+
+
+def module(name: str) -> ModuleType:
+    modules = _modules()
+    if name not in modules:
+        raise UserError(f"unknown backend {name!r} in a recipe; known: {', '.join(modules)}")
+    return modules[name]
+
+
+def known_backends() -> tuple[str, ...]:
+    return tuple(_modules())
+
+
+def inspect(backends: tuple[str, ...], host: Host, deep: bool = True) -> Report:
+    """Preflight every backend of a recipe. `deep` also compiles a probe (nvcc) where that is the only proof."""
+    checks: list[Check] = []
+    defines: dict[str, str] = {}
+    versions: dict[str, str] = {}
+    for name in backends:
+        report = module(name).inspect(host, deep)
+        checks.extend(report.checks)
+        defines.update(report.host_defines)
+        versions.update(report.versions)
+        minimum = module(name).MIN_CMAKE
+        cmake = host.toolchain.cmake
+        if cmake.found and _older(cmake.version, minimum):
+            checks.append(Check(name, "cmake", False, cmake.version or "?", f"the {name} backend needs cmake >= {minimum}: pip install -U cmake"))
+    return Report(tuple(checks), defines, versions)
+
+
+def _older(version: str | None, minimum: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(version or "0") < Version(minimum)
+    except InvalidVersion:
+        return False
+
+
+def gib_per_job(backends: tuple[str, ...]) -> float:
+    return max(module(name).GIB_PER_JOB for name in backends)

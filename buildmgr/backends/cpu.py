@@ -1,0 +1,28 @@
+"""The CPU backend: always present; no tools beyond a C/C++ compiler."""
+
+from __future__ import annotations
+
+from buildmgr.backends import Check, Host, Report
+from buildmgr.errors import UserError
+
+NAME = "CPU"
+GGML_TARGET = "ggml-cpu"  # with GGML_CPU_ALL_VARIANTS: ggml-cpu-haswell, ggml-cpu-skylakex, …
+MIN_CMAKE = "3.14"
+GIB_PER_JOB = 2.0
+
+
+def inspect(host: Host, deep: bool) -> Report:
+    tools = host.toolchain
+    checks = tuple(
+        Check(NAME, tool.name, tool.found, tool.version or "not found", "apt-get install build-essential")
+        for tool in (tools.cc, tools.cxx)
+    )
+    return Report(checks)
+
+
+def check_defines(defines: dict[str, str], machine: str) -> None:
+    """GGML_NATIVE bakes this CPU's features in, which defeats per-variant CPU backends on x86."""
+    x86 = machine.lower() in {"x86_64", "amd64", "i686", "x86"}
+    if x86 and defines.get("GGML_BACKEND_DL") == "ON" and defines.get("GGML_NATIVE") == "ON":
+        raise UserError("GGML_NATIVE=ON cannot be combined with GGML_BACKEND_DL=ON on x86: "
+                        "use the universal recipe, which builds every CPU variant with GGML_NATIVE=OFF")

@@ -1,0 +1,136 @@
+"""CUDA: nvcc, its host compiler, and the compute capabilities it can build.
+
+Arch policy for `--sm`: real machine code (SASS) for every listed capability, and PTX only for
+the highest, so newer GPUs can still JIT it: `--sm 86,89` → CMAKE_CUDA_ARCHITECTURES=86-real;89.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from buildmgr.backends import Check, Host, Report, run_text, which
+from buildmgr.errors import UserError
+
+NAME = "CUDA"
+GGML_TARGET = "ggml-cuda"
+MIN_CMAKE = "3.18"
+GIB_PER_JOB = 4.0  # nvcc on ggml-cuda's template instances
+_SM = re.compile(r"^(\d{1,2})\.?(\d)([af]?)$")
+# Lowest capability each nvcc major can build, when `nvcc --list-gpu-arch` is not available.
+_LOWEST_BY_MAJOR = {11: 35, 12: 50, 13: 75}
+
+
+def find_nvcc(environ: dict[str, str]) -> str | None:
+    roots = [environ.get(k, "") for k in ("CUDA_HOME", "CUDAToolkit_ROOT", "CUDA_PATH")]
+    return which("nvcc", *(os.path.join(r, "bin") for r in roots if r), "/usr/local/cuda/bin")
+
+
+def parse_nvcc_version(text: str) -> str | None:
+    match = re.search(r"release (\d+\.\d+)", text)
+    return match.group(1) if match else None
+
+
+def parse_gpu_archs(text: str) -> tuple[int, ...]:
+    """`nvcc --list-gpu-arch` output → the numeric capabilities it can target."""
+    return tuple(sorted({int(m) for m in re.findall(r"compute_(\d+)", text)}))
+
+
+def parse_sm(text: str, supported: tuple[int, ...], nvcc_version: str) -> tuple[str, str]:
+    """`--sm 86,89` → (CMAKE_CUDA_ARCHITECTURES, label for the build id). Raises UserError before any compiling."""
+    archs: list[tuple[int, str]] = []
+    for item in (part.strip() for part in text.split(",")):
+        match = _SM.match(item)
+        if not match:
+            raise UserError(f"--sm {item!r} is not a CUDA compute capability; use e.g. 86, 8.6, 90a or native")
+        number = int(match.group(1) + match.group(2))
+        if supported and number not in supported:
+            raise UserError(
+                f"--sm {item}: nvcc {nvcc_version} cannot build compute capability {number} "
+                f"(it builds {supported[0]}–{supported[-1]}); CUDA 13 dropped everything below 75"
+            )
+        archs.append((number, f"{number}{match.group(3)}"))
+    names = [name for _, name in sorted(set(archs))]
+    value = ";".join([f"{n}-real" for n in names[:-1]] + names[-1:])
+    return value, "sm" + "_".join(names)
+
+
+def visible_capabilities(environ: dict[str, str]) -> list[str]:
+    """Compute capabilities of the GPUs CUDA would see here, e.g. ['9.0']; empty when none is visible."""
+    if environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1"):
+        return []
+    smi = which("nvidia-smi")
+    if smi is None:
+        return []
+    code, text = run_text([smi, "--query-gpu=compute_cap", "--format=csv,noheader"], timeout=30)
+    return sorted({ln.strip() for ln in text.splitlines() if re.match(r"^\d+\.\d+$", ln.strip())}) if code == 0 else []
+
+
+def resolve_sm(text: str | None, environ: dict[str, str]) -> tuple[str, str]:
+    """`--sm` (or its absence, or 'native') → concrete capabilities, so the build id says what was built.
+
+    Upstream's own 'native' fails late on a host without a GPU ("compute_No CUDA devices found").
+    """
+    nvcc = find_nvcc(environ)
+    if nvcc is None:
+        raise UserError("--sm needs nvcc: install the CUDA toolkit and set CUDA_HOME")
+    _, version_text = run_text([nvcc, "--version"])
+    version = parse_nvcc_version(version_text) or "?"
+    if text is None or text.strip() == "native":
+        capabilities = visible_capabilities(environ)
+        if not capabilities:
+            raise UserError("no NVIDIA GPU is visible here to build for natively (nvidia-smi found none); "
+                            "name the compute capability instead, e.g. --sm 86")
+        text = ",".join(capabilities)
+    return parse_sm(text, supported_archs(nvcc, version if version != "?" else None), version)
+
+
+def supported_archs(nvcc: str, version: str | None) -> tuple[int, ...]:
+    code, text = run_text([nvcc, "--list-gpu-arch"])
+    archs = parse_gpu_archs(text) if code == 0 else ()
+    if archs or version is None:
+        return archs
+    lowest = _LOWEST_BY_MAJOR.get(int(version.split(".")[0]), 0)
+    return tuple(n for n in range(lowest, 130) if n % 10 in (0, 2, 3, 5, 6, 7, 9))
+
+
+def _host_compiler_check(nvcc: str, cxx: str | None) -> Check:
+    """nvcc refuses host compilers newer than it knows: the only proof is compiling something."""
+    with tempfile.TemporaryDirectory() as tmp:
+        probe = Path(tmp) / "probe.cu"
+        probe.write_text("__global__ void k(int *x) { *x = 1; }\n")
+        command = [nvcc, "-c", str(probe), "-o", str(Path(tmp) / "probe.o")] + (["-ccbin", cxx] if cxx else [])
+        code, text = run_text(command, timeout=120)
+    if code == 0:
+        return Check(NAME, "nvcc host compiler", True, cxx or "default")
+    reason = next((ln.strip() for ln in text.splitlines() if "error" in ln.lower()), text.strip()[-200:])
+    return Check(NAME, "nvcc host compiler", False, reason,
+                 "install a gcc that this nvcc supports and set CUDAHOSTCXX=/usr/bin/g++-N")
+
+
+def _cublas_check(toolkit: Path) -> Check:
+    """ggml-cuda links cuBLAS; a toolkit without it fails configure with 'CUDA::cublas ... not found'."""
+    libraries = [p for pattern in ("lib64/libcublas.so*", "targets/*/lib/libcublas.so*", "lib/libcublas.so*")
+                 for p in toolkit.glob(pattern)]
+    headers = [p for pattern in ("include/cublas_v2.h", "targets/*/include/cublas_v2.h") for p in toolkit.glob(pattern)]
+    ok = bool(libraries and headers)
+    return Check(NAME, "cuBLAS", ok, str(libraries[0].parent) if ok else f"not in {toolkit}",
+                 "install cuBLAS into the CUDA toolkit (NVIDIA's libcublas-dev-13-0, or the full cuda-toolkit package)")
+
+
+def inspect(host: Host, deep: bool) -> Report:
+    nvcc = find_nvcc(host.environ)
+    if nvcc is None:
+        return Report((Check(NAME, "nvcc", False, "not found",
+                             "install the CUDA toolkit (apt-get install nvidia-cuda-toolkit, or NVIDIA's "
+                             "cuda-toolkit package) and set CUDA_HOME"),))
+    _, text = run_text([nvcc, "--version"])
+    version = parse_nvcc_version(text)
+    checks = [Check(NAME, "nvcc", version is not None, f"{version} at {nvcc}" if version else text[-200:],
+                    "nvcc --version did not answer; check the CUDA installation")]
+    checks.append(_cublas_check(Path(nvcc).resolve().parent.parent))
+    if deep and version:
+        checks.append(_host_compiler_check(nvcc, host.environ.get("CUDAHOSTCXX") or host.toolchain.cxx.path))
+    return Report(tuple(checks), host_defines={"CMAKE_CUDA_COMPILER": nvcc}, versions={"nvcc": version or "?"})

@@ -1,0 +1,69 @@
+"""HIP (ROCm): AMD GPUs. Needs ROCm >= 6.1 with hipBLAS and rocBLAS; `--gfx` picks GPU_TARGETS."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from buildmgr.backends import Check, Host, Report, run_text, which
+from buildmgr.errors import UserError
+
+NAME = "ROCm"
+GGML_TARGET = "ggml-hip"
+MIN_CMAKE = "3.21"
+GIB_PER_JOB = 4.0
+MIN_ROCM = Version("6.1")
+ROCM_FIX = ("install ROCm >= 6.1 from AMD's repository (Debian 12 itself only packages ROCm 5.x) "
+            "and set ROCM_PATH if it is not /opt/rocm")
+_GFX = re.compile(r"^gfx[0-9a-f]{3,4}$")
+
+
+def parse_gfx(text: str) -> tuple[str, str]:
+    """`--gfx gfx1100,gfx1151` → (GPU_TARGETS value, label for the build id)."""
+    targets = []
+    for item in (part.strip().lower() for part in text.split(",")):
+        if not _GFX.match(item):
+            raise UserError(f"--gfx {item!r} is not an AMD GPU target; use names like gfx1100 or gfx1151 "
+                            "(rocminfo | grep gfx lists this host's)")
+        targets.append(item)
+    unique = sorted(set(targets))
+    return ";".join(unique), "_".join(unique)
+
+
+def parse_rocm_version(text: str) -> Version | None:
+    match = re.search(r"(\d+\.\d+(?:\.\d+)?)", text)
+    try:
+        return Version(match.group(1)) if match else None
+    except InvalidVersion:
+        return None
+
+
+def inspect(host: Host, deep: bool) -> Report:
+    rocm = Path(host.environ.get("ROCM_PATH", "/opt/rocm"))
+    hipconfig = which("hipconfig", str(rocm / "bin"))
+    if hipconfig is None:
+        return Report((Check(NAME, "ROCm (hipconfig)", False, f"not found in {rocm}/bin or PATH", ROCM_FIX),))
+    _, text = run_text([hipconfig, "--version"])
+    version = parse_rocm_version(text)
+    checks = [Check(NAME, "ROCm", bool(version and version >= MIN_ROCM), f"{version} at {rocm}", ROCM_FIX)]
+    for package in ("hipblas", "rocblas"):
+        config = rocm / "lib" / "cmake" / package
+        checks.append(Check(NAME, package, config.is_dir(), str(config) if config.is_dir() else "not found",
+                            f"install {package}-dev from the ROCm repository"))
+    clang = rocm / "llvm" / "bin" / "clang"
+    defines = {"CMAKE_HIP_COMPILER": str(clang)} if clang.exists() else {}
+    return Report(tuple(checks), defines, {"rocm": str(version)})
+
+
+def resolve_gfx(text: str | None, environ: dict[str, str]) -> tuple[str, str]:
+    """`--gfx`, or this host's GPUs as rocminfo lists them."""
+    if text is None:
+        rocminfo = which("rocminfo", str(Path(environ.get("ROCM_PATH", "/opt/rocm")) / "bin"))
+        found = sorted(set(re.findall(r"\b(gfx[0-9a-f]{3,4})\b", run_text([rocminfo])[1]))) if rocminfo else []
+        found = [g for g in found if g != "gfx000"]
+        if not found:
+            raise UserError("no AMD GPU found to build for (rocminfo); name the targets, e.g. --gfx gfx1100,gfx1151")
+        text = ",".join(found)
+    return parse_gfx(text)

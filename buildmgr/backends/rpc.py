@@ -1,0 +1,14 @@
+"""The RPC backend: an add-on that offloads to rpc-server on other hosts; nothing to check."""
+
+from __future__ import annotations
+
+from buildmgr.backends import Host, Report
+
+NAME = "RPC"
+GGML_TARGET = "ggml-rpc"
+MIN_CMAKE = "3.14"
+GIB_PER_JOB = 2.0
+
+
+def inspect(host: Host, deep: bool) -> Report:
+    return Report()

@@ -1,0 +1,26 @@
+"""SYCL: Intel GPUs through oneAPI's icx/icpx."""
+
+from __future__ import annotations
+
+from buildmgr.backends import Check, Host, Report, run_text, which
+
+NAME = "SYCL"
+GGML_TARGET = "ggml-sycl"
+MIN_CMAKE = "3.14"
+GIB_PER_JOB = 4.0
+FIX = "install Intel oneAPI Base Toolkit and `source /opt/intel/oneapi/setvars.sh` first"
+
+
+def inspect(host: Host, deep: bool) -> Report:
+    root = host.environ.get("ONEAPI_ROOT", "/opt/intel/oneapi")
+    icx = which("icx", f"{root}/compiler/latest/bin")
+    icpx = which("icpx", f"{root}/compiler/latest/bin")
+    if not (icx and icpx):
+        return Report((Check(NAME, "icx/icpx (oneAPI DPC++)", False, "not found", FIX),))
+    _, text = run_text([icpx, "--version"])
+    version = text.splitlines()[0] if text else "?"
+    return Report(
+        (Check(NAME, "icx/icpx (oneAPI DPC++)", True, version),),
+        host_defines={"CMAKE_C_COMPILER": icx, "CMAKE_CXX_COMPILER": icpx},
+        versions={"icpx": version},
+    )

@@ -1,0 +1,87 @@
+"""Vulkan: headers new enough for ggml-vulkan, glslc, the loader and the SPIRV-Headers CMake package.
+
+`VULKAN_SDK` points at an SDK (or any prefix with include/vulkan and share/cmake/SPIRV-Headers, such
+as a folder where newer Debian header packages were unpacked); anything it lacks is looked for on the system.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from pathlib import Path
+
+from packaging.version import Version
+
+from buildmgr.backends import Check, Host, Report, which
+
+NAME = "Vulkan"
+GGML_TARGET = "ggml-vulkan"
+MIN_CMAKE = "3.19"
+GIB_PER_JOB = 3.0  # ggml-vulkan.cpp and the generated shader sources are large
+# ggml-vulkan uses vk::LayerSettingEXT, public since 1.3.272; measured: 1.3.239 fails, 1.4.309 works.
+MIN_HEADERS = Version("1.3.272")
+HEADERS_FIX = ("Vulkan headers >= 1.3.272 are needed (Debian 12's libvulkan-dev is 1.3.239): install the "
+               "LunarG SDK, or unpack a newer libvulkan-dev and spirv-headers into a folder, and set VULKAN_SDK to it")
+
+
+def parse_header_version(text: str) -> Version | None:
+    """vulkan_core.h → 1.MINOR.PATCH from VK_HEADER_VERSION_COMPLETE and VK_HEADER_VERSION."""
+    patch = re.search(r"#define\s+VK_HEADER_VERSION\s+(\d+)", text)
+    complete = re.search(r"#define\s+VK_HEADER_VERSION_COMPLETE\s+VK_MAKE_API_VERSION\(\s*\d+\s*,\s*(\d+)\s*,\s*(\d+)", text)
+    if not patch:
+        return None
+    major, minor = (complete.group(1), complete.group(2)) if complete else ("1", "3")
+    return Version(f"{major}.{minor}.{patch.group(1)}")
+
+
+def _roots(environ: dict[str, str]) -> list[Path]:
+    sdk = environ.get("VULKAN_SDK")
+    return ([Path(sdk)] if sdk else []) + [Path("/usr"), Path("/usr/local")]
+
+
+def _first(patterns: list[str]) -> str | None:
+    for pattern in patterns:
+        hits = sorted(glob.glob(pattern))
+        if hits:
+            return hits[0]
+    return None
+
+
+def inspect(host: Host, deep: bool) -> Report:
+    roots = _roots(host.environ)
+    checks: list[Check] = []
+    defines: dict[str, str] = {}
+    versions: dict[str, str] = {}
+
+    header = _first([str(r / "include/vulkan/vulkan_core.h") for r in roots])
+    version = parse_header_version(Path(header).read_text(errors="replace")) if header else None
+    if version is None:
+        checks.append(Check(NAME, "Vulkan headers", False, "not found", HEADERS_FIX))
+    else:
+        include = str(Path(header).parent.parent)
+        ok = version >= MIN_HEADERS
+        checks.append(Check(NAME, "Vulkan headers", ok, f"{version} in {include}", HEADERS_FIX))
+        defines["Vulkan_INCLUDE_DIR"] = include
+        versions["vulkan-headers"] = str(version)
+
+    glslc = which("glslc", *(str(r / "bin") for r in roots[:1]))
+    checks.append(Check(NAME, "glslc", glslc is not None, glslc or "not found",
+                        "apt-get install glslc (or install the LunarG Vulkan SDK)"))
+    if glslc:
+        defines["Vulkan_GLSLC_EXECUTABLE"] = glslc
+
+    arch_dirs = [f"{r}/lib/*-linux-gnu" for r in roots] + [f"{r}/lib" for r in roots] + [f"{r}/lib64" for r in roots]
+    loader = _first([f"{d}/libvulkan.so" for d in arch_dirs] + [f"{d}/libvulkan.so.1" for d in arch_dirs])
+    loader = loader if loader and os.path.exists(loader) else _first([f"{d}/libvulkan.so.1" for d in arch_dirs])
+    checks.append(Check(NAME, "Vulkan loader", loader is not None, loader or "not found", "apt-get install libvulkan1"))
+    if loader:
+        defines["Vulkan_LIBRARY"] = loader
+
+    spirv = _first([f"{r}/{sub}/cmake/SPIRV-Headers/SPIRV-HeadersConfig.cmake"
+                    for r in roots for sub in ("share", "lib", "lib/*-linux-gnu", "lib64")])
+    checks.append(Check(NAME, "SPIRV-Headers CMake package", spirv is not None, spirv or "not found",
+                        "apt-get install spirv-headers (1.3.239's works), or set VULKAN_SDK to a prefix that has it"))
+    if spirv:
+        defines["SPIRV-Headers_DIR"] = str(Path(spirv).parent)
+    return Report(tuple(checks), defines, versions)

@@ -1,0 +1,185 @@
+"""Stage 9: the per-host device inventory, `<data>/inventory/<hostname>.json`.
+
+Per build: the backends it was compiled with (from its receipt) and the devices its last probe
+found, with the time and the environment of that probe. A failed probe is recorded with its reason
+and keeps the last good result. Written atomically under a lock; a corrupt file is moved aside.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+from buildmgr import identity, store
+from buildmgr.config import Dirs
+from buildmgr.fsutil import atomic_write_text, locked
+from buildmgr.probe import (Device, NvidiaGpu, ProbeResult, VulkanGpu, enumeration_env, parse_nvidia_smi_csv,
+                            parse_vulkaninfo_summary, probe_build)
+
+SCHEMA = 1
+NVIDIA_QUERY = ["--query-gpu=index,name,uuid,pci.bus_id,memory.total", "--format=csv,noheader"]
+
+
+def path_for(dirs: Dirs) -> Path:
+    return dirs.inventory / f"{socket.gethostname()}.json"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _capture(command: list[str]) -> str:
+    if shutil.which(command[0]) is None:
+        return ""
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return result.stdout if result.returncode == 0 else ""
+
+
+def host_tools() -> tuple[list[NvidiaGpu], list[VulkanGpu]]:
+    """What nvidia-smi and vulkaninfo say about this host's devices (empty where a tool is missing)."""
+    return (parse_nvidia_smi_csv(_capture(["nvidia-smi", *NVIDIA_QUERY])),
+            parse_vulkaninfo_summary(_capture(["vulkaninfo", "--summary"])))
+
+
+def host_facts(nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu]) -> dict[str, object]:
+    try:
+        ram_mib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1 << 20)
+    except (ValueError, OSError):
+        ram_mib = None
+    cpu = ""
+    try:
+        cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                    if ln.startswith("model name")), "")
+    except OSError:
+        pass
+    driver = _capture(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]).strip().splitlines()
+    return {
+        "hostname": socket.gethostname(),
+        "os": platform.platform(),
+        "cpu": cpu or platform.processor(),
+        "cpus": os.cpu_count(),
+        "ram_mib": ram_mib,
+        "drivers": {"nvidia": driver[0] if driver else None, "vulkan_devices": [asdict(g) for g in vulkan]},
+        "nvidia_gpus": [asdict(g) for g in nvidia],
+    }
+
+
+# --- reading and writing ---------------------------------------------------------------------
+
+
+def load(path: Path, warn=lambda message: None) -> dict:
+    """The stored inventory; a corrupt file is moved aside (never silently dropped) and reported."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and data.get("schema") == SCHEMA:
+            return data
+        problem = f"unknown schema {data.get('schema') if isinstance(data, dict) else '?'}"
+    except FileNotFoundError:
+        return {"schema": SCHEMA, "builds": {}}
+    except (OSError, ValueError) as err:
+        problem = str(err)
+    aside = path.with_name(f"{path.name}.corrupt-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}")
+    os.replace(path, aside)
+    warn(f"inventory {path} was unreadable ({problem}); moved aside to {aside}")
+    return {"schema": SCHEMA, "builds": {}}
+
+
+def _probe_record(result: ProbeResult) -> dict[str, object]:
+    return {"ok": result.ok, "time": _now(), "seconds": result.seconds, "tool": result.tool, "env": result.env,
+            "error": result.error, "devices": [d.to_json() for d in result.devices]}
+
+
+def record_probe(data: dict, build: store.Build, result: ProbeResult) -> None:
+    """Pure update of one build's entry: a failed probe keeps the last good one."""
+    entry = data["builds"].get(build.id, {})
+    record = _probe_record(result)
+    entry.update({
+        "recipe": build.recipe,
+        "prefix": str(build.prefix),
+        "backends": build.receipt["recipe"]["backends"],
+        "probe": record,
+    })
+    if result.ok:
+        entry["last_good"] = record
+    data["builds"][build.id] = entry
+
+
+def _devices_of(entry: dict) -> list[Device]:
+    good = entry.get("last_good") or {}
+    return [Device(**{k: v for k, v in d.items() if k in Device.__dataclass_fields__}) for d in good.get("devices", [])]
+
+
+def absence_reasons(backends: list[str], seen: set[str], env: dict[str, str], vulkan: list[VulkanGpu],
+                    nvidia: list[NvidiaGpu]) -> list[str]:
+    """Why a compiled backend shows no device here: 'built ≠ present', explained where we can."""
+    reasons = []
+    for backend in backends:
+        if backend in ("CPU", "RPC", "BLAS") or backend in seen:
+            continue
+        why = "no device found"
+        if backend == "Vulkan":
+            if env.get("GGML_VK_VISIBLE_DEVICES") == "":
+                why = "GGML_VK_VISIBLE_DEVICES is set and empty, which hides every Vulkan device"
+            elif vulkan and all(g.type == "cpu" for g in vulkan):
+                names = ", ".join(g.name for g in vulkan)
+                why = (f"the only Vulkan driver here is CPU-type ({names}), which llama.cpp skips "
+                       "unless GGML_VK_VISIBLE_DEVICES names it (e.g. GGML_VK_VISIBLE_DEVICES=0)")
+            elif not vulkan:
+                why = "vulkaninfo found no Vulkan device (no ICD driver, or VK_DRIVER_FILES points elsewhere)"
+        elif backend == "CUDA":
+            if env.get("CUDA_VISIBLE_DEVICES") in ("", "-1"):
+                why = "CUDA_VISIBLE_DEVICES hides every CUDA device"
+            elif not nvidia:
+                why = "no NVIDIA GPU visible (nvidia-smi found none)"
+        elif backend == "ROCm" and any(env.get(k) in ("", "-1") for k in ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+                                       if k in env):
+            why = "HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES hides every ROCm device"
+        reasons.append(f"{backend}: built ≠ present: {why}")
+    return reasons
+
+
+def summarize(data: dict, nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu]) -> dict:
+    """Identity over every build's devices (one name = one device on this host), plus notes."""
+    union: dict[str, Device] = {}
+    for entry in data["builds"].values():
+        for device in _devices_of(entry):
+            union.setdefault(device.name, device)
+    devices, notes = identity.resolve(list(union.values()), nvidia, vulkan)
+    for build_id, entry in sorted(data["builds"].items()):
+        seen = {d.backend for d in _devices_of(entry)}
+        env = (entry.get("probe") or {}).get("env", {})
+        entry["absent"] = absence_reasons(entry["backends"], seen, env, vulkan, nvidia)
+        notes += [f"{build_id}: {reason}" for reason in entry["absent"]]
+        if not entry["probe"]["ok"]:
+            notes.append(f"{build_id}: last probe failed ({entry['probe']['error']}); showing the last good one")
+    data["devices"] = [d.to_json() for d in devices]
+    data["notes"] = notes
+    return data
+
+
+def refresh(dirs: Dirs, builds: list[store.Build], warn=lambda message: None, environ: dict[str, str] | None = None) -> dict:
+    """Probe the given builds, merge into the stored inventory, and write it back atomically under a lock."""
+    environ = dict(os.environ if environ is None else environ)
+    results = {b.id: probe_build(b.prefix, environ) for b in builds}
+    nvidia, vulkan = host_tools()
+    path = path_for(dirs)
+    with locked(path.with_suffix(".lock")):
+        data = load(path, warn)
+        installed = {b.id for b in store.installed(dirs)}
+        data["builds"] = {k: v for k, v in data.get("builds", {}).items() if k in installed}
+        for build in builds:
+            record_probe(data, build, results[build.id])
+        data.update(schema=SCHEMA, updated=_now(), host=host_facts(nvidia, vulkan), probe_env=enumeration_env(environ))
+        summarize(data, nvidia, vulkan)
+        atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    return data

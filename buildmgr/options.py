@@ -1,0 +1,87 @@
+"""Everything `buildmgr build` was asked, resolved once into a BuildPlan (cf. cibuildwheel's options.py).
+
+Order matters for "nothing is written on bad input": pure checks first, host preflight next,
+and only then anything that creates directories (the writable check, a git clone).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass
+
+from buildmgr import backends, source, toolchain
+from buildmgr.backends import cpu, cuda, hip
+from buildmgr.config import Dirs, ensure_writable, resource_path
+from buildmgr.errors import UserError
+from buildmgr.plan import Arch, BuildPlan, make_plan, parse_jobs
+from buildmgr.recipes import Recipe, compose, load_recipes, parse_defines, with_defines
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    recipe: str = "cpu"
+    sm: str | None = None
+    gfx: str | None = None
+    source: str | None = None
+    jobs: str | None = None
+    defines: tuple[str, ...] = ()
+
+
+def all_recipes(dirs: Dirs) -> dict[str, Recipe]:
+    return load_recipes(resource_path("recipes"), dirs.user_recipes)
+
+
+def host_facts(environ: dict[str, str] | None = None) -> backends.Host:
+    return backends.Host(dict(os.environ if environ is None else environ), platform.system(), platform.machine(),
+                         toolchain.detect())
+
+
+def available_gib() -> float:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / (1 << 20)
+    except OSError:
+        pass
+    return 4.0
+
+
+def resolve_arch(recipe: Recipe, request: BuildRequest, environ: dict[str, str]) -> Arch:
+    has_cuda, has_hip = "CUDA" in recipe.backends, "ROCm" in recipe.backends
+    if request.sm is not None and not has_cuda:
+        raise UserError(f"--sm applies to recipes with CUDA, and {recipe.name} has none; e.g. buildmgr build cuda --sm 86")
+    if request.gfx is not None and not has_hip:
+        raise UserError(f"--gfx applies to recipes with HIP, and {recipe.name} has none; e.g. buildmgr build hip --gfx gfx1100")
+    defines: list[tuple[str, str]] = []
+    labels: list[str] = []
+    if has_cuda:
+        value, label = cuda.resolve_sm(request.sm, environ)
+        defines.append(("CMAKE_CUDA_ARCHITECTURES", value))
+        labels.append(label)
+    if has_hip:
+        value, label = hip.resolve_gfx(request.gfx, environ)
+        defines.append(("GPU_TARGETS", value))
+        labels.append(label)
+    return Arch(tuple(defines), "-".join(labels))
+
+
+def resolve(request: BuildRequest, dirs: Dirs, environ: dict[str, str] | None = None) -> BuildPlan:
+    recipe = with_defines(compose(request.recipe, all_recipes(dirs)), parse_defines(request.defines))
+    spec = source.parse_source_spec(request.source)
+    host = host_facts(environ)
+    cpu.check_defines(dict(recipe.defines), host.machine)
+    gib_per_job = backends.gib_per_job(recipe.backends)
+    jobs = parse_jobs(request.jobs, os.cpu_count() or 1, available_gib(), gib_per_job)
+    toolchain.require(host.toolchain, recipe.tools, recipe.name)
+    report = backends.inspect(recipe.backends, host)
+    if report.failures:
+        raise UserError(f"cannot build {recipe.name} here: " + "; ".join(c.line() for c in report.failures)
+                        + " ('buildmgr doctor' shows every check)")
+    arch = resolve_arch(recipe, request, host.environ)
+    hint = "set XDG_DATA_HOME / XDG_CACHE_HOME to a writable directory"
+    ensure_writable(dirs.data, hint)
+    ensure_writable(dirs.cache, hint)
+    tree = source.pinned_tree(source.load_pin(), dirs) if spec.kind == "pinned" else source.resolve_source(spec, dirs)
+    return make_plan(recipe, tree, host.toolchain, jobs, arch, report.versions, report.host_defines)
