@@ -1,7 +1,7 @@
 """Side-by-side timings on this machine, in one run: `python bench/bench.py` (about 20 minutes on 2 cores).
 
 Measures the cold `buildmgr build cpu` against the plain commands of llama.cpp's docs/build.md,
-a warm rebuild (fresh build dir, warm ccache), and the no-op `buildmgr build`.
+a warm rebuild (fresh build dir, warm ccache), the no-op `buildmgr build`, and the device probe.
 Prints a table and writes docs/benchmarks.md.
 """
 
@@ -41,14 +41,20 @@ def timed(command: list[str], env: dict[str, str], cwd: Path | None = None) -> f
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--archive", type=Path, help="an already downloaded llama-cpp-python sdist (else pip fetches it)")
+    parser.add_argument(
+        "--archive", type=Path, help="an already downloaded llama-cpp-python sdist (else pip fetches it)"
+    )
     parser.add_argument("--no-write", action="store_true", help="print the table only")
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="buildmgr-bench-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "CCACHE_"))}
-    env |= {"XDG_DATA_HOME": str(root / "data"), "XDG_CACHE_HOME": str(root / "cache"),
-            "XDG_CONFIG_HOME": str(root / "config"), "CCACHE_DIR": str(root / "ccache")}
+    env |= {
+        "XDG_DATA_HOME": str(root / "data"),
+        "XDG_CACHE_HOME": str(root / "cache"),
+        "XDG_CONFIG_HOME": str(root / "config"),
+        "CCACHE_DIR": str(root / "ccache"),
+    }
     buildmgr = [sys.executable, "-m", "buildmgr"]
     jobs = str(os.cpu_count() or 1)
     rows: list[tuple[str, float, str]] = []
@@ -63,23 +69,44 @@ def main() -> None:
     plain_dir = root / "plain-build"
     console.print("plain docs build (every default target) …")
     plain = timed([cmake, "-S", str(source), "-B", str(plain_dir)], env) + timed(
-        [cmake, "--build", str(plain_dir), "--config", "Release", "-j", jobs], env)
+        [cmake, "--build", str(plain_dir), "--config", "Release", "-j", jobs], env
+    )
     rows.append(("docs' plain cmake build, all default targets, no cache", plain, "baseline"))
     shutil.rmtree(plain_dir)
 
     console.print("cold buildmgr build cpu (empty ccache) …")
     cold = timed([*buildmgr, "build", "cpu", "--jobs", jobs], env, REPO)
-    rows.append(("buildmgr build cpu, cold ccache (build + install + smoke run)", cold, f"{plain / cold:.2f}× faster than plain"))
+    rows.append(
+        (
+            "buildmgr build cpu, cold ccache (build + install + smoke run)",
+            cold,
+            f"{plain / cold:.2f}× faster than plain",
+        )
+    )
 
     trees = root / "cache" / "buildmgr" / "build-trees"
     shutil.rmtree(trees)
     console.print("warm rebuild (fresh build dir, warm ccache) …")
     warm = timed([*buildmgr, "build", "cpu", "--rebuild", "--jobs", jobs], env, REPO)
-    rows.append(("buildmgr build cpu --rebuild, fresh build dir, warm ccache", warm, f"{cold / warm:.1f}× faster than cold"))
+    rows.append(
+        ("buildmgr build cpu --rebuild, fresh build dir, warm ccache", warm, f"{cold / warm:.1f}× faster than cold")
+    )
 
     noop_runs = [timed([*buildmgr, "build", "cpu"], env, REPO) for _ in range(5)]
     noop = statistics.median(noop_runs)
-    rows.append(("buildmgr build cpu when the prefix exists (no-op, median of 5)", noop, f"{cold / noop:.0f}× faster than cold"))
+    rows.append(
+        ("buildmgr build cpu when the prefix exists (no-op, median of 5)", noop, f"{cold / noop:.0f}× faster than cold")
+    )
+
+    prefix = Path(subprocess.run([*buildmgr, "which", "cpu"], env=env, capture_output=True, text=True).stdout.strip())
+    bare = statistics.median(timed([str(prefix / "bin" / "llama-bench"), "--list-devices"], env) for _ in range(5))
+    rows.append(("llama-bench --list-devices alone (median of 5)", bare, "the probe's floor"))
+    refresh = statistics.median(timed([*buildmgr, "devices", "--refresh"], env, REPO) for _ in range(5))
+    rows.append(
+        ("buildmgr devices --refresh, 1 build (median of 5)", refresh, f"{refresh - bare:+.2f} s over the floor")
+    )
+    stored = statistics.median(timed([*buildmgr, "devices"], env, REPO) for _ in range(5))
+    rows.append(("buildmgr devices from the stored inventory (median of 5)", stored, ""))
 
     table = Table("what", "seconds", "ratio", title=f"buildmgr benchmarks, {date.today()}")
     for what, seconds, ratio in rows:
@@ -104,6 +131,9 @@ def main() -> None:
             "- Warm rebuild: the build tree is deleted first, so CMake configures from scratch; ccache serves the compiles",
             "  from another build dir because buildmgr sets CCACHE_BASEDIR.",
             "- No-op: the identical prefix exists, so buildmgr checks its receipt and never starts cmake.",
+            "- Probe: `devices --refresh` runs each build's `--list-devices` and, where installed, nvidia-smi and",
+            "  vulkaninfo; the floor is the tool's own start-up. On the H200 (docs/real-runs.md) a CUDA+Vulkan build's",
+            "  refresh took 0.95-0.98 s, most of it CUDA and Vulkan initialisation.",
         ]
         (REPO / "docs" / "benchmarks.md").write_text("\n".join(lines) + "\n")
     shutil.rmtree(root, ignore_errors=True)

@@ -33,8 +33,15 @@ RPATH_DEFINES = {
     "CMAKE_BUILD_WITH_INSTALL_RPATH": "ON",
     "CMAKE_INSTALL_RPATH": "$ORIGIN/../lib;$ORIGIN",
     "CMAKE_INSTALL_LIBDIR": "lib",
-} | ({"CMAKE_EXE_LINKER_FLAGS": "-Wl,--disable-new-dtags", "CMAKE_SHARED_LINKER_FLAGS": "-Wl,--disable-new-dtags",
-      "CMAKE_MODULE_LINKER_FLAGS": "-Wl,--disable-new-dtags"} if platform.system() == "Linux" else {})
+} | (
+    {
+        "CMAKE_EXE_LINKER_FLAGS": "-Wl,--disable-new-dtags",
+        "CMAKE_SHARED_LINKER_FLAGS": "-Wl,--disable-new-dtags",
+        "CMAKE_MODULE_LINKER_FLAGS": "-Wl,--disable-new-dtags",
+    }
+    if platform.system() == "Linux"
+    else {}
+)
 LAUNCHER_LANGUAGES = ("C", "CXX", "CUDA", "HIP")
 
 
@@ -64,8 +71,9 @@ def parse_ccache_statslog(text: str) -> dict[str, int]:
 def _run_logged(cmd: list[str], log: Path, env: dict[str, str], feed: Callable[[str], None] | None = None) -> int:
     with open(log, "a", encoding="utf-8", buffering=1) as handle:  # line-buffered: `tail -f` works
         handle.write(f"$ {shlex.join(cmd)}\n")
-        process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                   errors="replace", env=env)
+        process = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", env=env
+        )
         assert process.stdout is not None
         for line in process.stdout:
             handle.write(line)
@@ -81,14 +89,16 @@ def _fail(message: str, log: Path) -> BuildFailed:
 
 def build_env(plan: BuildPlan, dirs: Dirs, build_dir: Path, statslog: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env.update({
-        "CCACHE_DIR": str(dirs.ccache),
-        # Paths under the base dir are made relative, so every build dir hits the same entries.
-        "CCACHE_BASEDIR": os.path.commonpath([plan.source.path, build_dir]),
-        "CCACHE_NOHASHDIR": "1",
-        "CCACHE_STATSLOG": str(statslog),
-        "NINJA_STATUS": "[%f/%t] ",
-    })
+    env.update(
+        {
+            "CCACHE_DIR": str(dirs.ccache),
+            # Paths under the base dir are made relative, so every build dir hits the same entries.
+            "CCACHE_BASEDIR": os.path.commonpath([plan.source.path, build_dir]),
+            "CCACHE_NOHASHDIR": "1",
+            "CCACHE_STATSLOG": str(statslog),
+            "NINJA_STATUS": "[%f/%t] ",
+        }
+    )
     return env
 
 
@@ -98,7 +108,13 @@ def configure_command(plan: BuildPlan, build_dir: Path) -> list[str]:
     if tools.ccache.found:
         defines |= {f"CMAKE_{lang}_COMPILER_LAUNCHER": str(tools.ccache.path) for lang in LAUNCHER_LANGUAGES}
     return [
-        str(tools.cmake.path), "-S", str(plan.source.path), "-B", str(build_dir), "-G", "Ninja",
+        str(tools.cmake.path),
+        "-S",
+        str(plan.source.path),
+        "-B",
+        str(build_dir),
+        "-G",
+        "Ninja",
         f"-DCMAKE_MAKE_PROGRAM={tools.ninja.path}",
         *(f"-D{key}={value}" for key, value in sorted(defines.items())),
     ]
@@ -110,7 +126,9 @@ def _prove_backends(plan: BuildPlan, reply: Reply, log: Path) -> None:
     problems = proof.backend_problems(reply, plan.recipe.backends)
     ignored = proof.ignored_options(reply, asked)
     if ignored:
-        problems.append(f"option(s) {', '.join(ignored)} are not declared by this llama.cpp (typo, or too old a source)")
+        problems.append(
+            f"option(s) {', '.join(ignored)} are not declared by this llama.cpp (typo, or too old a source)"
+        )
     if problems:
         with open(log, "a", encoding="utf-8") as handle:
             handle.writelines(f"proof: {p}\n" for p in problems)
@@ -140,7 +158,9 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter) -> store.Build:
     statslog = dirs.logs / f"{plan.build_id}-{stamp}.ccache-stats"
     with locked(store.build_lock(dirs, plan.build_id)):
         started, clock = _now(), time.monotonic()
-        reporter.say(f"building [bold]{plan.build_id}[/] from {plan.source.origin} ({plan.source.short_commit}); log: {log}")
+        reporter.say(
+            f"building [bold]{plan.build_id}[/] from {plan.source.origin} ({plan.source.short_commit}); log: {log}"
+        )
         staging = None
         try:
             with reporter.phase("fetch"):
@@ -155,8 +175,15 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter) -> store.Build:
                 _prove_backends(plan, reply, log)
             targets = tuple(dict.fromkeys(plan.targets + proof.backend_targets(reply, plan.recipe.backends)))
             with reporter.phase("build", f"{', '.join(plan.targets)} with -j{plan.jobs}"):
-                command = [str(plan.toolchain.cmake.path), "--build", str(build_dir), "-j", str(plan.jobs),
-                           "--target", *targets]
+                command = [
+                    str(plan.toolchain.cmake.path),
+                    "--build",
+                    str(build_dir),
+                    "-j",
+                    str(plan.jobs),
+                    "--target",
+                    *targets,
+                ]
                 with reporter.ninja_bar() as feed:
                     if _run_logged(command, log, env, feed) != 0:
                         raise _fail("build failed", log)
@@ -169,13 +196,21 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter) -> store.Build:
                     for check in result.checks:
                         handle.write(f"smoke: {shlex.join(check.command)} -> {check.returncode}: {check.detail}\n")
                 for check in result.checks:
-                    reporter.say(f"  {'✓' if check.passed else '✗'} {' '.join(check.command[:2])}: {check.detail[:120]}")
+                    reporter.say(
+                        f"  {'✓' if check.passed else '✗'} {' '.join(check.command[:2])}: {check.detail[:120]}"
+                    )
                 if not result.passed:
                     failed = result.failures[0] if result.failures else None
-                    what = (f"{' '.join(failed.command[:2])}: exit {failed.returncode}, {failed.detail.splitlines()[-1][:160] if failed.detail else 'no output'}"
-                            if failed else "no tools to run")
-                    raise BuildFailed(f"smoke run failed ({what}); the build was not published", log=log,
-                                      tail=tuple(failed.detail.splitlines()[-TAIL_LINES:]) if failed else ())
+                    what = (
+                        f"{' '.join(failed.command[:2])}: exit {failed.returncode}, {failed.detail.splitlines()[-1][:160] if failed.detail else 'no output'}"
+                        if failed
+                        else "no tools to run"
+                    )
+                    raise BuildFailed(
+                        f"smoke run failed ({what}); the build was not published",
+                        log=log,
+                        tail=tuple(failed.detail.splitlines()[-TAIL_LINES:]) if failed else (),
+                    )
             receipt = {
                 "schema": store.RECEIPT_SCHEMA,
                 "id": plan.build_id,

@@ -14,7 +14,6 @@ from buildmgr.config import Dirs, ensure_writable
 from buildmgr.errors import BuildFailed, BuildmgrError, UserError
 
 
-
 @functools.cache
 def _out():
     from rich.console import Console  # imported late: `--json` paths never pay for rich
@@ -80,9 +79,18 @@ def cmd_list(args: argparse.Namespace, dirs: Dirs) -> int:
 
     builds = store.installed(dirs)
     if args.json:
-        rows = [{"id": b.id, "recipe": b.recipe, "prefix": str(b.prefix), "source": b.receipt["source"],
-                 "backends": b.receipt["recipe"]["backends"], "finished": b.finished,
-                 "smoke_passed": b.receipt["smoke"]["passed"]} for b in builds]
+        rows = [
+            {
+                "id": b.id,
+                "recipe": b.recipe,
+                "prefix": str(b.prefix),
+                "source": b.receipt["source"],
+                "backends": b.receipt["recipe"]["backends"],
+                "finished": b.finished,
+                "smoke_passed": b.receipt["smoke"]["passed"],
+            }
+            for b in builds
+        ]
         print(json.dumps({"builds": rows}, indent=2))
         return 0
     if not builds:
@@ -90,8 +98,9 @@ def cmd_list(args: argparse.Namespace, dirs: Dirs) -> int:
         return 0
     table = _table("build", "backends", "source", "finished", "prefix")
     for b in builds:
-        table.add_row(b.id, ", ".join(b.receipt["recipe"]["backends"]), b.receipt["source"]["origin"],
-                      b.finished, str(b.prefix))
+        table.add_row(
+            b.id, ", ".join(b.receipt["recipe"]["backends"]), b.receipt["source"]["origin"], b.finished, str(b.prefix)
+        )
     _out().print(table)
     return 0
 
@@ -175,12 +184,20 @@ def cmd_doctor(args: argparse.Namespace, dirs: Dirs) -> int:
     table = _table("check", "ok", "found", "fix")
     for tool in host.toolchain.tools().values():
         fix = "" if tool.found else toolchain.INSTALL_HINTS.get(tool.name, "")
-        table.add_row(tool.name, "[green]yes[/]" if tool.found else "[red]no[/]",
-                      escape(f"{tool.version or 'not found'} {tool.path or ''}"), escape(fix))
+        table.add_row(
+            tool.name,
+            "[green]yes[/]" if tool.found else "[red]no[/]",
+            escape(f"{tool.version or 'not found'} {tool.path or ''}"),
+            escape(fix),
+        )
     report = backends.inspect(backends.known_backends(), host)
     for check in report.checks:
-        table.add_row(f"{check.backend}: {check.what}", "[green]yes[/]" if check.ok else "[red]no[/]",
-                      escape(check.found), "" if check.ok else escape(check.fix))
+        table.add_row(
+            f"{check.backend}: {check.what}",
+            "[green]yes[/]" if check.ok else "[red]no[/]",
+            escape(check.found),
+            "" if check.ok else escape(check.fix),
+        )
     _out().print(table)
     basics = toolchain.problems(host.toolchain, ("cc", "c++"))
     return 1 if basics else 0
@@ -243,7 +260,9 @@ def _devices_table(data: dict) -> None:
     if groups:
         _out().print(table)
     else:
-        _out().print("no devices besides the CPU" + (" in any build" if builds else " (no builds yet: run 'buildmgr build')"))
+        _out().print(
+            "no devices besides the CPU" + (" in any build" if builds else " (no builds yet: run 'buildmgr build')")
+        )
     for note in data.get("notes", []):
         _out().print(f"• {escape(note)}")
 
@@ -262,9 +281,17 @@ def cmd_source(args: argparse.Namespace, dirs: Dirs) -> int:
             tree = source.sync_pinned(pin, dirs, args.archive)
         _err().print(f"synced llama.cpp {tree.short_commit} → {tree.path}")
         return 0
-    info = {"package": pin.requirement, "sha256": pin.sha256, "subdir": pin.subdir, "commit": pin.commit,
-            "date": pin.date, "llama_version": pin.llama_version, "ggml_version": pin.ggml_version,
-            "path": str(tree.path), "synced": source.is_synced(tree, pin)}
+    info = {
+        "package": pin.requirement,
+        "sha256": pin.sha256,
+        "subdir": pin.subdir,
+        "commit": pin.commit,
+        "date": pin.date,
+        "llama_version": pin.llama_version,
+        "ggml_version": pin.ggml_version,
+        "path": str(tree.path),
+        "synced": source.is_synced(tree, pin),
+    }
     if args.json:
         print(json.dumps(info, indent=2))
     else:
@@ -280,12 +307,20 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("build", help="build a recipe (default cpu); a no-op if that exact build exists")
     p.add_argument("recipe", nargs="?", default="cpu", help="recipe, or recipes joined with '+'")
-    p.add_argument("--sm", help="CUDA compute capabilities, e.g. 86 or 86,89 or 8.6 or native (default: this host's GPUs)")
+    p.add_argument(
+        "--sm", help="CUDA compute capabilities, e.g. 86 or 86,89 or 8.6 or native (default: this host's GPUs)"
+    )
     p.add_argument("--gfx", help="AMD GPU targets for HIP, e.g. gfx1100,gfx1151 (default: this host's GPUs)")
     p.add_argument("--source", help="llama.cpp checkout PATH or git URL@REF (default: the pinned sdist)")
     p.add_argument("--jobs", "-j", help="parallel compile jobs (default: cores, capped by free memory per job)")
-    p.add_argument("--define", "-D", action="append", default=[], metavar="KEY=VALUE",
-                   help="an extra CMake define (part of the build's identity); GGML_*/LLAMA_* ones must exist")
+    p.add_argument(
+        "--define",
+        "-D",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an extra CMake define (part of the build's identity); GGML_*/LLAMA_* ones must exist",
+    )
     p.add_argument("--rebuild", action="store_true", help="build even if the identical prefix exists")
     p.set_defaults(func=cmd_build)
 
@@ -322,8 +357,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--parse", type=Path, metavar="FILE", help="parse a captured --list-devices output instead")
     p.add_argument("--vulkaninfo", type=Path, metavar="FILE", help="with --parse: a captured 'vulkaninfo --summary'")
-    p.add_argument("--nvidia-smi", type=Path, metavar="FILE",
-                   help="with --parse: a captured 'nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total --format=csv'")
+    p.add_argument(
+        "--nvidia-smi",
+        type=Path,
+        metavar="FILE",
+        help="with --parse: a captured 'nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total --format=csv'",
+    )
     p.set_defaults(func=cmd_devices)
 
     p = sub.add_parser("source", help="fetch and verify the pinned source, or show it")

@@ -14,21 +14,45 @@ class Signature:
 
 
 SIGNATURES = (
-    Signature("unsupported-gpu-arch", re.compile(r"Unsupported gpu architecture '(compute|sm)_\d+\w*'"),
-              "this nvcc cannot build that compute capability: pick another --sm (CUDA 13 builds 75 and newer)"),
-    Signature("no-cuda-device-for-native", re.compile(r"Unsupported gpu architecture 'compute_No CUDA devices found"),
-              "CMake asked for the native CUDA arch on a host without a visible GPU: pass --sm, e.g. --sm 86"),
-    Signature("spirv-headers-missing", re.compile(r'provided by "SPIRV-Headers"|SPIRV-Headers_DIR-NOTFOUND'),
-              "the SPIRV-Headers CMake package is missing: apt-get install spirv-headers, or set VULKAN_SDK"),
-    Signature("vulkan-headers-too-old", re.compile(r"LayerSettingEXT|VK_EXT_LAYER_SETTINGS"),
-              "the Vulkan headers are too old for this llama.cpp (>= 1.3.272 needed; Debian 12 has 1.3.239): "
-              "install the LunarG SDK or newer libvulkan-dev headers and set VULKAN_SDK"),
-    Signature("glslc-missing", re.compile(r"Could NOT find Vulkan \(missing:.*glslc|Vulkan_GLSLC_EXECUTABLE-NOTFOUND"),
-              "glslc is missing: apt-get install glslc (or install the LunarG Vulkan SDK)"),
-    Signature("unsupported-host-compiler", re.compile(r"unsupported GNU version|unsupported (clang|Microsoft Visual Studio) version"),
-              "nvcc does not support this host compiler: install a supported gcc and set CUDAHOSTCXX=/usr/bin/g++-N"),
-    Signature("out-of-memory", re.compile(r"Killed signal terminated program|fatal error: Killed|virtual memory exhausted|cannot allocate memory", re.I),
-              "the compiler was killed, most likely out of memory: build again with fewer jobs, e.g. --jobs 1"),
+    Signature(
+        "unsupported-gpu-arch",
+        re.compile(r"Unsupported gpu architecture '(compute|sm)_\d+\w*'"),
+        "this nvcc cannot build that compute capability: pick another --sm (CUDA 13 builds 75 and newer)",
+    ),
+    Signature(
+        "no-cuda-device-for-native",
+        re.compile(r"Unsupported gpu architecture 'compute_No CUDA devices found"),
+        "CMake asked for the native CUDA arch on a host without a visible GPU: pass --sm, e.g. --sm 86",
+    ),
+    Signature(
+        "spirv-headers-missing",
+        re.compile(r'provided by "SPIRV-Headers"|SPIRV-Headers_DIR-NOTFOUND'),
+        "the SPIRV-Headers CMake package is missing: apt-get install spirv-headers, or set VULKAN_SDK",
+    ),
+    Signature(
+        "vulkan-headers-too-old",
+        re.compile(r"LayerSettingEXT|VK_EXT_LAYER_SETTINGS"),
+        "the Vulkan headers are too old for this llama.cpp (>= 1.3.272 needed; Debian 12 has 1.3.239): "
+        "install the LunarG SDK or newer libvulkan-dev headers and set VULKAN_SDK",
+    ),
+    Signature(
+        "glslc-missing",
+        re.compile(r"Could NOT find Vulkan \(missing:.*glslc|Vulkan_GLSLC_EXECUTABLE-NOTFOUND"),
+        "glslc is missing: apt-get install glslc (or install the LunarG Vulkan SDK)",
+    ),
+    Signature(
+        "unsupported-host-compiler",
+        re.compile(r"unsupported GNU version|unsupported (clang|Microsoft Visual Studio) version"),
+        "nvcc does not support this host compiler: install a supported gcc and set CUDAHOSTCXX=/usr/bin/g++-N",
+    ),
+    Signature(
+        "out-of-memory",
+        re.compile(
+            r"Killed signal terminated program|fatal error: Killed|virtual memory exhausted|cannot allocate memory",
+            re.I,
+        ),
+        "the compiler was killed, most likely out of memory: build again with fewer jobs, e.g. --jobs 1",
+    ),
 )
 
 

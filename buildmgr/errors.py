@@ -20,8 +20,9 @@ class BuildFailed(BuildmgrError):
 
     exit_code = 1
 
-    def __init__(self, message: str, log: Path | None = None, tail: tuple[str, ...] = (),
-                 hints: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, message: str, log: Path | None = None, tail: tuple[str, ...] = (), hints: tuple[str, ...] = ()
+    ) -> None:
         super().__init__(message)
         self.log = log
         self.tail = tail

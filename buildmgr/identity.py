@@ -90,13 +90,17 @@ def assign_physical_ids(devices: list[Device]) -> tuple[list[Device], list[str]]
                     join(a, mine[0])
             elif mine:
                 names = ", ".join(sorted(d.name for d in mine + theirs))
-                notes.append(f"pairing unknown: {names} look alike (same name and memory); UUIDs from "
-                             "nvidia-smi or vulkaninfo would tell them apart")
+                notes.append(
+                    f"pairing unknown: {names} look alike (same name and memory); UUIDs from "
+                    "nvidia-smi or vulkaninfo would tell them apart"
+                )
     ids = {}
     for device in devices:
         members = sorted((d for d in devices if root(d.name) == root(device.name)), key=lambda d: d.name)
         keyed = next((_key(m) for m in members if _key(m)), None)
-        ids[device.name] = keyed or (f"match:{'+'.join(m.name for m in members)}" if len(members) > 1 else f"alone:{device.name}")
+        ids[device.name] = keyed or (
+            f"match:{'+'.join(m.name for m in members)}" if len(members) > 1 else f"alone:{device.name}"
+        )
     result = [replace(d, physical_id=ids[d.name]) for d in devices]
     return _share_types(result), sorted(set(notes))
 

@@ -39,7 +39,9 @@ def _copy(source: Path, destination: Path) -> Path:
     return destination
 
 
-def install_targets(reply: Reply, source_dir: Path, build_dir: Path, targets: tuple[str, ...], dest: Path) -> list[Path]:
+def install_targets(
+    reply: Reply, source_dir: Path, build_dir: Path, targets: tuple[str, ...], dest: Path
+) -> list[Path]:
     wanted = target_closure(reply, targets)
     installed: list[Path] = []
     for directory in reply.configuration.directories:
@@ -49,7 +51,9 @@ def install_targets(reply: Reply, source_dir: Path, build_dir: Path, targets: tu
             if rule.type == "target" and rule.targetId not in wanted:
                 continue
             if rule.destination.is_absolute():
-                raise BuildFailed(f"install rule with absolute destination {rule.destination}; refusing to install outside the prefix")
+                raise BuildFailed(
+                    f"install rule with absolute destination {rule.destination}; refusing to install outside the prefix"
+                )
             base = build_dir if rule.type == "target" else source_dir
             for entry in rule.paths:
                 origin, name = (entry.from_, entry.to) if isinstance(entry, InstallPath) else (entry, Path(entry.name))

@@ -20,8 +20,16 @@ from pathlib import Path
 from buildmgr import identity, store
 from buildmgr.config import Dirs
 from buildmgr.fsutil import atomic_write_text, locked
-from buildmgr.probe import (Device, NvidiaGpu, ProbeResult, VulkanGpu, enumeration_env, parse_nvidia_smi_csv,
-                            parse_vulkaninfo_summary, probe_build)
+from buildmgr.probe import (
+    Device,
+    NvidiaGpu,
+    ProbeResult,
+    VulkanGpu,
+    enumeration_env,
+    parse_nvidia_smi_csv,
+    parse_vulkaninfo_summary,
+    probe_build,
+)
 
 SCHEMA = 1
 NVIDIA_QUERY = ["--query-gpu=index,name,uuid,pci.bus_id,memory.total", "--format=csv,noheader"]
@@ -47,8 +55,10 @@ def _capture(command: list[str]) -> str:
 
 def host_tools() -> tuple[list[NvidiaGpu], list[VulkanGpu]]:
     """What nvidia-smi and vulkaninfo say about this host's devices (empty where a tool is missing)."""
-    return (parse_nvidia_smi_csv(_capture(["nvidia-smi", *NVIDIA_QUERY])),
-            parse_vulkaninfo_summary(_capture(["vulkaninfo", "--summary"])))
+    return (
+        parse_nvidia_smi_csv(_capture(["nvidia-smi", *NVIDIA_QUERY])),
+        parse_vulkaninfo_summary(_capture(["vulkaninfo", "--summary"])),
+    )
 
 
 def host_facts(nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu]) -> dict[str, object]:
@@ -58,8 +68,14 @@ def host_facts(nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu]) -> dict[str, ob
         ram_mib = None
     cpu = ""
     try:
-        cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                    if ln.startswith("model name")), "")
+        cpu = next(
+            (
+                ln.split(":", 1)[1].strip()
+                for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")
+            ),
+            "",
+        )
     except OSError:
         pass
     driver = _capture(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]).strip().splitlines()
@@ -95,20 +111,29 @@ def load(path: Path, warn=lambda message: None) -> dict:
 
 
 def _probe_record(result: ProbeResult) -> dict[str, object]:
-    return {"ok": result.ok, "time": _now(), "seconds": result.seconds, "tool": result.tool, "env": result.env,
-            "error": result.error, "devices": [d.to_json() for d in result.devices]}
+    return {
+        "ok": result.ok,
+        "time": _now(),
+        "seconds": result.seconds,
+        "tool": result.tool,
+        "env": result.env,
+        "error": result.error,
+        "devices": [d.to_json() for d in result.devices],
+    }
 
 
 def record_probe(data: dict, build: store.Build, result: ProbeResult) -> None:
     """Pure update of one build's entry: a failed probe keeps the last good one."""
     entry = data["builds"].get(build.id, {})
     record = _probe_record(result)
-    entry.update({
-        "recipe": build.recipe,
-        "prefix": str(build.prefix),
-        "backends": build.receipt["recipe"]["backends"],
-        "probe": record,
-    })
+    entry.update(
+        {
+            "recipe": build.recipe,
+            "prefix": str(build.prefix),
+            "backends": build.receipt["recipe"]["backends"],
+            "probe": record,
+        }
+    )
     if result.ok:
         entry["last_good"] = record
     data["builds"][build.id] = entry
@@ -119,8 +144,9 @@ def _devices_of(entry: dict) -> list[Device]:
     return [Device(**{k: v for k, v in d.items() if k in Device.__dataclass_fields__}) for d in good.get("devices", [])]
 
 
-def absence_reasons(backends: list[str], seen: set[str], env: dict[str, str], vulkan: list[VulkanGpu],
-                    nvidia: list[NvidiaGpu]) -> list[str]:
+def absence_reasons(
+    backends: list[str], seen: set[str], env: dict[str, str], vulkan: list[VulkanGpu], nvidia: list[NvidiaGpu]
+) -> list[str]:
     """Why a compiled backend shows no device here: 'built ≠ present', explained where we can."""
     reasons = []
     for backend in backends:
@@ -132,8 +158,10 @@ def absence_reasons(backends: list[str], seen: set[str], env: dict[str, str], vu
                 why = "GGML_VK_VISIBLE_DEVICES is set and empty, which hides every Vulkan device"
             elif vulkan and all(g.type == "cpu" for g in vulkan):
                 names = ", ".join(g.name for g in vulkan)
-                why = (f"the only Vulkan driver here is CPU-type ({names}), which llama.cpp skips "
-                       "unless GGML_VK_VISIBLE_DEVICES names it (e.g. GGML_VK_VISIBLE_DEVICES=0)")
+                why = (
+                    f"the only Vulkan driver here is CPU-type ({names}), which llama.cpp skips "
+                    "unless GGML_VK_VISIBLE_DEVICES names it (e.g. GGML_VK_VISIBLE_DEVICES=0)"
+                )
             elif not vulkan:
                 why = "vulkaninfo found no Vulkan device (no ICD driver, or VK_DRIVER_FILES points elsewhere)"
         elif backend == "CUDA":
@@ -141,8 +169,9 @@ def absence_reasons(backends: list[str], seen: set[str], env: dict[str, str], vu
                 why = "CUDA_VISIBLE_DEVICES hides every CUDA device"
             elif not nvidia:
                 why = "no NVIDIA GPU visible (nvidia-smi found none)"
-        elif backend == "ROCm" and any(env.get(k) in ("", "-1") for k in ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
-                                       if k in env):
+        elif backend == "ROCm" and any(
+            env.get(k) in ("", "-1") for k in ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES") if k in env
+        ):
             why = "HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES hides every ROCm device"
         reasons.append(f"{backend}: built ≠ present: {why}")
     return reasons
@@ -167,7 +196,9 @@ def summarize(data: dict, nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu]) -> d
     return data
 
 
-def refresh(dirs: Dirs, builds: list[store.Build], warn=lambda message: None, environ: dict[str, str] | None = None) -> dict:
+def refresh(
+    dirs: Dirs, builds: list[store.Build], warn=lambda message: None, environ: dict[str, str] | None = None
+) -> dict:
     """Probe the given builds, merge into the stored inventory, and write it back atomically under a lock."""
     environ = dict(os.environ if environ is None else environ)
     results = {b.id: probe_build(b.prefix, environ) for b in builds}

@@ -33,8 +33,9 @@ def all_recipes(dirs: Dirs) -> dict[str, Recipe]:
 
 
 def host_facts(environ: dict[str, str] | None = None) -> backends.Host:
-    return backends.Host(dict(os.environ if environ is None else environ), platform.system(), platform.machine(),
-                         toolchain.detect())
+    return backends.Host(
+        dict(os.environ if environ is None else environ), platform.system(), platform.machine(), toolchain.detect()
+    )
 
 
 def available_gib() -> float:
@@ -48,12 +49,19 @@ def available_gib() -> float:
     return 4.0
 
 
+def check_arch_flags(recipe: Recipe, request: BuildRequest) -> None:
+    if request.sm is not None and "CUDA" not in recipe.backends:
+        raise UserError(
+            f"--sm applies to recipes with CUDA, and {recipe.name} has none; e.g. buildmgr build cuda --sm 86"
+        )
+    if request.gfx is not None and "ROCm" not in recipe.backends:
+        raise UserError(
+            f"--gfx applies to recipes with HIP, and {recipe.name} has none; e.g. buildmgr build hip --gfx gfx1100"
+        )
+
+
 def resolve_arch(recipe: Recipe, request: BuildRequest, environ: dict[str, str]) -> Arch:
     has_cuda, has_hip = "CUDA" in recipe.backends, "ROCm" in recipe.backends
-    if request.sm is not None and not has_cuda:
-        raise UserError(f"--sm applies to recipes with CUDA, and {recipe.name} has none; e.g. buildmgr build cuda --sm 86")
-    if request.gfx is not None and not has_hip:
-        raise UserError(f"--gfx applies to recipes with HIP, and {recipe.name} has none; e.g. buildmgr build hip --gfx gfx1100")
     defines: list[tuple[str, str]] = []
     labels: list[str] = []
     if has_cuda:
@@ -69,6 +77,7 @@ def resolve_arch(recipe: Recipe, request: BuildRequest, environ: dict[str, str])
 
 def resolve(request: BuildRequest, dirs: Dirs, environ: dict[str, str] | None = None) -> BuildPlan:
     recipe = with_defines(compose(request.recipe, all_recipes(dirs)), parse_defines(request.defines))
+    check_arch_flags(recipe, request)
     spec = source.parse_source_spec(request.source)
     host = host_facts(environ)
     cpu.check_defines(dict(recipe.defines), host.machine)
@@ -77,8 +86,11 @@ def resolve(request: BuildRequest, dirs: Dirs, environ: dict[str, str] | None = 
     toolchain.require(host.toolchain, recipe.tools, recipe.name)
     report = backends.inspect(recipe.backends, host)
     if report.failures:
-        raise UserError(f"cannot build {recipe.name} here: " + "; ".join(c.line() for c in report.failures)
-                        + " ('buildmgr doctor' shows every check)")
+        raise UserError(
+            f"cannot build {recipe.name} here: "
+            + "; ".join(c.line() for c in report.failures)
+            + " ('buildmgr doctor' shows every check)"
+        )
     arch = resolve_arch(recipe, request, host.environ)
     hint = "set XDG_DATA_HOME / XDG_CACHE_HOME to a writable directory"
     ensure_writable(dirs.data, hint)

@@ -56,8 +56,15 @@ class BuildPlan:
         return builds_dir / self.source.version_label / self.build_id
 
 
-def make_plan(recipe: Recipe, source: SourceTree, toolchain: Toolchain, jobs: int, arch: Arch = Arch(),
-              backend_versions: dict[str, str] | None = None, host_defines: dict[str, str] | None = None) -> BuildPlan:
+def make_plan(
+    recipe: Recipe,
+    source: SourceTree,
+    toolchain: Toolchain,
+    jobs: int,
+    arch: Arch = Arch(),
+    backend_versions: dict[str, str] | None = None,
+    host_defines: dict[str, str] | None = None,
+) -> BuildPlan:
     defines = {**BASE_DEFINES, **dict(recipe.defines), **dict(arch.defines), **source.cmake_defines()}
     resolved = tuple(sorted(defines.items()))
     versions = dict(sorted((backend_versions or {}).items()))
@@ -68,5 +75,6 @@ def make_plan(recipe: Recipe, source: SourceTree, toolchain: Toolchain, jobs: in
         "toolchain": toolchain.identity() | versions,
     }
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
-    return BuildPlan(recipe, source, toolchain, resolved, recipe.targets, jobs, digest, arch, versions,
-                     dict(host_defines or {}))
+    return BuildPlan(
+        recipe, source, toolchain, resolved, recipe.targets, jobs, digest, arch, versions, dict(host_defines or {})
+    )

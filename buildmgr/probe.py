@@ -20,8 +20,14 @@ _DEVICE = re.compile(r"^\s+([A-Za-z][A-Za-z_]*?)(\d*):\s+(.*?)\s+\((\d+) MiB, (\
 # Backends whose devices are GPUs by nature; Vulkan needs vulkaninfo to tell a GPU from an iGPU or a CPU.
 _GPU_BACKENDS = {"CUDA", "ROCm", "MUSA", "SYCL", "MTL", "CANN", "GPUOpenCL", "WebGPU", "OPENVINO"}
 # Variables that change which devices a build enumerates; recorded with every probe.
-ENUMERATION_ENV = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GGML_VK_VISIBLE_DEVICES",
-                   "VK_DRIVER_FILES", "VK_ICD_FILENAMES")
+ENUMERATION_ENV = (
+    "CUDA_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "GGML_VK_VISIBLE_DEVICES",
+    "VK_DRIVER_FILES",
+    "VK_ICD_FILENAMES",
+)
 PROBE_TIMEOUT_S = 60
 
 
@@ -48,7 +54,9 @@ def parse_list_devices(text: str) -> list[Device]:
     try:
         start = next(i for i, line in enumerate(lines) if line.strip() == HEADER)
     except StopIteration:
-        raise UserError(f"no '{HEADER}' block found: is this the output of a llama.cpp tool's --list-devices?") from None
+        raise UserError(
+            f"no '{HEADER}' block found: is this the output of a llama.cpp tool's --list-devices?"
+        ) from None
     devices = []
     for line in lines[start + 1 :]:
         match = _DEVICE.match(line)
@@ -56,8 +64,11 @@ def parse_list_devices(text: str) -> list[Device]:
             continue
         backend, number, description, total, free = match.groups()
         kind = "accel" if backend == "BLAS" else "gpu" if backend in _GPU_BACKENDS else "unknown"
-        devices.append(Device(f"{backend}{number}", backend, int(number) if number else None, description,
-                              int(total), int(free), kind))
+        devices.append(
+            Device(
+                f"{backend}{number}", backend, int(number) if number else None, description, int(total), int(free), kind
+            )
+        )
     return devices
 
 
@@ -69,8 +80,12 @@ class VulkanGpu:
     uuid: str | None
 
 
-_VK_TYPES = {"PHYSICAL_DEVICE_TYPE_DISCRETE_GPU": "gpu", "PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU": "igpu",
-             "PHYSICAL_DEVICE_TYPE_CPU": "cpu", "PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU": "gpu"}
+_VK_TYPES = {
+    "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU": "gpu",
+    "PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU": "igpu",
+    "PHYSICAL_DEVICE_TYPE_CPU": "cpu",
+    "PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU": "gpu",
+}
 
 
 def parse_vulkaninfo_summary(text: str) -> list[VulkanGpu]:
@@ -80,8 +95,14 @@ def parse_vulkaninfo_summary(text: str) -> list[VulkanGpu]:
     for number, body in zip(blocks[1::2], blocks[2::2]):
         fields = dict(re.findall(r"^\s*(\w+)\s*=\s*(.*?)\s*$", body, flags=re.M))
         uuid = fields.get("deviceUUID")
-        gpus.append(VulkanGpu(int(number), fields.get("deviceName", ""), _VK_TYPES.get(fields.get("deviceType", ""), "unknown"),
-                              uuid.lower() if uuid else None))
+        gpus.append(
+            VulkanGpu(
+                int(number),
+                fields.get("deviceName", ""),
+                _VK_TYPES.get(fields.get("deviceType", ""), "unknown"),
+                uuid.lower() if uuid else None,
+            )
+        )
     return gpus
 
 
@@ -102,8 +123,15 @@ def parse_nvidia_smi_csv(text: str) -> list[NvidiaGpu]:
         if len(cells) < 4 or not cells[0].isdigit():
             continue  # the header, or noise
         memory = re.match(r"(\d+)", cells[4]) if len(cells) > 4 else None
-        gpus.append(NvidiaGpu(int(cells[0]), cells[1], cells[2].removeprefix("GPU-").lower(),
-                              cells[3].lower(), int(memory.group(1)) if memory else None))
+        gpus.append(
+            NvidiaGpu(
+                int(cells[0]),
+                cells[1],
+                cells[2].removeprefix("GPU-").lower(),
+                cells[3].lower(),
+                int(memory.group(1)) if memory else None,
+            )
+        )
     return gpus
 
 
@@ -140,18 +168,22 @@ def probe_build(prefix: Path, environ: dict[str, str] | None = None, timeout: fl
         return ProbeResult(False, (), 0.0, "", recorded, error="no llama tool in the prefix")
     start = time.monotonic()
     try:
-        result = subprocess.run([str(tool), "--list-devices"], capture_output=True, text=True, timeout=timeout,
-                                env=environ, check=False)
+        result = subprocess.run(
+            [str(tool), "--list-devices"], capture_output=True, text=True, timeout=timeout, env=environ, check=False
+        )
     except subprocess.TimeoutExpired:
-        return ProbeResult(False, (), round(time.monotonic() - start, 3), tool.name, recorded,
-                           error=f"timed out after {timeout:.0f} s")
+        return ProbeResult(
+            False, (), round(time.monotonic() - start, 3), tool.name, recorded, error=f"timed out after {timeout:.0f} s"
+        )
     except OSError as err:
         return ProbeResult(False, (), 0.0, tool.name, recorded, error=str(err))
     seconds = round(time.monotonic() - start, 3)
     output = result.stdout + result.stderr
     if result.returncode != 0:
         last = (output.strip().splitlines() or ["no output"])[-1]
-        return ProbeResult(False, (), seconds, tool.name, recorded, error=f"exit {result.returncode}: {last}", output=output)
+        return ProbeResult(
+            False, (), seconds, tool.name, recorded, error=f"exit {result.returncode}: {last}", output=output
+        )
     try:
         devices = parse_list_devices(result.stdout)
     except UserError as err:

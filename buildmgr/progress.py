@@ -78,8 +78,13 @@ class Reporter:
         counter = NinjaCounter()
         interactive = self.console.is_terminal and not self.in_ci
         progress = Progress(
-            TextColumn("  build"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=self.console, transient=True, disable=not interactive,
+            TextColumn("  build"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+            disable=not interactive,
         )
         task = progress.add_task("build", total=None)
         reported_tenth = -1

@@ -10,7 +10,6 @@ from buildmgr import backends
 from buildmgr.cmake import Reply
 
 
-
 def ignored_options(reply: Reply, requested: dict[str, str]) -> list[str]:
     """GGML_*/LLAMA_* options we passed that the project never declared: typos, or options this source lacks.
 
@@ -18,7 +17,8 @@ def ignored_options(reply: Reply, requested: dict[str, str]) -> list[str]:
     every variable), but an undeclared -D stays UNINITIALIZED in the cache.
     """
     return sorted(
-        name for name in requested
+        name
+        for name in requested
         if name.startswith(("GGML_", "LLAMA_")) and reply.cache_types.get(name) == "UNINITIALIZED"
     )
 
@@ -47,5 +47,7 @@ def backend_targets(reply: Reply, wanted: tuple[str, ...]) -> tuple[str, ...]:
     found = []
     for backend in wanted:
         target = backends.module(backend).GGML_TARGET
-        found += [n for n in names if n == target or (n.startswith(target + "-") and not n.endswith(("-feats", "-impl")))]
+        found += [
+            n for n in names if n == target or (n.startswith(target + "-") and not n.endswith(("-feats", "-impl")))
+        ]
     return tuple(dict.fromkeys(found))

@@ -151,9 +151,7 @@ def compose(expression: str, known: dict[str, Recipe]) -> Recipe:
     for part in parts:
         for key, value in part.defines:
             if key in defines and defines[key] != value:
-                raise UserError(
-                    f"recipes {owner[key]} and {part.name} disagree on {key} ({defines[key]} vs {value})"
-                )
+                raise UserError(f"recipes {owner[key]} and {part.name} disagree on {key} ({defines[key]} vs {value})")
             defines[key], owner[key] = value, part.name
     return Recipe(
         name="+".join(p.name for p in parts),

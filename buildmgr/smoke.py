@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
@@ -135,7 +135,9 @@ def bench_check(tool: Path, model: Path, env: dict[str, str], extra_args: tuple[
     if code == 0:
         try:
             results = json.loads(out)
-            speeds = [f"{'pp' if r['n_prompt'] else 'tg'}{r['n_prompt'] or r['n_gen']} {r['avg_ts']:.0f} t/s" for r in results]
+            speeds = [
+                f"{'pp' if r['n_prompt'] else 'tg'}{r['n_prompt'] or r['n_gen']} {r['avg_ts']:.0f} t/s" for r in results
+            ]
             where = results[0].get("devices", "?") if results else "?"
             passed, detail = bool(results), f"on {'CPU' if where == 'none' else where}: " + ", ".join(speeds)
         except (ValueError, KeyError, TypeError, IndexError):

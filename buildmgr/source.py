@@ -127,7 +127,7 @@ def read_llama_version(root: Path) -> str:
         text = ""
     if not re.search(r'project\s*\(\s*"?llama\.cpp"?', text) or not (root / "ggml" / "CMakeLists.txt").is_file():
         raise UserError(
-            f"{root} is not a llama.cpp source tree (no CMakeLists.txt with project(\"llama.cpp\") "
+            f'{root} is not a llama.cpp source tree (no CMakeLists.txt with project("llama.cpp") '
             "and ggml/); pass the top directory of a llama.cpp checkout"
         )
     parts = [re.search(rf"set\(LLAMA_VERSION_{p}\s+(\d+)\)", text) for p in ("MAJOR", "MINOR", "PATCH")]
@@ -218,8 +218,19 @@ def _download_sdist(pin: Pin, dirs: Dirs) -> Path:
     """The user's own pip fetches the sdist, so their index settings apply."""
     dirs.downloads.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dirs.downloads, prefix=".pip-") as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-               "--disable-pip-version-check", "-d", tmp, pin.requirement]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--disable-pip-version-check",
+            "-d",
+            tmp,
+            pin.requirement,
+        ]
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         found = list(Path(tmp).glob("*.tar.gz"))
         if result.returncode != 0 or len(found) != 1:

@@ -27,8 +27,16 @@ def make_env(root: Path, **extra: str) -> dict[str, str]:
 
 
 def buildmgr(env: dict[str, str], *args: str, timeout: float = 3000) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "buildmgr", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "buildmgr", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+        timeout=timeout,
+        check=False,
+    )
 
 
 def assert_user_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
@@ -57,7 +65,8 @@ def write_fake_tree(root: Path, tool_source: str) -> Path:
     (root / "ggml" / "CMakeLists.txt").write_text("add_library(ggml-cpu STATIC cpu.c)\n")
     (root / "ggml" / "cpu.c").write_text("int ggml_cpu(void) { return 0; }\n")
     (root / "tool.c").write_text(tool_source)
-    (root / "CMakeLists.txt").write_text(textwrap.dedent("""\
+    (root / "CMakeLists.txt").write_text(
+        textwrap.dedent("""\
         cmake_minimum_required(VERSION 3.18)
         project("llama.cpp" C)
         set(LLAMA_VERSION_MAJOR 9)
@@ -71,5 +80,6 @@ def write_fake_tree(root: Path, tool_source: str) -> Path:
             add_executable(${tool} tool.c)
             install(TARGETS ${tool} RUNTIME)
         endforeach()
-        """))
+        """)
+    )
     return root

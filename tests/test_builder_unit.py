@@ -1,14 +1,13 @@
 from pathlib import Path
 
+import pytest
+
 from buildmgr.builder import configure_command, error_excerpt, parse_ccache_statslog
+from buildmgr.errors import UserError
 from buildmgr.plan import default_jobs, make_plan, parse_jobs
 from buildmgr.recipes import Recipe
 from buildmgr.source import SourceTree
 from buildmgr.toolchain import Tool, Toolchain
-
-import pytest
-
-from buildmgr.errors import UserError
 
 
 def toolchain(ccache: bool = True, cc_version: str = "cc 12.2.0") -> Toolchain:
@@ -41,12 +40,31 @@ def test_ccache_statslog_counts_hits_misses_and_uncacheable():
 def test_configure_command_sets_launchers_rpath_and_source_commit():
     plan = make_plan(RECIPE, SOURCE, toolchain(), 2)
     command = configure_command(plan, Path("/b"))
-    assert command[:8] == ["/opt/cmake", "-S", "/src/llama.cpp", "-B", "/b", "-G", "Ninja", "-DCMAKE_MAKE_PROGRAM=/opt/ninja"]
-    for flag in ("-DCMAKE_CXX_COMPILER_LAUNCHER=/usr/bin/ccache", "-DCMAKE_CUDA_COMPILER_LAUNCHER=/usr/bin/ccache",
-                 "-DGGML_CCACHE=OFF", "-DCMAKE_INSTALL_RPATH=$ORIGIN/../lib;$ORIGIN", "-DLLAMA_BUILD_COMMIT=0c1e570",
-                 "-DLLAMA_BUILD_NUMBER=0", "-DGGML_NATIVE=ON", "-DLLAMA_BUILD_TESTS=OFF"):
+    assert command[:8] == [
+        "/opt/cmake",
+        "-S",
+        "/src/llama.cpp",
+        "-B",
+        "/b",
+        "-G",
+        "Ninja",
+        "-DCMAKE_MAKE_PROGRAM=/opt/ninja",
+    ]
+    for flag in (
+        "-DCMAKE_CXX_COMPILER_LAUNCHER=/usr/bin/ccache",
+        "-DCMAKE_CUDA_COMPILER_LAUNCHER=/usr/bin/ccache",
+        "-DGGML_CCACHE=OFF",
+        "-DCMAKE_INSTALL_RPATH=$ORIGIN/../lib;$ORIGIN",
+        "-DLLAMA_BUILD_COMMIT=0c1e570",
+        "-DLLAMA_BUILD_NUMBER=0",
+        "-DGGML_NATIVE=ON",
+        "-DLLAMA_BUILD_TESTS=OFF",
+    ):
         assert flag in command
-    assert not any("LAUNCHER" in arg for arg in configure_command(make_plan(RECIPE, SOURCE, toolchain(ccache=False), 2), Path("/b")))
+    assert not any(
+        "LAUNCHER" in arg
+        for arg in configure_command(make_plan(RECIPE, SOURCE, toolchain(ccache=False), 2), Path("/b"))
+    )
 
 
 def test_identity_covers_toolchain_and_source_but_not_ccache_or_jobs():

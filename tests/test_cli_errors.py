@@ -11,7 +11,11 @@ def written(root: Path) -> list[str]:
 
 
 def test_unknown_recipe_lists_known_ones(tmp_path: Path, tmp_env):
-    assert_user_error(buildmgr(tmp_env, "build", "cuda+nope"), "unknown recipe", "known recipes: cpu, cuda, hip, metal, rpc, sycl, universal, vulkan")
+    assert_user_error(
+        buildmgr(tmp_env, "build", "cuda+nope"),
+        "unknown recipe",
+        "known recipes: cpu, cuda, hip, metal, rpc, sycl, universal, vulkan",
+    )
     assert written(tmp_path) == []
 
 
@@ -26,8 +30,12 @@ def test_malformed_user_recipe_names_file_and_line(tmp_path: Path, tmp_env):
 
 def test_source_that_is_not_llama_cpp(tmp_path: Path, tmp_env):
     (tmp_path / "elsewhere").mkdir()
-    assert_user_error(buildmgr(tmp_env, "build", "--source", str(tmp_path / "elsewhere")), "is not a llama.cpp source tree")
-    assert_user_error(buildmgr(tmp_env, "build", "--source", "nowhere"), "neither an existing directory nor a git URL@REF")
+    assert_user_error(
+        buildmgr(tmp_env, "build", "--source", str(tmp_path / "elsewhere")), "is not a llama.cpp source tree"
+    )
+    assert_user_error(
+        buildmgr(tmp_env, "build", "--source", "nowhere"), "neither an existing directory nor a git URL@REF"
+    )
     assert written(tmp_path) == []
 
 

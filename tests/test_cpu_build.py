@@ -8,9 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from conftest import buildmgr, make_env
 
 from buildmgr.fsutil import sha256_file
-from conftest import buildmgr, make_env
 
 pytestmark = pytest.mark.slow
 COMMIT = "0c1e570"
@@ -65,7 +65,9 @@ def test_receipt_records_what_was_built_and_proven(env, first_build):
         assert path.exists() or path.is_symlink()
         if not digest.startswith("link:"):
             assert sha256_file(path) == digest
-    assert {"bin/llama-cli", "bin/llama-server", "bin/llama-bench", "lib/libllama.so", "include/llama.h"} <= set(receipt["files"])
+    assert {"bin/llama-cli", "bin/llama-server", "bin/llama-bench", "lib/libllama.so", "include/llama.h"} <= set(
+        receipt["files"]
+    )
     assert not any(name.startswith("bin/llama-quantize") for name in receipt["files"])  # not in the recipe
 
 
@@ -86,8 +88,23 @@ def test_tools_run_from_the_prefix_and_ignore_other_builds_on_ld_library_path(en
 def test_completion_generates_text_on_the_tiny_model(env, first_build):
     model = Path(env["XDG_CACHE_HOME"]) / "buildmgr" / "smoke" / "tiny-llama-v1.gguf"
     assert 100_000 < model.stat().st_size < 2_000_000
-    result = buildmgr(env, "run", "cpu", "--", "llama-completion", "-m", str(model), "-p", "hello", "-n", "8",
-                      "--temp", "0", "-no-cnv", timeout=300)
+    result = buildmgr(
+        env,
+        "run",
+        "cpu",
+        "--",
+        "llama-completion",
+        "-m",
+        str(model),
+        "-p",
+        "hello",
+        "-n",
+        "8",
+        "--temp",
+        "0",
+        "-no-cnv",
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "hello" in result.stdout
 
@@ -130,6 +147,27 @@ def test_concurrent_builds_publish_one_complete_prefix(env, first_build):
     data = Path(env["XDG_DATA_HOME"]) / "buildmgr" / "builds"
     assert list((data / ".staging").iterdir()) == []
     assert [p.name for p in (data / f"0.5.0-{COMMIT}").iterdir()] == [builds[0]["id"]]
+
+
+def test_a_mistyped_option_fails_before_compiling(env, first_build):
+    result = buildmgr(env, "build", "cpu", "-D", "GGML_CUDAA=ON")
+    assert result.returncode == 1, result.stderr
+    assert "option(s) GGML_CUDAA are not declared by this llama.cpp" in result.stderr
+    assert "✓ configure" not in result.stderr and "▸ build" not in result.stderr
+    assert len(json.loads(buildmgr(env, "list", "--json").stdout)["builds"]) == 1
+
+
+def test_the_inventory_has_the_build_and_survives_corruption(env, first_build):
+    data = json.loads(buildmgr(env, "devices", "--json").stdout)
+    build_id = receipt_of(env)["id"]
+    assert data["builds"][build_id]["backends"] == ["CPU"] and data["builds"][build_id]["probe"]["ok"]
+    assert data["devices"] == [] and data["host"]["hostname"]
+    path = next((Path(env["XDG_DATA_HOME"]) / "buildmgr" / "inventory").glob("*.json"))
+    path.write_text("{ not json")
+    again = buildmgr(env, "devices", "--refresh", "--json")
+    assert again.returncode == 0 and "moved aside" in again.stderr
+    assert list(path.parent.glob("*.json.corrupt-*"))
+    assert build_id in json.loads(path.read_text())["builds"]
 
 
 def test_remove_then_gc(env, first_build):

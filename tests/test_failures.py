@@ -56,7 +56,9 @@ def test_git_url_at_ref_clones_and_builds_that_commit(tmp_path: Path, tmp_env):
     subprocess.run([*git, "-C", str(repo), "commit", "-q", "-m", "first"], check=True)
     (repo / "tool.c").write_text(BROKEN)
     subprocess.run([*git, "-C", str(repo), "commit", "-q", "-am", "second, broken"], check=True)
-    first = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD~1"], capture_output=True, text=True).stdout.strip()
+    first = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "HEAD~1"], capture_output=True, text=True
+    ).stdout.strip()
 
     at_first = buildmgr(tmp_env, "build", "--source", f"{repo}@{first}")
     assert f"({first[:7]})" in at_first.stderr, at_first.stderr

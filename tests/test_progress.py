@@ -2,7 +2,11 @@ from buildmgr.progress import NinjaCounter, parse_ninja_status
 
 
 def test_parse_status_lines():
-    assert parse_ninja_status("[12/194] Building CXX object src/llama.cpp.o") == (12, 194, "Building CXX object src/llama.cpp.o")
+    assert parse_ninja_status("[12/194] Building CXX object src/llama.cpp.o") == (
+        12,
+        194,
+        "Building CXX object src/llama.cpp.o",
+    )
     assert parse_ninja_status("FAILED: x.o") is None
     assert parse_ninja_status("  [1/2] indented is not ninja") is None
 

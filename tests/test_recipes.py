@@ -38,8 +38,10 @@ GGML_BACKEND_DL = "ON"
 
 
 def known() -> dict:
-    return {name: parse_recipe(name, text, f"{name}.toml")
-            for name, text in {"cuda": CUDA, "hip": HIP, "vulkan": VULKAN, "dl": DL}.items()}
+    return {
+        name: parse_recipe(name, text, f"{name}.toml")
+        for name, text in {"cuda": CUDA, "hip": HIP, "vulkan": VULKAN, "dl": DL}.items()
+    }
 
 
 def test_shipped_recipes_parse_and_cpu_builds_only_user_tools():
@@ -72,7 +74,9 @@ def test_conflict_is_excused_under_its_unless_defines():
 
 
 def test_disagreeing_defines_are_refused():
-    recipes = known() | {"native": parse_recipe("native", 'backends=["CPU"]\ntargets=["x"]\n[defines]\nGGML_NATIVE="ON"', "n")}
+    recipes = known() | {
+        "native": parse_recipe("native", 'backends=["CPU"]\ntargets=["x"]\n[defines]\nGGML_NATIVE="ON"', "n")
+    }
     with pytest.raises(UserError, match="disagree on GGML_NATIVE"):
         compose("vulkan+native", recipes)
 

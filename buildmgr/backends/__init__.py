@@ -96,7 +96,15 @@ def inspect(backends: tuple[str, ...], host: Host, deep: bool = True) -> Report:
         minimum = module(name).MIN_CMAKE
         cmake = host.toolchain.cmake
         if cmake.found and _older(cmake.version, minimum):
-            checks.append(Check(name, "cmake", False, cmake.version or "?", f"the {name} backend needs cmake >= {minimum}: pip install -U cmake"))
+            checks.append(
+                Check(
+                    name,
+                    "cmake",
+                    False,
+                    cmake.version or "?",
+                    f"the {name} backend needs cmake >= {minimum}: pip install -U cmake",
+                )
+            )
     return Report(tuple(checks), defines, versions)
 
 

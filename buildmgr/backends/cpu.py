@@ -24,5 +24,7 @@ def check_defines(defines: dict[str, str], machine: str) -> None:
     """GGML_NATIVE bakes this CPU's features in, which defeats per-variant CPU backends on x86."""
     x86 = machine.lower() in {"x86_64", "amd64", "i686", "x86"}
     if x86 and defines.get("GGML_BACKEND_DL") == "ON" and defines.get("GGML_NATIVE") == "ON":
-        raise UserError("GGML_NATIVE=ON cannot be combined with GGML_BACKEND_DL=ON on x86: "
-                        "use the universal recipe, which builds every CPU variant with GGML_NATIVE=OFF")
+        raise UserError(
+            "GGML_NATIVE=ON cannot be combined with GGML_BACKEND_DL=ON on x86: "
+            "use the universal recipe, which builds every CPU variant with GGML_NATIVE=OFF"
+        )

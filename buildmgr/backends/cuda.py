@@ -81,8 +81,10 @@ def resolve_sm(text: str | None, environ: dict[str, str]) -> tuple[str, str]:
     if text is None or text.strip() == "native":
         capabilities = visible_capabilities(environ)
         if not capabilities:
-            raise UserError("no NVIDIA GPU is visible here to build for natively (nvidia-smi found none); "
-                            "name the compute capability instead, e.g. --sm 86")
+            raise UserError(
+                "no NVIDIA GPU is visible here to build for natively (nvidia-smi found none); "
+                "name the compute capability instead, e.g. --sm 86"
+            )
         text = ",".join(capabilities)
     return parse_sm(text, supported_archs(nvcc, version if version != "?" else None), version)
 
@@ -106,30 +108,59 @@ def _host_compiler_check(nvcc: str, cxx: str | None) -> Check:
     if code == 0:
         return Check(NAME, "nvcc host compiler", True, cxx or "default")
     reason = next((ln.strip() for ln in text.splitlines() if "error" in ln.lower()), text.strip()[-200:])
-    return Check(NAME, "nvcc host compiler", False, reason,
-                 "install a gcc that this nvcc supports and set CUDAHOSTCXX=/usr/bin/g++-N")
+    return Check(
+        NAME,
+        "nvcc host compiler",
+        False,
+        reason,
+        "install a gcc that this nvcc supports and set CUDAHOSTCXX=/usr/bin/g++-N",
+    )
 
 
 def _cublas_check(toolkit: Path) -> Check:
     """ggml-cuda links cuBLAS; a toolkit without it fails configure with 'CUDA::cublas ... not found'."""
-    libraries = [p for pattern in ("lib64/libcublas.so*", "targets/*/lib/libcublas.so*", "lib/libcublas.so*")
-                 for p in toolkit.glob(pattern)]
+    libraries = [
+        p
+        for pattern in ("lib64/libcublas.so*", "targets/*/lib/libcublas.so*", "lib/libcublas.so*")
+        for p in toolkit.glob(pattern)
+    ]
     headers = [p for pattern in ("include/cublas_v2.h", "targets/*/include/cublas_v2.h") for p in toolkit.glob(pattern)]
     ok = bool(libraries and headers)
-    return Check(NAME, "cuBLAS", ok, str(libraries[0].parent) if ok else f"not in {toolkit}",
-                 "install cuBLAS into the CUDA toolkit (NVIDIA's libcublas-dev-13-0, or the full cuda-toolkit package)")
+    return Check(
+        NAME,
+        "cuBLAS",
+        ok,
+        str(libraries[0].parent) if ok else f"not in {toolkit}",
+        "install cuBLAS into the CUDA toolkit (NVIDIA's libcublas-dev-13-0, or the full cuda-toolkit package)",
+    )
 
 
 def inspect(host: Host, deep: bool) -> Report:
     nvcc = find_nvcc(host.environ)
     if nvcc is None:
-        return Report((Check(NAME, "nvcc", False, "not found",
-                             "install the CUDA toolkit (apt-get install nvidia-cuda-toolkit, or NVIDIA's "
-                             "cuda-toolkit package) and set CUDA_HOME"),))
+        return Report(
+            (
+                Check(
+                    NAME,
+                    "nvcc",
+                    False,
+                    "not found",
+                    "install the CUDA toolkit (apt-get install nvidia-cuda-toolkit, or NVIDIA's "
+                    "cuda-toolkit package) and set CUDA_HOME",
+                ),
+            )
+        )
     _, text = run_text([nvcc, "--version"])
     version = parse_nvcc_version(text)
-    checks = [Check(NAME, "nvcc", version is not None, f"{version} at {nvcc}" if version else text[-200:],
-                    "nvcc --version did not answer; check the CUDA installation")]
+    checks = [
+        Check(
+            NAME,
+            "nvcc",
+            version is not None,
+            f"{version} at {nvcc}" if version else text[-200:],
+            "nvcc --version did not answer; check the CUDA installation",
+        )
+    ]
     checks.append(_cublas_check(Path(nvcc).resolve().parent.parent))
     if deep and version:
         checks.append(_host_compiler_check(nvcc, host.environ.get("CUDAHOSTCXX") or host.toolchain.cxx.path))

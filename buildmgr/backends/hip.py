@@ -15,8 +15,10 @@ GGML_TARGET = "ggml-hip"
 MIN_CMAKE = "3.21"
 GIB_PER_JOB = 4.0
 MIN_ROCM = Version("6.1")
-ROCM_FIX = ("install ROCm >= 6.1 from AMD's repository (Debian 12 itself only packages ROCm 5.x) "
-            "and set ROCM_PATH if it is not /opt/rocm")
+ROCM_FIX = (
+    "install ROCm >= 6.1 from AMD's repository (Debian 12 itself only packages ROCm 5.x) "
+    "and set ROCM_PATH if it is not /opt/rocm"
+)
 _GFX = re.compile(r"^gfx[0-9a-f]{3,4}$")
 
 
@@ -25,8 +27,10 @@ def parse_gfx(text: str) -> tuple[str, str]:
     targets = []
     for item in (part.strip().lower() for part in text.split(",")):
         if not _GFX.match(item):
-            raise UserError(f"--gfx {item!r} is not an AMD GPU target; use names like gfx1100 or gfx1151 "
-                            "(rocminfo | grep gfx lists this host's)")
+            raise UserError(
+                f"--gfx {item!r} is not an AMD GPU target; use names like gfx1100 or gfx1151 "
+                "(rocminfo | grep gfx lists this host's)"
+            )
         targets.append(item)
     unique = sorted(set(targets))
     return ";".join(unique), "_".join(unique)
@@ -50,8 +54,15 @@ def inspect(host: Host, deep: bool) -> Report:
     checks = [Check(NAME, "ROCm", bool(version and version >= MIN_ROCM), f"{version} at {rocm}", ROCM_FIX)]
     for package in ("hipblas", "rocblas"):
         config = rocm / "lib" / "cmake" / package
-        checks.append(Check(NAME, package, config.is_dir(), str(config) if config.is_dir() else "not found",
-                            f"install {package}-dev from the ROCm repository"))
+        checks.append(
+            Check(
+                NAME,
+                package,
+                config.is_dir(),
+                str(config) if config.is_dir() else "not found",
+                f"install {package}-dev from the ROCm repository",
+            )
+        )
     clang = rocm / "llvm" / "bin" / "clang"
     defines = {"CMAKE_HIP_COMPILER": str(clang)} if clang.exists() else {}
     return Report(tuple(checks), defines, {"rocm": str(version)})

@@ -12,4 +12,6 @@ GIB_PER_JOB = 2.0
 
 def inspect(host: Host, deep: bool) -> Report:
     on_mac = host.system == "Darwin"
-    return Report((Check(NAME, "macOS", on_mac, host.system, "Metal builds only on macOS with Xcode's command line tools"),))
+    return Report(
+        (Check(NAME, "macOS", on_mac, host.system, "Metal builds only on macOS with Xcode's command line tools"),)
+    )

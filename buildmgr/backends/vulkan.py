@@ -21,14 +21,18 @@ MIN_CMAKE = "3.19"
 GIB_PER_JOB = 3.0  # ggml-vulkan.cpp and the generated shader sources are large
 # ggml-vulkan uses vk::LayerSettingEXT, public since 1.3.272; measured: 1.3.239 fails, 1.4.309 works.
 MIN_HEADERS = Version("1.3.272")
-HEADERS_FIX = ("Vulkan headers >= 1.3.272 are needed (Debian 12's libvulkan-dev is 1.3.239): install the "
-               "LunarG SDK, or unpack a newer libvulkan-dev and spirv-headers into a folder, and set VULKAN_SDK to it")
+HEADERS_FIX = (
+    "Vulkan headers >= 1.3.272 are needed (Debian 12's libvulkan-dev is 1.3.239): install the "
+    "LunarG SDK, or unpack a newer libvulkan-dev and spirv-headers into a folder, and set VULKAN_SDK to it"
+)
 
 
 def parse_header_version(text: str) -> Version | None:
     """vulkan_core.h → 1.MINOR.PATCH from VK_HEADER_VERSION_COMPLETE and VK_HEADER_VERSION."""
     patch = re.search(r"#define\s+VK_HEADER_VERSION\s+(\d+)", text)
-    complete = re.search(r"#define\s+VK_HEADER_VERSION_COMPLETE\s+VK_MAKE_API_VERSION\(\s*\d+\s*,\s*(\d+)\s*,\s*(\d+)", text)
+    complete = re.search(
+        r"#define\s+VK_HEADER_VERSION_COMPLETE\s+VK_MAKE_API_VERSION\(\s*\d+\s*,\s*(\d+)\s*,\s*(\d+)", text
+    )
     if not patch:
         return None
     major, minor = (complete.group(1), complete.group(2)) if complete else ("1", "3")
@@ -66,8 +70,15 @@ def inspect(host: Host, deep: bool) -> Report:
         versions["vulkan-headers"] = str(version)
 
     glslc = which("glslc", *(str(r / "bin") for r in roots[:1]))
-    checks.append(Check(NAME, "glslc", glslc is not None, glslc or "not found",
-                        "apt-get install glslc (or install the LunarG Vulkan SDK)"))
+    checks.append(
+        Check(
+            NAME,
+            "glslc",
+            glslc is not None,
+            glslc or "not found",
+            "apt-get install glslc (or install the LunarG Vulkan SDK)",
+        )
+    )
     if glslc:
         defines["Vulkan_GLSLC_EXECUTABLE"] = glslc
 
@@ -78,10 +89,22 @@ def inspect(host: Host, deep: bool) -> Report:
     if loader:
         defines["Vulkan_LIBRARY"] = loader
 
-    spirv = _first([f"{r}/{sub}/cmake/SPIRV-Headers/SPIRV-HeadersConfig.cmake"
-                    for r in roots for sub in ("share", "lib", "lib/*-linux-gnu", "lib64")])
-    checks.append(Check(NAME, "SPIRV-Headers CMake package", spirv is not None, spirv or "not found",
-                        "apt-get install spirv-headers (1.3.239's works), or set VULKAN_SDK to a prefix that has it"))
+    spirv = _first(
+        [
+            f"{r}/{sub}/cmake/SPIRV-Headers/SPIRV-HeadersConfig.cmake"
+            for r in roots
+            for sub in ("share", "lib", "lib/*-linux-gnu", "lib64")
+        ]
+    )
+    checks.append(
+        Check(
+            NAME,
+            "SPIRV-Headers CMake package",
+            spirv is not None,
+            spirv or "not found",
+            "apt-get install spirv-headers (1.3.239's works), or set VULKAN_SDK to a prefix that has it",
+        )
+    )
     if spirv:
         defines["SPIRV-Headers_DIR"] = str(Path(spirv).parent)
     return Report(tuple(checks), defines, versions)

@@ -1,0 +1,110 @@
+import re
+from pathlib import Path
+
+import pytest
+from conftest import assert_user_error, buildmgr
+
+from buildmgr.backends import Host, cpu, cuda, hip, vulkan
+from buildmgr.errors import UserError
+
+NVCC_13_ARCHS = (75, 80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121)
+
+
+@pytest.mark.parametrize(
+    ("text", "value", "label"),
+    [
+        ("86", "86", "sm86"),
+        ("8.6", "86", "sm86"),
+        ("89,86", "86-real;89", "sm86_89"),  # SASS for each, PTX for the highest
+        ("86, 89, 86", "86-real;89", "sm86_89"),
+        ("90a", "90a", "sm90a"),
+        ("75,120", "75-real;120", "sm75_120"),
+    ],
+)
+def test_sm_policy(text, value, label):
+    assert cuda.parse_sm(text, NVCC_13_ARCHS, "13.0") == (value, label)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("50", "nvcc 13.0 cannot build compute capability 50 (it builds 75–121); CUDA 13 dropped everything below 75"),
+        ("sm_86", "is not a CUDA compute capability"),
+        ("", "is not a CUDA compute capability"),
+        ("8.6.1", "is not a CUDA compute capability"),
+    ],
+)
+def test_bad_sm(text, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        cuda.parse_sm(text, NVCC_13_ARCHS, "13.0")
+
+
+def test_nvcc_output_parsing():
+    assert cuda.parse_nvcc_version("Cuda compilation tools, release 13.0, V13.0.88\n") == "13.0"
+    assert cuda.parse_gpu_archs("compute_75\ncompute_80\ncompute_90\n") == (75, 80, 90)
+
+
+def test_gfx():
+    assert hip.parse_gfx("gfx1151,gfx1100") == ("gfx1100;gfx1151", "gfx1100_gfx1151")
+    with pytest.raises(UserError, match="not an AMD GPU target"):
+        hip.parse_gfx("rdna3")
+    assert str(hip.parse_rocm_version("6.1.40091-a8dbc0c19\n")) == "6.1.40091"
+
+
+def test_vulkan_header_version_from_a_real_header():
+    sdk = Path.home() / ".cache" / "buildmgr-tests" / "vulkan-sdk" / "usr" / "include" / "vulkan" / "vulkan_core.h"
+    text = (
+        sdk.read_text()
+        if sdk.exists()
+        else (
+            "#define VK_HEADER_VERSION 309\n#define VK_HEADER_VERSION_COMPLETE VK_MAKE_API_VERSION(0, 1, 4, VK_HEADER_VERSION)\n"
+        )
+    )
+    assert str(vulkan.parse_header_version(text)) == "1.4.309"
+    assert str(vulkan.parse_header_version("#define VK_HEADER_VERSION 239\n")) == "1.3.239"
+
+
+def test_native_cpu_with_backend_dl_is_refused_on_x86_only():
+    with pytest.raises(UserError, match="GGML_NATIVE=ON cannot be combined with GGML_BACKEND_DL=ON on x86"):
+        cpu.check_defines({"GGML_BACKEND_DL": "ON", "GGML_NATIVE": "ON"}, "x86_64")
+    cpu.check_defines({"GGML_BACKEND_DL": "ON", "GGML_NATIVE": "ON"}, "aarch64")
+
+
+def test_vulkan_preflight_reports_each_missing_piece(tmp_path):
+    from buildmgr.toolchain import detect
+
+    report = vulkan.inspect(Host({"VULKAN_SDK": str(tmp_path)}, "Linux", "x86_64", detect()), deep=False)
+    by_what = {c.what: c for c in report.checks}
+    assert set(by_what) == {"Vulkan headers", "glslc", "Vulkan loader", "SPIRV-Headers CMake package"}
+    old = tmp_path / "include" / "vulkan"
+    old.mkdir(parents=True)
+    (old / "vulkan_core.h").write_text("#define VK_HEADER_VERSION 239\n")
+    report = vulkan.inspect(Host({"VULKAN_SDK": str(tmp_path)}, "Linux", "x86_64", detect()), deep=False)
+    headers = next(c for c in report.checks if c.what == "Vulkan headers")
+    assert not headers.ok and headers.found.startswith("1.3.239") and "1.3.272" in headers.fix
+
+
+# --- through the CLI, on this host ------------------------------------------------------
+
+
+def test_cli_refuses_bad_arch_and_combinations_before_anything_is_written(tmp_path, tmp_env):
+    assert_user_error(buildmgr(tmp_env, "build", "cpu", "--sm", "86"), "--sm applies to recipes with CUDA")
+    assert_user_error(buildmgr(tmp_env, "build", "vulkan", "--gfx", "gfx1100"), "--gfx applies to recipes with HIP")
+    assert_user_error(buildmgr(tmp_env, "build", "cuda+hip"), "cannot combine cuda and hip", "non-DL")
+    assert_user_error(buildmgr(tmp_env, "build", "universal+cpu"), "cannot combine universal and cpu")
+    assert_user_error(buildmgr(tmp_env, "build", "hip"), "ROCm", "6.1")
+    assert_user_error(buildmgr(tmp_env, "build", "metal"), "macOS")
+    assert_user_error(buildmgr(tmp_env, "build", "-D", "GGML_CUDA_FA"), "expected KEY=VALUE")
+    assert not (tmp_path / "data").exists() and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.skipif(cuda.find_nvcc({}) is None, reason="needs nvcc on this host")
+def test_cuda_preflight_with_the_local_nvcc(tmp_env):
+    result = buildmgr(tmp_env, "build", "cuda", "--sm", "50")
+    assert_user_error(result)
+    line = result.stderr
+    # nvcc 13 here: either the arch is refused, or (a toolkit without cuBLAS) preflight stops first
+    assert "cannot build compute capability 50" in line or "cuBLAS" in line
+    no_gpu = buildmgr(tmp_env | {"CUDA_VISIBLE_DEVICES": ""}, "build", "cuda")
+    assert_user_error(no_gpu)
+    assert "no NVIDIA GPU is visible" in no_gpu.stderr or "cuBLAS" in no_gpu.stderr

@@ -1,0 +1,111 @@
+from pathlib import Path
+
+from buildmgr.identity import resolve
+from buildmgr.inventory import absence_reasons
+from buildmgr.probe import NvidiaGpu, VulkanGpu, parse_list_devices, parse_nvidia_smi_csv, parse_vulkaninfo_summary
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def by_name(devices):
+    return {d.name: d for d in devices}
+
+
+def test_h200_cuda0_and_vulkan0_are_one_card_by_name_and_memory():
+    devices, notes = resolve(parse_list_devices((FIXTURES / "h200" / "list-devices.txt").read_text()), [], [])
+    d = by_name(devices)
+    assert d["CUDA0"].physical_id == d["Vulkan0"].physical_id  # 143155 vs 143771 MiB: within 5 %
+    assert notes == []
+
+
+def test_h200_with_nvidia_smi_gets_the_uuid_as_identity():
+    nvidia = parse_nvidia_smi_csv((FIXTURES / "h200" / "nvidia-smi.csv").read_text())
+    devices, _ = resolve(parse_list_devices((FIXTURES / "h200" / "list-devices.txt").read_text()), nvidia, [])
+    d = by_name(devices)
+    assert d["CUDA0"].physical_id == d["Vulkan0"].physical_id == "uuid:1fdea520-81c5-69c8-0529-9a5edbbe6109"
+    assert d["CUDA0"].pci_bus_id == "00000000:00:06.0"
+
+
+def test_uuid_from_both_tools_pairs_cuda_and_vulkan():
+    listed = parse_list_devices(
+        "Available devices:\n  CUDA0: NVIDIA A100 (40000 MiB, 1 MiB free)\n"
+        "  Vulkan0: NVIDIA A100 (81000 MiB, 1 MiB free)\n"
+    )  # memory disagrees
+    nvidia = [NvidiaGpu(0, "NVIDIA A100", "aaaa", "00:01.0", 40000)]
+    vulkan = [VulkanGpu(0, "NVIDIA A100", "gpu", "aaaa")]
+    d = by_name(resolve(listed, nvidia, vulkan)[0])
+    assert d["CUDA0"].physical_id == d["Vulkan0"].physical_id == "uuid:aaaa"
+
+
+def test_two_identical_cards_are_never_merged_and_the_pairing_is_unknown():
+    listed = parse_list_devices("""Available devices:
+  CUDA0: NVIDIA GeForce RTX 3090 (24124 MiB, 23000 MiB free)
+  CUDA1: NVIDIA GeForce RTX 3090 (24124 MiB, 23000 MiB free)
+  Vulkan0: NVIDIA GeForce RTX 3090 (24576 MiB, 23000 MiB free)
+  Vulkan1: NVIDIA GeForce RTX 3090 (24576 MiB, 23000 MiB free)
+""")
+    devices, notes = resolve(listed, [], [])
+    ids = [d.physical_id for d in devices]
+    assert len(set(ids)) == 4
+    assert any("pairing unknown" in n and "CUDA0" in n and "Vulkan1" in n for n in notes)
+
+
+def test_identical_cards_that_no_tool_can_tie_stay_apart():
+    listed = parse_list_devices("""Available devices:
+  CUDA0: NVIDIA GeForce RTX 3090 (24124 MiB, 1 MiB free)
+  CUDA1: NVIDIA GeForce RTX 3090 (24124 MiB, 1 MiB free)
+  Vulkan0: NVIDIA GeForce RTX 3090 (24576 MiB, 1 MiB free)
+  Vulkan1: NVIDIA GeForce RTX 3090 (24576 MiB, 1 MiB free)
+""")
+    vulkan = [VulkanGpu(0, "x", "gpu", "bbbb"), VulkanGpu(1, "x", "gpu", "aaaa")]
+    # vulkaninfo names differ from llama.cpp's here, so only nvidia-smi ties CUDA devices; no guess is made
+    devices, _ = resolve(
+        listed,
+        [
+            NvidiaGpu(0, "NVIDIA GeForce RTX 3090", "aaaa", "01", 24576),
+            NvidiaGpu(1, "NVIDIA GeForce RTX 3090", "bbbb", "02", 24576),
+        ],
+        vulkan,
+    )
+    d = by_name(devices)
+    assert d["CUDA0"].physical_id != d["CUDA1"].physical_id
+    assert len({x.physical_id for x in devices}) == 4
+
+
+def test_apu_igpu_is_named_and_rocm_alias_shares_its_type():
+    listed = parse_list_devices("""Available devices:
+  ROCm0: AMD Radeon Graphics (65536 MiB, 60000 MiB free)
+  Vulkan0: NVIDIA GeForce RTX 4090 (24564 MiB, 23000 MiB free)
+  Vulkan1: AMD Radeon Graphics (RADV GFX1151) (65536 MiB, 61234 MiB free)
+""")
+    vulkan = [
+        VulkanGpu(0, "NVIDIA GeForce RTX 4090", "gpu", "cccc"),
+        VulkanGpu(1, "AMD Radeon Graphics (RADV GFX1151)", "igpu", "dddd"),
+    ]
+    devices, notes = resolve(listed, [], vulkan)
+    d = by_name(devices)
+    assert d["Vulkan1"].type == d["ROCm0"].type == "igpu"
+    assert d["ROCm0"].physical_id == d["Vulkan1"].physical_id != d["Vulkan0"].physical_id
+    assert "iGPU = Vulkan1 (AMD Radeon Graphics (RADV GFX1151))" in notes
+
+
+def test_same_backend_never_shares_even_with_a_repeated_uuid():
+    listed = parse_list_devices(
+        "Available devices:\n  Vulkan0: X (100 MiB, 1 MiB free)\n  Vulkan1: X (100 MiB, 1 MiB free)\n"
+    )
+    devices, _ = resolve(listed, [], [VulkanGpu(0, "Y", "gpu", "same"), VulkanGpu(1, "Z", "gpu", "same")])
+    assert devices[0].physical_id != devices[1].physical_id
+
+
+def test_lavapipe_absence_is_explained():
+    vulkan = parse_vulkaninfo_summary((FIXTURES / "lavapipe-vulkaninfo-summary.txt").read_text())
+    [reason] = absence_reasons(["CPU", "Vulkan"], set(), {}, vulkan, [])
+    assert "built ≠ present" in reason and "CPU-type (llvmpipe" in reason and "GGML_VK_VISIBLE_DEVICES=0" in reason
+    [hidden] = absence_reasons(["CPU", "Vulkan"], set(), {"GGML_VK_VISIBLE_DEVICES": ""}, vulkan, [])
+    assert "set and empty" in hidden
+    [cuda] = absence_reasons(["CPU", "CUDA"], set(), {}, vulkan, [])
+    assert "no NVIDIA GPU visible" in cuda
+    assert absence_reasons(["CPU", "CUDA"], set(), {"CUDA_VISIBLE_DEVICES": ""}, [], [])[0].endswith(
+        "CUDA_VISIBLE_DEVICES hides every CUDA device"
+    )
+    assert absence_reasons(["CPU", "Vulkan"], {"Vulkan"}, {}, vulkan, []) == []

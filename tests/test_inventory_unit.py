@@ -1,0 +1,32 @@
+from pathlib import Path
+
+from buildmgr.inventory import load, record_probe, summarize
+from buildmgr.probe import Device, ProbeResult
+from buildmgr.store import Build
+
+BUILD = Build("vulkan-1234abcd", Path("/p"), {"recipe": {"name": "vulkan", "backends": ["CPU", "Vulkan"]}})
+LAVAPIPE = Device("Vulkan0", "Vulkan", 0, "llvmpipe (LLVM 15.0.6, 256 bits)", 2048, 2048)
+
+
+def test_a_failed_probe_is_recorded_but_the_last_good_one_is_kept():
+    data = {"schema": 1, "builds": {}}
+    record_probe(data, BUILD, ProbeResult(True, (LAVAPIPE,), 0.1, "llama-bench", {"GGML_VK_VISIBLE_DEVICES": "0"}))
+    record_probe(data, BUILD, ProbeResult(False, (), 60.0, "llama-bench", {}, error="timed out after 60 s"))
+    entry = data["builds"]["vulkan-1234abcd"]
+    assert entry["probe"]["ok"] is False and entry["probe"]["error"] == "timed out after 60 s"
+    assert [d["name"] for d in entry["last_good"]["devices"]] == ["Vulkan0"]
+    summarize(data, [], [])
+    assert [d["name"] for d in data["devices"]] == ["Vulkan0"]
+    assert any("last probe failed (timed out after 60 s)" in n for n in data["notes"])
+
+
+def test_a_corrupt_inventory_is_moved_aside_and_reported(tmp_path: Path):
+    path = tmp_path / "host.json"
+    path.write_text('{"schema": 1, "builds": ')
+    warnings = []
+    assert load(path, warnings.append) == {"schema": 1, "builds": {}}
+    assert not path.exists() and len(list(tmp_path.glob("host.json.corrupt-*"))) == 1
+    assert "moved aside" in warnings[0]
+    path.write_text('{"schema": 99}')
+    load(path, warnings.append)
+    assert "unknown schema 99" in warnings[1]

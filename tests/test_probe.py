@@ -1,0 +1,78 @@
+"""Parsing what llama.cpp tools, vulkaninfo and nvidia-smi print: captured on real hosts, or constructed."""
+
+from pathlib import Path
+
+import pytest
+
+from buildmgr.errors import UserError
+from buildmgr.probe import parse_list_devices, parse_nvidia_smi_csv, parse_vulkaninfo_summary
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def names(text: str) -> list[str]:
+    return [d.name for d in parse_list_devices(text)]
+
+
+def test_h200_cuda_and_vulkan_with_stderr_noise():
+    devices = parse_list_devices((FIXTURES / "h200" / "list-devices.txt").read_text())
+    assert [(d.name, d.backend, d.index, d.description, d.memory_total_mib, d.memory_free_mib) for d in devices] == [
+        ("CUDA0", "CUDA", 0, "NVIDIA H200", 143155, 142612),
+        ("Vulkan0", "Vulkan", 0, "NVIDIA H200", 143771, 142612),
+    ]
+
+
+def test_h200_with_cuda_or_vulkan_hidden():
+    assert names((FIXTURES / "h200" / "list-devices-no-cuda.txt").read_text()) == ["Vulkan0"]
+    assert names((FIXTURES / "h200" / "list-devices-no-vulkan.txt").read_text()) == ["CUDA0"]
+
+
+def test_none():
+    assert parse_list_devices("Available devices:\n  (none)\n") == []
+
+
+def test_parentheses_in_descriptions_blas_rpc_and_many_backends():
+    text = """load_backend: loaded RPC backend
+Available devices:
+  ROCm0: AMD Radeon Graphics (65536 MiB, 60000 MiB free)
+  Vulkan0: NVIDIA GeForce RTX 4090 (24564 MiB, 23000 MiB free)
+  Vulkan1: AMD Radeon Graphics (RADV GFX1151) (65536 MiB, 61234 MiB free)
+  BLAS: OpenBLAS (0 MiB, 0 MiB free)
+  RPC0: 192.168.1.7:50052 (24000 MiB, 23000 MiB free)
+  SYCL0: Intel(R) Arc(TM) A770 Graphics (16225 MiB, 16225 MiB free)
+  MTL0: Apple M3 Max (98304 MiB, 98303 MiB free)
+  GPUOpenCL: QUALCOMM Adreno(TM) 750 (0 MiB, 0 MiB free)
+"""
+    devices = {d.name: d for d in parse_list_devices(text)}
+    assert list(devices) == ["ROCm0", "Vulkan0", "Vulkan1", "BLAS", "RPC0", "SYCL0", "MTL0", "GPUOpenCL"]
+    assert devices["Vulkan1"].description == "AMD Radeon Graphics (RADV GFX1151)"
+    assert devices["Vulkan1"].memory_total_mib == 65536 and devices["Vulkan1"].index == 1
+    assert devices["SYCL0"].description == "Intel(R) Arc(TM) A770 Graphics"
+    assert (devices["BLAS"].type, devices["BLAS"].index) == ("accel", None)
+    assert devices["RPC0"].description == "192.168.1.7:50052" and devices["RPC0"].type == "unknown"
+    assert devices["ROCm0"].type == "gpu" and devices["Vulkan0"].type == "unknown"  # Vulkan needs vulkaninfo
+    assert devices["GPUOpenCL"].index is None
+
+
+def test_noise_inside_the_block_is_skipped():
+    text = "Available devices:\n  Device 0: NVIDIA H200, compute capability 9.0, VMM: yes\n  CUDA0: NVIDIA H200 (1 MiB, 1 MiB free)\nggml_vulkan: Found 0 Vulkan devices:\n"
+    assert names(text) == ["CUDA0"]
+
+
+def test_no_block_is_a_user_error():
+    with pytest.raises(UserError, match="no 'Available devices:' block"):
+        parse_list_devices("version: 0.5.0-dev (build 0, commit 0c1e570)\n")
+
+
+def test_vulkaninfo_summary_of_lavapipe():
+    gpus = parse_vulkaninfo_summary((FIXTURES / "lavapipe-vulkaninfo-summary.txt").read_text())
+    assert [(g.index, g.name, g.type, g.uuid) for g in gpus] == [
+        (0, "llvmpipe (LLVM 15.0.6, 256 bits)", "cpu", "6d657361-3232-2e33-2e36-000000000000")
+    ]
+
+
+def test_nvidia_smi_csv_of_the_h200():
+    gpus = parse_nvidia_smi_csv((FIXTURES / "h200" / "nvidia-smi.csv").read_text())
+    assert [(g.index, g.name, g.uuid, g.pci_bus_id, g.memory_total_mib) for g in gpus] == [
+        (0, "NVIDIA H200", "1fdea520-81c5-69c8-0529-9a5edbbe6109", "00000000:00:06.0", 143771)
+    ]

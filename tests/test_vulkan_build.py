@@ -1,0 +1,97 @@
+"""A real Vulkan build, run and probed on Mesa's lavapipe (a CPU Vulkan driver).
+
+ci/test.sh provisions lavapipe, glslc and Vulkan headers new enough for the pinned source, and sets
+BUILDMGR_TEST_VULKAN_SDK; without it these tests are skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest import buildmgr, make_env
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not os.environ.get("BUILDMGR_TEST_VULKAN_SDK"), reason="run ci/test.sh to provision Vulkan"),
+]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("vulkan")
+
+
+def env_with(root: Path, **extra: str) -> dict[str, str]:
+    env = make_env(root, VULKAN_SDK=os.environ.get("BUILDMGR_TEST_VULKAN_SDK", ""))
+    env.pop("GGML_VK_VISIBLE_DEVICES", None)
+    return env | extra
+
+
+@pytest.fixture(scope="module")
+def built(root):
+    result = buildmgr(env_with(root, GGML_VK_VISIBLE_DEVICES="0"), "build", "vulkan")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def inventory(root: Path, **extra: str) -> dict:
+    result = buildmgr(env_with(root, **extra), "devices", "--refresh", "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_the_model_ran_on_lavapipe_during_the_smoke_run(root, built):
+    prefix = Path(buildmgr(env_with(root), "which", "vulkan").stdout.strip())
+    receipt = json.loads((prefix / "buildmgr-receipt.json").read_text())
+    assert receipt["recipe"]["backends"] == ["CPU", "Vulkan"]
+    assert receipt["smoke"]["devices"] == ["Vulkan0"]
+    on_vulkan = [c for c in receipt["smoke"]["checks"] if c["command"][-2:] == ["-dev", "Vulkan0"]]
+    assert on_vulkan and on_vulkan[0]["passed"] and on_vulkan[0]["detail"].startswith("on Vulkan0: pp16")
+    assert receipt["backend_versions"]["vulkan-headers"] >= "1.3.272"
+    assert "devices this build sees: Vulkan0" in built.stderr
+
+
+def test_lavapipe_is_named_typed_and_identified_when_made_visible(root, built):
+    data = inventory(root, GGML_VK_VISIBLE_DEVICES="0")
+    [device] = data["devices"]
+    assert device["name"] == "Vulkan0" and device["description"].startswith("llvmpipe (LLVM")
+    assert device["type"] == "cpu"  # vulkaninfo: PHYSICAL_DEVICE_TYPE_CPU
+    assert device["uuid"] and device["physical_id"] == f"uuid:{device['uuid']}"
+    [entry] = data["builds"].values()
+    assert entry["probe"]["env"] == {"GGML_VK_VISIBLE_DEVICES": "0"}
+
+
+def test_without_the_variable_llama_cpp_skips_lavapipe_and_says_why(root, built):
+    data = inventory(root)
+    [entry] = data["builds"].values()
+    assert entry["probe"]["ok"] and entry["probe"]["devices"] == []
+    [reason] = entry["absent"]
+    assert "Vulkan: built ≠ present" in reason and "CPU-type" in reason and "GGML_VK_VISIBLE_DEVICES=0" in reason
+    table = buildmgr(env_with(root), "devices")
+    assert "built ≠ present" in table.stdout and "CPU-type" in table.stdout
+
+
+def test_an_empty_variable_hides_every_vulkan_device(root, built):
+    [entry] = inventory(root, GGML_VK_VISIBLE_DEVICES="").get("builds").values()
+    assert "set and empty" in entry["absent"][0]
+
+
+def test_a_crashing_probe_is_recorded_and_the_last_good_result_kept(root, built):
+    inventory(root, GGML_VK_VISIBLE_DEVICES="0")
+    prefix = Path(buildmgr(env_with(root), "which", "vulkan").stdout.strip())
+    library = prefix / "lib" / "libggml-vulkan.so.0"
+    aside = library.with_name("moved-aside")
+    library.rename(aside)  # the binary can no longer start: the loader fails
+    try:
+        data = inventory(root, GGML_VK_VISIBLE_DEVICES="0")
+    finally:
+        aside.rename(library)
+    [entry] = data["builds"].values()
+    assert not entry["probe"]["ok"] and "exit 127" in entry["probe"]["error"]
+    assert "libggml-vulkan.so.0" in entry["probe"]["error"]
+    assert [d["name"] for d in entry["last_good"]["devices"]] == ["Vulkan0"]
+    assert [d["name"] for d in data["devices"]] == ["Vulkan0"]
+    assert any("last probe failed" in note for note in data["notes"])
