@@ -23,7 +23,7 @@ from buildmgr.install import install_targets
 from buildmgr.plan import BuildPlan
 from buildmgr.progress import Reporter
 from buildmgr.recipes import BASE_DEFINES
-from buildmgr.smoke import smoke_run, tiny_model
+from buildmgr.smoke import SmokeResult, smoke_run, tiny_model
 
 TAIL_LINES = 20
 # Binaries find their libraries next to them (build tree) or in ../lib (prefix): no LD_LIBRARY_PATH.
@@ -135,6 +135,28 @@ def _prove_backends(plan: BuildPlan, reply: Reply, log: Path) -> None:
         raise BuildFailed("configure did not produce the requested build: " + "; ".join(problems), log=log)
 
 
+def _smoke(plan: BuildPlan, staging: Path, dirs: Dirs, log: Path, reporter: Reporter) -> SmokeResult:
+    """Run the staged build; raise (so nothing is published) unless every check passed."""
+    result = smoke_run(staging, plan.source.short_commit, tiny_model(dirs.cache))
+    with open(log, "a", encoding="utf-8") as handle:
+        handle.writelines(f"smoke: {shlex.join(c.command)} -> {c.returncode}: {c.detail}\n" for c in result.checks)
+    for check in result.checks:
+        what = " ".join(check.command[:2]) if "--version" in check.command else check.command[0]
+        reporter.say(f"  {'✓' if check.passed else '✗'} {what}: {check.detail[:120]}")
+    if result.passed:
+        return result
+    failed = result.failures[0] if result.failures else None
+    if failed is None:
+        raise BuildFailed("smoke run failed (no llama tools in the prefix); the build was not published", log=log)
+    last = failed.detail.splitlines()[-1][:160] if failed.detail else "no output"
+    raise BuildFailed(
+        f"smoke run failed ({' '.join(failed.command[:2])}: exit {failed.returncode}, {last}); "
+        "the build was not published",
+        log=log,
+        tail=tuple(failed.detail.splitlines()[-TAIL_LINES:]),
+    )
+
+
 def _host() -> dict[str, object]:
     return {
         "hostname": socket.gethostname(),
@@ -174,7 +196,7 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter) -> store.Build:
                 reply = read_reply(build_dir)
                 _prove_backends(plan, reply, log)
             targets = tuple(dict.fromkeys(plan.targets + proof.backend_targets(reply, plan.recipe.backends)))
-            with reporter.phase("build", f"{', '.join(plan.targets)} with -j{plan.jobs}"):
+            with reporter.phase("build", f"{', '.join(plan.targets)} with -j{plan.jobs}", spinner=False):
                 command = [
                     str(plan.toolchain.cmake.path),
                     "--build",
@@ -191,26 +213,7 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter) -> store.Build:
             with reporter.phase("install"):
                 install_targets(reply, plan.source.path, build_dir, targets, staging)
             with reporter.phase("smoke"):
-                result = smoke_run(staging, plan.source.short_commit, tiny_model(dirs.cache))
-                with open(log, "a", encoding="utf-8") as handle:
-                    for check in result.checks:
-                        handle.write(f"smoke: {shlex.join(check.command)} -> {check.returncode}: {check.detail}\n")
-                for check in result.checks:
-                    reporter.say(
-                        f"  {'✓' if check.passed else '✗'} {' '.join(check.command[:2])}: {check.detail[:120]}"
-                    )
-                if not result.passed:
-                    failed = result.failures[0] if result.failures else None
-                    what = (
-                        f"{' '.join(failed.command[:2])}: exit {failed.returncode}, {failed.detail.splitlines()[-1][:160] if failed.detail else 'no output'}"
-                        if failed
-                        else "no tools to run"
-                    )
-                    raise BuildFailed(
-                        f"smoke run failed ({what}); the build was not published",
-                        log=log,
-                        tail=tuple(failed.detail.splitlines()[-TAIL_LINES:]) if failed else (),
-                    )
+                result = _smoke(plan, staging, dirs, log, reporter)
             receipt = {
                 "schema": store.RECEIPT_SCHEMA,
                 "id": plan.build_id,

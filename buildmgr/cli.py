@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -53,17 +54,21 @@ def cmd_build(args: argparse.Namespace, dirs: Dirs) -> int:
     request = BuildRequest(args.recipe, args.sm, args.gfx, args.source, args.jobs, tuple(args.define))
     build_plan = resolve(request, dirs)
     prefix = build_plan.prefix(dirs.builds)
-    if not args.rebuild and store.read_receipt(prefix) is not None:
+    up_to_date = not args.rebuild and store.read_receipt(prefix) is not None
+    if up_to_date:
         _err().print(f"up to date: {build_plan.build_id} ({prefix}); --rebuild to build again")
-        return 0
-    if not build_plan.toolchain.ccache.found:
-        _err().print("[yellow]ccache not found: building without a compile cache (apt-get install ccache)[/]")
-    build = builder.execute(build_plan, dirs, Reporter())
-    _probe_after_build(dirs, build)
+    else:
+        if not build_plan.toolchain.ccache.found:
+            _err().print("[yellow]ccache not found: building without a compile cache (apt-get install ccache)[/]")
+        build = builder.execute(build_plan, dirs, Reporter())
+        devices = _probe_after_build(dirs, build)
+    if args.json:
+        result = {"id": build_plan.build_id, "prefix": str(prefix), "up_to_date": up_to_date}
+        print(json.dumps(result | ({} if up_to_date else {"devices": devices}), indent=2))
     return 0
 
 
-def _probe_after_build(dirs: Dirs, build) -> None:
+def _probe_after_build(dirs: Dirs, build) -> list[str]:
     from buildmgr import inventory
 
     data = inventory.refresh(dirs, [build], warn=lambda m: _err().print(m, markup=False, style="yellow"))
@@ -72,6 +77,7 @@ def _probe_after_build(dirs: Dirs, build) -> None:
     _err().print(f"devices this build sees: {', '.join(names) or '(none besides the CPU)'}", markup=False)
     for reason in entry.get("absent", []):
         _err().print(f"  {reason}", markup=False)
+    return names
 
 
 def cmd_list(args: argparse.Namespace, dirs: Dirs) -> int:
@@ -181,24 +187,29 @@ def cmd_doctor(args: argparse.Namespace, dirs: Dirs) -> int:
     from buildmgr.options import host_facts
 
     host = host_facts()
-    table = _table("check", "ok", "found", "fix")
-    for tool in host.toolchain.tools().values():
-        fix = "" if tool.found else toolchain.INSTALL_HINTS.get(tool.name, "")
-        table.add_row(
+    checks = [
+        backends.Check(
+            "build",
             tool.name,
-            "[green]yes[/]" if tool.found else "[red]no[/]",
-            escape(f"{tool.version or 'not found'} {tool.path or ''}"),
-            escape(fix),
+            tool.found,
+            f"{tool.version or 'not found'} {tool.path or ''}".strip(),
+            "" if tool.found else toolchain.INSTALL_HINTS.get(tool.name, ""),
         )
-    report = backends.inspect(backends.known_backends(), host)
-    for check in report.checks:
-        table.add_row(
-            f"{check.backend}: {check.what}",
-            "[green]yes[/]" if check.ok else "[red]no[/]",
-            escape(check.found),
-            "" if check.ok else escape(check.fix),
-        )
-    _out().print(table)
+        for tool in host.toolchain.tools().values()
+    ]
+    checks += backends.inspect(backends.known_backends(), host).checks
+    if args.json:
+        print(json.dumps({"checks": [dataclasses.asdict(c) for c in checks]}, indent=2))
+    else:
+        table = _table("check", "ok", "found", "fix")
+        for check in checks:
+            table.add_row(
+                f"{check.backend}: {check.what}",
+                "[green]yes[/]" if check.ok else "[red]no[/]",
+                escape(check.found),
+                "" if check.ok else escape(check.fix),
+            )
+        _out().print(table)
     basics = toolchain.problems(host.toolchain, ("cc", "c++"))
     return 1 if basics else 0
 
@@ -322,6 +333,7 @@ def _parser() -> argparse.ArgumentParser:
         help="an extra CMake define (part of the build's identity); GGML_*/LLAMA_* ones must exist",
     )
     p.add_argument("--rebuild", action="store_true", help="build even if the identical prefix exists")
+    p.add_argument("--json", action="store_true", help="print the build id, prefix and devices seen as JSON")
     p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("list", help="installed builds")
@@ -349,7 +361,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_recipes)
 
-    p = sub.add_parser("doctor", help="toolchain report")
+    p = sub.add_parser("doctor", help="every toolchain check for every backend, with fixes")
+    p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("devices", help="the devices each build really sees on this host, grouped by physical card")

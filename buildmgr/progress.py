@@ -54,14 +54,21 @@ class Reporter:
     def say(self, message: str) -> None:
         self.console.print(message)
 
+    @property
+    def interactive(self) -> bool:
+        return self.console.is_terminal and not self.in_ci
+
     @contextlib.contextmanager
-    def phase(self, name: str, detail: str = "") -> Iterator[None]:
+    def phase(self, name: str, detail: str = "", spinner: bool = True) -> Iterator[None]:
+        """A timed step; in a terminal a spinner shows it is alive (the build phase has its own bar)."""
         if self.github:
             print(f"::group::{name} {detail}".rstrip(), flush=True)
         self.console.print(f"[bold]▸ {name}[/] {detail}".rstrip())
         start = time.monotonic()
+        alive = self.console.status(f"{name} …") if spinner and self.interactive else contextlib.nullcontext()
         try:
-            yield
+            with alive:
+                yield
         except BaseException:
             self.timings[name] = round(time.monotonic() - start, 3)
             self.console.print(f"  [red]✗[/] {name} {self.timings[name]:.1f} s")
@@ -76,7 +83,7 @@ class Reporter:
     def ninja_bar(self) -> Iterator[Callable[[str], None]]:
         """Yields `feed(line)`: every line of the build's output goes through it."""
         counter = NinjaCounter()
-        interactive = self.console.is_terminal and not self.in_ci
+        interactive = self.interactive
         progress = Progress(
             TextColumn("  build"),
             BarColumn(),

@@ -65,7 +65,8 @@ def find(dirs: Dirs, ref: str) -> Build:
     exact = [b for b in builds if b.id == ref]
     if exact:
         return exact[0]
-    of_recipe = [b for b in builds if b.recipe == ref]
+    recipe = "+".join(sorted(set(ref.split("+"))))  # vulkan+cuda names the cuda+vulkan builds
+    of_recipe = [b for b in builds if b.recipe == recipe]
     if of_recipe:
         return of_recipe[-1]
     known = ", ".join(b.id for b in builds) or "none; run 'buildmgr build' first"

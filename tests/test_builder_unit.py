@@ -85,3 +85,61 @@ def test_default_jobs_respects_memory_per_job():
     assert parse_jobs("3", 2, 1, 2.0) == 3
     with pytest.raises(UserError):
         parse_jobs("0", 2, 1, 2.0)
+
+
+def test_generated_flags_for_hip_and_cuda_arches():
+    from buildmgr.backends import hip
+    from buildmgr.config import resource_path
+    from buildmgr.plan import Arch
+    from buildmgr.recipes import compose, load_recipes
+
+    recipes = load_recipes(resource_path("recipes"))
+    value, label = hip.parse_gfx("gfx1151,gfx1100")
+    plan = make_plan(
+        compose("hip", recipes),
+        SOURCE,
+        toolchain(),
+        2,
+        Arch((("GPU_TARGETS", value),), label),
+        {"rocm": "6.2.0"},
+        {"CMAKE_HIP_COMPILER": "/opt/rocm/llvm/bin/clang"},
+    )
+    command = configure_command(plan, Path("/b"))
+    assert {
+        "-DGGML_HIP=ON",
+        "-DGPU_TARGETS=gfx1100;gfx1151",
+        "-DCMAKE_HIP_COMPILER=/opt/rocm/llvm/bin/clang",
+        "-DCMAKE_HIP_COMPILER_LAUNCHER=/usr/bin/ccache",
+    } <= set(command)
+    assert plan.build_id.startswith("hip-gfx1100_gfx1151-")
+    other_rocm = make_plan(
+        compose("hip", recipes),
+        SOURCE,
+        toolchain(),
+        2,
+        Arch((("GPU_TARGETS", value),), label),
+        {"rocm": "6.3.0"},
+        {"CMAKE_HIP_COMPILER": "/elsewhere/clang"},
+    )
+    assert other_rocm.digest != plan.digest  # tool versions are identity; tool paths are not
+    same_rocm = make_plan(
+        compose("hip", recipes),
+        SOURCE,
+        toolchain(),
+        2,
+        Arch((("GPU_TARGETS", value),), label),
+        {"rocm": "6.2.0"},
+        {"CMAKE_HIP_COMPILER": "/elsewhere/clang"},
+    )
+    assert same_rocm.digest == plan.digest
+
+    cuda = make_plan(
+        compose("vulkan+cuda", recipes),
+        SOURCE,
+        toolchain(),
+        2,
+        Arch((("CMAKE_CUDA_ARCHITECTURES", "86-real;89"),), "sm86_89"),
+    )
+    command = configure_command(cuda, Path("/b"))
+    assert {"-DGGML_CUDA=ON", "-DGGML_VULKAN=ON", "-DCMAKE_CUDA_ARCHITECTURES=86-real;89"} <= set(command)
+    assert cuda.build_id.startswith("cuda+vulkan-sm86_89-")

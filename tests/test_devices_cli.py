@@ -1,0 +1,59 @@
+"""`buildmgr devices --parse`: captured output from any host → the SPEC's device JSON."""
+
+import json
+from pathlib import Path
+
+from conftest import assert_user_error, buildmgr
+
+H200 = Path(__file__).parent / "fixtures" / "h200"
+LAVAPIPE = Path(__file__).parent / "fixtures" / "lavapipe-vulkaninfo-summary.txt"
+CONTRACT_KEYS = {
+    "name",
+    "backend",
+    "index",
+    "description",
+    "memory_total_mib",
+    "memory_free_mib",
+    "type",
+    "physical_id",
+}
+
+
+def test_h200_capture_parses_to_the_contract(tmp_env):
+    result = buildmgr(
+        tmp_env,
+        "devices",
+        "--parse",
+        str(H200 / "list-devices.txt"),
+        "--nvidia-smi",
+        str(H200 / "nvidia-smi.csv"),
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr
+    devices = json.loads(result.stdout)["devices"]
+    assert all(CONTRACT_KEYS <= set(d) for d in devices)
+    cuda, vulkan = devices
+    assert (cuda["name"], cuda["memory_total_mib"], cuda["memory_free_mib"]) == ("CUDA0", 143155, 142612)
+    assert (vulkan["name"], vulkan["memory_total_mib"]) == ("Vulkan0", 143771)
+    assert cuda["physical_id"] == vulkan["physical_id"] == "uuid:1fdea520-81c5-69c8-0529-9a5edbbe6109"
+
+
+def test_table_names_both_aliases(tmp_env):
+    result = buildmgr(tmp_env, "devices", "--parse", str(H200 / "list-devices.txt"))
+    assert result.returncode == 0 and "NVIDIA H200 (CUDA0, Vulkan0)" in result.stdout
+
+
+def test_vulkaninfo_capture_types_the_device(tmp_path, tmp_env):
+    listed = tmp_path / "list.txt"
+    listed.write_text("Available devices:\n  Vulkan0: llvmpipe (LLVM 15.0.6, 256 bits) (2048 MiB, 2048 MiB free)\n")
+    result = buildmgr(tmp_env, "devices", "--parse", str(listed), "--vulkaninfo", str(LAVAPIPE), "--json")
+    [device] = json.loads(result.stdout)["devices"]
+    assert device["type"] == "cpu" and device["uuid"] == "6d657361-3232-2e33-2e36-000000000000"
+
+
+def test_files_without_a_device_block_or_missing_are_user_errors(tmp_path, tmp_env):
+    assert_user_error(
+        buildmgr(tmp_env, "devices", "--parse", str(H200 / "nvidia-smi.csv"), "--json"), "no 'Available devices:' block"
+    )
+    assert_user_error(buildmgr(tmp_env, "devices", "--parse", str(tmp_path / "nope.txt")), "cannot read --parse file")
+    assert not (tmp_path / "data").exists()
