@@ -25,14 +25,16 @@ from rich.table import Table
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from buildmgr.cmake import find_cmake  # noqa: E402
+from buildmgr.cmake import find_cmake
 
 console = Console(stderr=True)
 
 
 def timed(command: list[str], env: dict[str, str], cwd: Path | None = None) -> float:
     start = time.monotonic()
-    result = subprocess.run(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    result = subprocess.run(
+        command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False
+    )
     elapsed = time.monotonic() - start
     if result.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{result.stderr[-3000:]}")
@@ -98,7 +100,9 @@ def main() -> None:
         ("buildmgr build cpu when the prefix exists (no-op, median of 5)", noop, f"{cold / noop:.0f}× faster than cold")
     )
 
-    prefix = Path(subprocess.run([*buildmgr, "which", "cpu"], env=env, capture_output=True, text=True).stdout.strip())
+    prefix = Path(
+        subprocess.run([*buildmgr, "which", "cpu"], env=env, capture_output=True, text=True, check=True).stdout.strip()
+    )
     bare = statistics.median(timed([str(prefix / "bin" / "llama-bench"), "--list-devices"], env) for _ in range(5))
     rows.append(("llama-bench --list-devices alone (median of 5)", bare, "the probe's floor"))
     refresh = statistics.median(timed([*buildmgr, "devices", "--refresh"], env, REPO) for _ in range(5))

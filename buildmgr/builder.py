@@ -10,7 +10,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from buildmgr import __version__, proof, source, store
@@ -167,7 +167,7 @@ def _host() -> dict[str, object]:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter) -> store.Build:
@@ -175,7 +175,7 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter) -> store.Build:
     prefix = plan.prefix(dirs.builds)
     build_dir = dirs.build_trees / plan.build_id
     dirs.logs.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     log = dirs.logs / f"{plan.build_id}-{stamp}.log"
     statslog = dirs.logs / f"{plan.build_id}-{stamp}.ccache-stats"
     with locked(store.build_lock(dirs, plan.build_id)):

@@ -237,7 +237,7 @@ def cmd_devices(args: argparse.Namespace, dirs: Dirs) -> int:
         else:
             _devices_table({"devices": data["devices"], "builds": {}, "notes": notes})
         return 0
-    warn = lambda message: _err().print(message, markup=False, style="yellow")  # noqa: E731
+    warn = lambda message: _err().print(message, markup=False, style="yellow")
     path = inventory.path_for(dirs)
     data = None if args.refresh else inventory.load(path, warn) if path.exists() else None
     builds = store.installed(dirs)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +32,20 @@ def find_cmake(minimum: str) -> Program | None:
 
 def find_ninja(minimum: str) -> Program | None:
     return _best(get_ninja_programs(), minimum)
+
+
+def candidate_paths() -> list[Path]:
+    """Every cmake and ninja that find_cmake/find_ninja may pick: if none changed, neither did the result."""
+    candidates = [Path(shutil.which(name) or "") for name in ("cmake3", "cmake", "ninja-build", "ninja")]
+    with contextlib.suppress(ImportError):
+        from cmake import CMAKE_BIN_DIR
+
+        candidates.append(Path(CMAKE_BIN_DIR) / "cmake")
+    with contextlib.suppress(ImportError):
+        from ninja import BIN_DIR
+
+        candidates.append(Path(BIN_DIR) / "ninja")
+    return [path for path in candidates if path.name]
 
 
 def request_reply(build_dir: Path) -> None:

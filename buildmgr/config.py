@@ -58,6 +58,10 @@ class Dirs:
         return self.cache / "logs"
 
     @property
+    def toolchain_cache(self) -> Path:
+        return self.cache / "toolchain.json"
+
+    @property
     def git(self) -> Path:
         return self.cache / "git"
 

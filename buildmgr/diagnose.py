@@ -49,7 +49,7 @@ SIGNATURES = (
         "out-of-memory",
         re.compile(
             r"Killed signal terminated program|fatal error: Killed|virtual memory exhausted|cannot allocate memory",
-            re.I,
+            re.IGNORECASE,
         ),
         "the compiler was killed, most likely out of memory: build again with fewer jobs, e.g. --jobs 1",
     ),

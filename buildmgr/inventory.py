@@ -14,7 +14,7 @@ import shutil
 import socket
 import subprocess
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from buildmgr import identity, store
@@ -40,7 +40,7 @@ def path_for(dirs: Dirs) -> Path:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _capture(command: list[str]) -> str:
@@ -104,7 +104,7 @@ def load(path: Path, warn=lambda message: None) -> dict:
         return {"schema": SCHEMA, "builds": {}}
     except (OSError, ValueError) as err:
         problem = str(err)
-    aside = path.with_name(f"{path.name}.corrupt-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}")
+    aside = path.with_name(f"{path.name}.corrupt-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}")
     os.replace(path, aside)
     warn(f"inventory {path} was unreadable ({problem}); moved aside to {aside}")
     return {"schema": SCHEMA, "builds": {}}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import platform
 from dataclasses import dataclass
+from pathlib import Path
 
 from buildmgr import backends, source, toolchain
 from buildmgr.backends import cpu, cuda, hip
@@ -32,9 +33,12 @@ def all_recipes(dirs: Dirs) -> dict[str, Recipe]:
     return load_recipes(resource_path("recipes"), dirs.user_recipes)
 
 
-def host_facts(environ: dict[str, str] | None = None) -> backends.Host:
+def host_facts(environ: dict[str, str] | None = None, toolchain_cache: Path | None = None) -> backends.Host:
     return backends.Host(
-        dict(os.environ if environ is None else environ), platform.system(), platform.machine(), toolchain.detect()
+        dict(os.environ if environ is None else environ),
+        platform.system(),
+        platform.machine(),
+        toolchain.detect(toolchain_cache),
     )
 
 
@@ -79,7 +83,7 @@ def resolve(request: BuildRequest, dirs: Dirs, environ: dict[str, str] | None = 
     recipe = with_defines(compose(request.recipe, all_recipes(dirs)), parse_defines(request.defines))
     check_arch_flags(recipe, request)
     spec = source.parse_source_spec(request.source)
-    host = host_facts(environ)
+    host = host_facts(environ, dirs.toolchain_cache)
     cpu.check_defines(dict(recipe.defines), host.machine)
     gib_per_job = backends.gib_per_job(recipe.backends)
     jobs = parse_jobs(request.jobs, os.cpu_count() or 1, available_gib(), gib_per_job)
@@ -96,4 +100,5 @@ def resolve(request: BuildRequest, dirs: Dirs, environ: dict[str, str] | None = 
     ensure_writable(dirs.data, hint)
     ensure_writable(dirs.cache, hint)
     tree = source.pinned_tree(source.load_pin(), dirs) if spec.kind == "pinned" else source.resolve_source(spec, dirs)
+    toolchain.remember(host.toolchain, dirs.toolchain_cache)
     return make_plan(recipe, tree, host.toolchain, jobs, arch, report.versions, report.host_defines)

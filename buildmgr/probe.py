@@ -91,9 +91,9 @@ _VK_TYPES = {
 def parse_vulkaninfo_summary(text: str) -> list[VulkanGpu]:
     """`vulkaninfo --summary` → one record per GPUn block."""
     gpus: list[VulkanGpu] = []
-    blocks = re.split(r"^GPU(\d+):\s*$", text, flags=re.M)
+    blocks = re.split(r"^GPU(\d+):\s*$", text, flags=re.MULTILINE)
     for number, body in zip(blocks[1::2], blocks[2::2]):
-        fields = dict(re.findall(r"^\s*(\w+)\s*=\s*(.*?)\s*$", body, flags=re.M))
+        fields = dict(re.findall(r"^\s*(\w+)\s*=\s*(.*?)\s*$", body, flags=re.MULTILINE))
         uuid = fields.get("deviceUUID")
         gpus.append(
             VulkanGpu(

@@ -177,7 +177,7 @@ def safe_extract(archive: Path, subdir: str, dest: Path) -> None:
     Every entry is checked before anything is written; dest must not exist yet.
     """
     try:
-        tar = tarfile.open(archive, "r:*")
+        tar = tarfile.open(archive, "r:*")  # noqa: SIM115 (closed by `with tar` below; open errors get their own line)
     except (OSError, tarfile.TarError) as err:
         raise UserError(f"{archive}: not a readable tar archive ({err})") from None
     with tar:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from buildmgr import cmake
 from buildmgr.errors import UserError
+from buildmgr.fsutil import atomic_write_text
 
 MIN_CMAKE = "3.18"
 MIN_NINJA = "1.10"
@@ -42,6 +46,7 @@ class Toolchain:
     cc: Tool
     cxx: Tool
     ccache: Tool
+    fingerprint: str = ""  # stamps of the programs behind it; see programs_fingerprint
 
     def tools(self) -> dict[str, Tool]:
         return {t.name: t for t in (self.cmake, self.ninja, self.cc, self.cxx, self.ccache)}
@@ -71,16 +76,58 @@ def _program(name: str, command: str) -> Tool:
     return Tool(name, path, version) if version else Tool(name)
 
 
-def detect() -> Toolchain:
+def _compilers() -> tuple[str, str]:
+    return os.environ.get("CC") or "cc", os.environ.get("CXX") or "c++"
+
+
+def programs_fingerprint() -> str:
+    """Path, size and mtime of every program detect() would run: while these stay, so do the versions."""
+    stamps = []
+    for path in [*map(str, cmake.candidate_paths()), *(shutil.which(c) or c for c in (*_compilers(), "ccache"))]:
+        real = os.path.realpath(path)
+        try:
+            stat = os.stat(real)
+        except OSError:
+            stamps.append([path, None])
+            continue
+        stamps.append([path, real, stat.st_size, stat.st_mtime_ns])
+    return hashlib.sha256(json.dumps(stamps).encode()).hexdigest()
+
+
+def _load(cache_file: Path, fingerprint: str) -> Toolchain | None:
+    try:
+        data = json.loads(cache_file.read_text(encoding="utf-8"))
+        if data.get("fingerprint") != fingerprint:
+            return None
+        tools = {name: Tool(**fields) for name, fields in data["tools"].items()}
+        return Toolchain(tools["cmake"], tools["ninja"], tools["cc"], tools["c++"], tools["ccache"], fingerprint)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def detect(cache_file: Path | None = None) -> Toolchain:
+    """Find and version every tool. With a cache file whose fingerprint still matches, run nothing."""
+    fingerprint = programs_fingerprint()
+    cached = _load(cache_file, fingerprint) if cache_file else None
+    if cached:
+        return cached
     found_cmake = cmake.find_cmake(MIN_CMAKE)
     found_ninja = cmake.find_ninja(MIN_NINJA)
+    cc, cxx = _compilers()
     return Toolchain(
         cmake=Tool("cmake", str(found_cmake.path), found_cmake.version) if found_cmake else Tool("cmake"),
         ninja=Tool("ninja", str(found_ninja.path), found_ninja.version) if found_ninja else Tool("ninja"),
-        cc=_program("cc", os.environ.get("CC") or "cc"),
-        cxx=_program("c++", os.environ.get("CXX") or "c++"),
+        cc=_program("cc", cc),
+        cxx=_program("c++", cxx),
         ccache=_program("ccache", "ccache"),
+        fingerprint=fingerprint,
     )
+
+
+def remember(toolchain: Toolchain, cache_file: Path) -> None:
+    """Keep what detect() found, so that a no-op build starts no program at all."""
+    if _load(cache_file, toolchain.fingerprint) != toolchain:
+        atomic_write_text(cache_file, json.dumps({"fingerprint": toolchain.fingerprint, "tools": toolchain.to_json()}))
 
 
 def problems(toolchain: Toolchain, required: tuple[str, ...]) -> list[str]:

@@ -78,7 +78,7 @@ def test_tools_run_from_the_prefix_and_ignore_other_builds_on_ld_library_path(en
     assert result.returncode == 0
     assert f"commit {COMMIT})" in result.stdout + result.stderr
     cli = Path(buildmgr(env, "which", "cpu", "llama-cli").stdout.strip())
-    dynamic = subprocess.run(["readelf", "-d", str(cli)], capture_output=True, text=True).stdout
+    dynamic = subprocess.run(["readelf", "-d", str(cli)], capture_output=True, text=True, check=True).stdout
     assert "Library rpath: [$ORIGIN/../lib:$ORIGIN]" in dynamic  # DT_RPATH: searched before LD_LIBRARY_PATH
     for name in ("libllama.so.0", "libggml.so.0", "libggml-base.so.0"):
         (tmp_path / name).write_bytes(b"not a library")  # what another build's lib dir could shadow
@@ -139,6 +139,23 @@ def test_same_build_again_is_a_no_op(env, first_build):
         "prefix": str(Path(buildmgr(env, "which", "cpu").stdout.strip())),
         "up_to_date": True,
     }
+
+
+NO_PROGRAMS = """
+import subprocess, sys
+def refuse(self, args, *rest, **kwargs):
+    raise AssertionError(f"the no-op started {args!r}")
+subprocess.Popen.__init__ = refuse
+from buildmgr.cli import main
+sys.exit(main(["build", "cpu"]))
+"""
+
+
+def test_the_no_op_starts_no_program(env, first_build):
+    """Not cmake, not the compilers: the toolchain found by the first build is remembered."""
+    result = subprocess.run([sys.executable, "-c", NO_PROGRAMS], env=env, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "up to date" in result.stderr
 
 
 def test_fresh_build_dir_with_warm_cache_hits_ccache(env, first_build):

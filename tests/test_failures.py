@@ -57,7 +57,7 @@ def test_git_url_at_ref_clones_and_builds_that_commit(tmp_path: Path, tmp_env):
     (repo / "tool.c").write_text(BROKEN)
     subprocess.run([*git, "-C", str(repo), "commit", "-q", "-am", "second, broken"], check=True)
     first = subprocess.run(
-        ["git", "-C", str(repo), "rev-parse", "HEAD~1"], capture_output=True, text=True
+        ["git", "-C", str(repo), "rev-parse", "HEAD~1"], capture_output=True, text=True, check=True
     ).stdout.strip()
 
     at_first = buildmgr(tmp_env, "build", "--source", f"{repo}@{first}")

@@ -1,3 +1,5 @@
+import itertools
+
 from buildmgr.progress import NinjaCounter, parse_ninja_status
 
 
@@ -28,7 +30,7 @@ def test_nested_external_project_counters_never_move_the_bar_back():
         counter.feed(line)
         seen.append((counter.done, counter.total))
     assert seen == [(1, 120), (2, 120), (2, 120), (2, 120), (3, 120), (3, 120), (40, 120), (40, 120)]
-    assert all(a[0] <= b[0] for a, b in zip(seen, seen[1:]))
+    assert all(a[0] <= b[0] for a, b in itertools.pairwise(seen))
 
 
 def test_a_growing_outer_total_is_followed():

@@ -1,0 +1,56 @@
+"""Toolchain detection runs every tool once; later, while no program changed, it runs none."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from buildmgr import toolchain
+
+
+def refuse_programs(monkeypatch) -> None:
+    def refuse(self, args, *rest, **kwargs):
+        raise AssertionError(f"started {args!r}")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+
+
+def test_a_remembered_toolchain_starts_no_program(tmp_path, monkeypatch):
+    cache = tmp_path / "toolchain.json"
+    found = toolchain.detect(cache)
+    assert found.cmake.found and found.cc.found
+    toolchain.remember(found, cache)
+    refuse_programs(monkeypatch)
+    assert toolchain.detect(cache) == found
+
+
+def test_a_changed_compiler_is_detected_again(tmp_path, monkeypatch):
+    fake_cc = tmp_path / "bin" / "fake-cc"
+    fake_cc.parent.mkdir()
+    fake_cc.write_text("#!/bin/sh\necho 'fake-cc 1.0'\n")
+    fake_cc.chmod(fake_cc.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("CC", str(fake_cc))
+    cache = tmp_path / "toolchain.json"
+    first = toolchain.detect(cache)
+    assert first.cc.version == "fake-cc 1.0"
+    toolchain.remember(first, cache)
+
+    fake_cc.write_text("#!/bin/sh\necho 'fake-cc 2.0 (upgraded)'\n")
+    os.utime(fake_cc, ns=(0, fake_cc.stat().st_mtime_ns + 10**9))
+    assert toolchain.detect(cache).cc.version == "fake-cc 2.0 (upgraded)"
+
+
+@pytest.mark.parametrize("content", ["", "{not json", '{"fingerprint": "x", "tools": {}}', "[]"])
+def test_an_unreadable_or_stale_cache_means_detecting_again(tmp_path, content):
+    cache = tmp_path / "toolchain.json"
+    cache.write_text(content)
+    assert toolchain.detect(cache).cmake.found
+
+
+def test_no_cache_file_is_written_by_detect(tmp_path):
+    toolchain.detect(tmp_path / "toolchain.json")
+    assert list(Path(tmp_path).iterdir()) == []
