@@ -10,6 +10,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -170,14 +171,55 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+@dataclass(frozen=True)
+class Configured:
+    """A build tree that configure produced and the File API reply proved: the requested backends are in."""
+
+    build_dir: Path
+    log: Path
+    targets: tuple[str, ...]  # the recipe's tools plus each backend's ggml target
+
+
+def _log_paths(plan: BuildPlan, dirs: Dirs) -> tuple[Path, Path]:
+    dirs.logs.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    return dirs.logs / f"{plan.build_id}-{stamp}.log", dirs.logs / f"{plan.build_id}-{stamp}.ccache-stats"
+
+
+def _configure(plan: BuildPlan, dirs: Dirs, reporter: Reporter, log: Path, env: dict[str, str]) -> Reply:
+    build_dir = dirs.build_trees / plan.build_id
+    with reporter.phase("fetch"):
+        source.materialize(plan.source, dirs)
+    with reporter.phase("configure"):
+        build_dir.mkdir(parents=True, exist_ok=True)
+        request_reply(build_dir)
+        if _run_logged(configure_command(plan, build_dir), log, env) != 0:
+            raise _fail("configure failed", log)
+        reply = read_reply(build_dir)
+        _prove_backends(plan, reply, log)
+    return reply
+
+
+def configure_only(plan: BuildPlan, dirs: Dirs, reporter: Reporter) -> Configured:
+    """Preflight, configure and proof without compiling: minutes of nvcc saved when a flag is wrong."""
+    build_dir = dirs.build_trees / plan.build_id
+    log, statslog = _log_paths(plan, dirs)
+    with locked(store.build_lock(dirs, plan.build_id)):
+        reporter.say(f"configuring [bold]{plan.build_id}[/] from {plan.source.origin}; log: {log}")
+        try:
+            reply = _configure(plan, dirs, reporter, log, build_env(plan, dirs, build_dir, statslog))
+        finally:
+            statslog.unlink(missing_ok=True)
+    targets = tuple(dict.fromkeys(plan.targets + proof.backend_targets(reply, plan.recipe.backends)))
+    reporter.say(f"[green]configured[/] {plan.build_id} in {build_dir}: {', '.join(plan.recipe.backends)} proven")
+    return Configured(build_dir, log, targets)
+
+
 def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter) -> store.Build:
     """Run the whole pipeline; the prefix appears only if every stage passed."""
     prefix = plan.prefix(dirs.builds)
     build_dir = dirs.build_trees / plan.build_id
-    dirs.logs.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-    log = dirs.logs / f"{plan.build_id}-{stamp}.log"
-    statslog = dirs.logs / f"{plan.build_id}-{stamp}.ccache-stats"
+    log, statslog = _log_paths(plan, dirs)
     with locked(store.build_lock(dirs, plan.build_id)):
         started, clock = _now(), time.monotonic()
         reporter.say(
@@ -185,16 +227,8 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter) -> store.Build:
         )
         staging = None
         try:
-            with reporter.phase("fetch"):
-                source.materialize(plan.source, dirs)
             env = build_env(plan, dirs, build_dir, statslog)
-            with reporter.phase("configure"):
-                build_dir.mkdir(parents=True, exist_ok=True)
-                request_reply(build_dir)
-                if _run_logged(configure_command(plan, build_dir), log, env) != 0:
-                    raise _fail("configure failed", log)
-                reply = read_reply(build_dir)
-                _prove_backends(plan, reply, log)
+            reply = _configure(plan, dirs, reporter, log, env)
             targets = tuple(dict.fromkeys(plan.targets + proof.backend_targets(reply, plan.recipe.backends)))
             with reporter.phase("build", f"{', '.join(plan.targets)} with -j{plan.jobs}", spinner=False):
                 command = [

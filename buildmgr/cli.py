@@ -53,6 +53,21 @@ def cmd_build(args: argparse.Namespace, dirs: Dirs) -> int:
 
     request = BuildRequest(args.recipe, args.sm, args.gfx, args.source, args.jobs, tuple(args.define))
     build_plan = resolve(request, dirs)
+    if args.configure_only:
+        configured = builder.configure_only(build_plan, dirs, Reporter())
+        if args.json:
+            print(
+                json.dumps(
+                    {
+                        "id": build_plan.build_id,
+                        "build_dir": str(configured.build_dir),
+                        "log": str(configured.log),
+                        "targets": list(configured.targets),
+                    },
+                    indent=2,
+                )
+            )
+        return 0
     prefix = build_plan.prefix(dirs.builds)
     up_to_date = not args.rebuild and store.read_receipt(prefix) is not None
     if up_to_date:
@@ -333,6 +348,11 @@ def _parser() -> argparse.ArgumentParser:
         help="an extra CMake define (part of the build's identity); GGML_*/LLAMA_* ones must exist",
     )
     p.add_argument("--rebuild", action="store_true", help="build even if the identical prefix exists")
+    p.add_argument(
+        "--configure-only",
+        action="store_true",
+        help="preflight, configure and prove the backends are in, without compiling or publishing",
+    )
     p.add_argument("--json", action="store_true", help="print the build id, prefix and devices seen as JSON")
     p.set_defaults(func=cmd_build)
 

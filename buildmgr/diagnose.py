@@ -46,6 +46,12 @@ SIGNATURES = (
         "nvcc does not support this host compiler: install a supported gcc and set CUDAHOSTCXX=/usr/bin/g++-N",
     ),
     Signature(
+        "cuda-driver-library-missing",
+        re.compile(r"CUDA::cuda_driver\s+but the target was not found"),
+        "the CUDA driver library (libcuda.so) is missing: install the NVIDIA driver or the toolkit's "
+        "lib64/stubs/libcuda.so, or build without it: -D GGML_CUDA_NO_VMM=ON",
+    ),
+    Signature(
         "out-of-memory",
         re.compile(
             r"Killed signal terminated program|fatal error: Killed|virtual memory exhausted|cannot allocate memory",

@@ -21,4 +21,8 @@ export BUILDMGR_TEST_VULKAN_SDK
 
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
+
+# CUDA: this host's nvcc, with NVIDIA's cuBLAS wheel where the toolkit lacks it (see ci/cuda-toolkit.sh).
+BUILDMGR_TEST_CUDA_HOME=$(bash ci/cuda-toolkit.sh .venv/bin/python "$HOME/.cache/buildmgr-tests/cuda")
+export BUILDMGR_TEST_CUDA_HOME
 exec .venv/bin/python -m pytest -v -p no:cacheprovider tests "$@"

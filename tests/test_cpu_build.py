@@ -180,6 +180,17 @@ def test_concurrent_builds_publish_one_complete_prefix(env, first_build):
     assert [p.name for p in (data / f"0.5.0-{COMMIT}").iterdir()] == [builds[0]["id"]]
 
 
+def test_configure_only_proves_the_tree_and_publishes_nothing(env, first_build):
+    before = buildmgr(env, "list", "--json").stdout
+    result = buildmgr(env, "build", "cpu", "-D", "GGML_AVX512=OFF", "--configure-only", "--json")
+    assert result.returncode == 0, result.stderr
+    configured = json.loads(result.stdout)
+    assert configured["id"].startswith("cpu-") and "ggml-cpu" in configured["targets"]
+    assert (Path(configured["build_dir"]) / "build.ninja").exists()
+    assert not list(Path(configured["build_dir"]).rglob("ggml-cpu.c.o"))  # nothing was compiled
+    assert buildmgr(env, "list", "--json").stdout == before
+
+
 def test_a_mistyped_option_fails_before_compiling(env, first_build):
     result = buildmgr(env, "build", "cpu", "-D", "GGML_CUDAA=ON")
     assert result.returncode == 1, result.stderr

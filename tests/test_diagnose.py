@@ -22,6 +22,13 @@ REAL_LINES = {
     # CUDA 13.0's crt/host_config.h line 137
     "unsupported-host-compiler": "#error -- unsupported GNU version! gcc versions later than 15 are not supported! "
     "The nvcc flag '-allow-unsupported-compiler' can be used to override this version check",
+    # buildmgr build cuda --sm 75 --configure-only here, with a toolkit of NVIDIA's PyPI wheels (no stubs/)
+    "cuda-driver-library-missing": """CMake Error at ggml/src/ggml-cuda/CMakeLists.txt:184 (target_link_libraries):
+  Target "ggml-cuda" links to:
+
+    CUDA::cuda_driver
+
+  but the target was not found.  Possible reasons include:""",
     # g++ when the OOM killer ends cc1plus
     "out-of-memory": "c++: fatal error: Killed signal terminated program cc1plus",
 }
