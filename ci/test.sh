@@ -4,16 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(build-essential ccache git binutils python3-venv)  # readelf is in binutils
-missing=()
-for package in "${apt_packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
-done
-if ((${#missing[@]})); then
-    sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+bash ci/apt-install.sh build-essential ccache git binutils python3-venv  # readelf is in binutils
 
 # Vulkan runs for real on Mesa's lavapipe; see ci/vulkan-sdk.sh for why the headers come from elsewhere.
 BUILDMGR_TEST_VULKAN_SDK=$(bash ci/vulkan-sdk.sh "$HOME/.cache/buildmgr-tests/vulkan-sdk")

@@ -7,17 +7,8 @@
 set -euo pipefail
 dest=${1:?usage: vulkan-sdk.sh DEST}
 next_release=trixie
-sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
 
-system_packages=(mesa-vulkan-drivers libvulkan1 glslc vulkan-tools)
-missing=()
-for package in "${system_packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
-done
-if ((${#missing[@]})); then
-    $sudo apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
-fi
+bash "$(dirname "$0")/apt-install.sh" mesa-vulkan-drivers libvulkan1 glslc vulkan-tools
 
 if [ ! -f "$dest/usr/include/vulkan/vulkan_core.h" ]; then
     # The Debian mirror this machine already uses, from its deb822 or one-line sources.
