@@ -131,7 +131,8 @@ def _cublas_check(toolkit: Path) -> Check:
         "cuBLAS",
         ok,
         str(libraries[0].parent) if ok else f"not in {toolkit}",
-        "install cuBLAS into the CUDA toolkit (NVIDIA's libcublas-dev-13-0, or the full cuda-toolkit package)",
+        "install cuBLAS into the CUDA toolkit (NVIDIA's libcublas-dev-<version> or cuda-toolkit package; "
+        "for a toolkit made of NVIDIA's PyPI wheels, copy the nvidia-cublas wheel's include/ and lib/ into it)",
     )
 
 
