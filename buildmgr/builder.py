@@ -200,6 +200,11 @@ def _configure(plan: BuildPlan, dirs: Dirs, reporter: Reporter, log: Path, env: 
     return reply
 
 
+def _targets(plan: BuildPlan, reply: Reply) -> tuple[str, ...]:
+    """The recipe's tools, plus each backend's ggml target: a DL backend is built only when named."""
+    return tuple(dict.fromkeys(plan.targets + proof.backend_targets(reply, plan.recipe.backends)))
+
+
 def configure_only(plan: BuildPlan, dirs: Dirs, reporter: Reporter) -> Configured:
     """Preflight, configure and proof without compiling: minutes of nvcc saved when a flag is wrong."""
     build_dir = dirs.build_trees / plan.build_id
@@ -210,7 +215,7 @@ def configure_only(plan: BuildPlan, dirs: Dirs, reporter: Reporter) -> Configure
             reply = _configure(plan, dirs, reporter, log, build_env(plan, dirs, build_dir, statslog))
         finally:
             statslog.unlink(missing_ok=True)
-    targets = tuple(dict.fromkeys(plan.targets + proof.backend_targets(reply, plan.recipe.backends)))
+    targets = _targets(plan, reply)
     reporter.say(f"[green]configured[/] {plan.build_id} in {build_dir}: {', '.join(plan.recipe.backends)} proven")
     return Configured(build_dir, log, targets)
 
@@ -229,7 +234,7 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter) -> store.Build:
         try:
             env = build_env(plan, dirs, build_dir, statslog)
             reply = _configure(plan, dirs, reporter, log, env)
-            targets = tuple(dict.fromkeys(plan.targets + proof.backend_targets(reply, plan.recipe.backends)))
+            targets = _targets(plan, reply)
             with reporter.phase("build", f"{', '.join(plan.targets)} with -j{plan.jobs}", spinner=False):
                 command = [
                     str(plan.toolchain.cmake.path),
