@@ -29,6 +29,7 @@ from buildmgr.probe import (
     parse_nvidia_smi_csv,
     parse_vulkaninfo_summary,
     probe_build,
+    read_drm_cards,
 )
 
 SCHEMA = 1
@@ -85,7 +86,11 @@ def host_facts(nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu]) -> dict[str, ob
         "cpu": cpu or platform.processor(),
         "cpus": os.cpu_count(),
         "ram_mib": ram_mib,
-        "drivers": {"nvidia": driver[0] if driver else None, "vulkan_devices": [asdict(g) for g in vulkan]},
+        "drivers": {
+            "nvidia": driver[0] if driver else None,
+            "vulkan_devices": [asdict(g) for g in vulkan],
+            "kernel_gpus": [asdict(card) for card in read_drm_cards()],
+        },
         "nvidia_gpus": [asdict(g) for g in nvidia],
     }
 

@@ -135,6 +135,33 @@ def parse_nvidia_smi_csv(text: str) -> list[NvidiaGpu]:
     return gpus
 
 
+@dataclass(frozen=True)
+class DrmCard:
+    """A GPU as the kernel sees it: which driver holds it, even when no user-space API lists it."""
+
+    card: str
+    driver: str
+    pci_bus_id: str | None
+    vendor: str  # PCI vendor id: 0x10de NVIDIA, 0x1002 AMD, 0x8086 Intel
+
+
+def read_drm_cards(root: Path = Path("/sys/class/drm")) -> list[DrmCard]:
+    """`/sys/class/drm/cardN/device/{uevent,vendor}`; connectors (card0-HDMI-A-1 …) are skipped."""
+    cards = []
+    for entry in sorted(root.glob("card*")) if root.is_dir() else []:
+        if not re.fullmatch(r"card\d+", entry.name):
+            continue
+        try:
+            uevent = dict(
+                line.split("=", 1) for line in (entry / "device" / "uevent").read_text().splitlines() if "=" in line
+            )
+            vendor = (entry / "device" / "vendor").read_text().strip()
+        except OSError:
+            continue
+        cards.append(DrmCard(entry.name, uevent.get("DRIVER", ""), uevent.get("PCI_SLOT_NAME"), vendor))
+    return cards
+
+
 # --- running a build's probe --------------------------------------------------------------
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from buildmgr.errors import UserError
-from buildmgr.probe import parse_list_devices, parse_nvidia_smi_csv, parse_vulkaninfo_summary
+from buildmgr.probe import DrmCard, parse_list_devices, parse_nvidia_smi_csv, parse_vulkaninfo_summary, read_drm_cards
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -76,3 +76,22 @@ def test_nvidia_smi_csv_of_the_h200():
     assert [(g.index, g.name, g.uuid, g.pci_bus_id, g.memory_total_mib) for g in gpus] == [
         (0, "NVIDIA H200", "1fdea520-81c5-69c8-0529-9a5edbbe6109", "00000000:00:06.0", 143771)
     ]
+
+
+def test_kernel_gpus_from_sysfs(tmp_path):
+    """A laptop as sysfs shows it: NVIDIA dGPU + AMD iGPU, a connector entry, and a card with no device."""
+    for card, driver, slot, vendor in (
+        ("card0", "nvidia", "0000:01:00.0", "0x10de"),
+        ("card1", "amdgpu", "0000:c3:00.0", "0x1002"),
+    ):
+        device = tmp_path / card / "device"
+        device.mkdir(parents=True)
+        (device / "uevent").write_text(f"DRIVER={driver}\nPCI_CLASS=30000\nPCI_SLOT_NAME={slot}\n")
+        (device / "vendor").write_text(f"{vendor}\n")
+    (tmp_path / "card1-eDP-1").mkdir()
+    (tmp_path / "card2").mkdir()
+    assert read_drm_cards(tmp_path) == [
+        DrmCard("card0", "nvidia", "0000:01:00.0", "0x10de"),
+        DrmCard("card1", "amdgpu", "0000:c3:00.0", "0x1002"),
+    ]
+    assert read_drm_cards(tmp_path / "absent") == []
