@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import assert_user_error, buildmgr, make_env
 
-from buildmgr.cmake import find_cmake
+from buildmgr.cmake import find_cmake, read_reply
 
 pytestmark = [
     pytest.mark.slow,
@@ -30,12 +30,7 @@ def cuda_env(root: Path, **extra: str) -> dict[str, str]:
 
 
 def cmake_cache(build_dir: Path) -> dict[str, str]:
-    entries = {}
-    for line in (build_dir / "CMakeCache.txt").read_text().splitlines():
-        if ":" in line and "=" in line and not line.startswith(("#", "//")):
-            key, value = line.split("=", 1)
-            entries[key.split(":")[0]] = value
-    return entries
+    return read_reply(build_dir).cache
 
 
 @pytest.fixture(scope="module")
