@@ -238,27 +238,42 @@ def _read_capture(path: Path | None, what: str) -> str:
         raise UserError(f"cannot read {what} file {path}: {err.strerror or err}") from None
 
 
+def _env_assignments(items: list[str]) -> dict[str, str]:
+    from buildmgr.backends import enumeration_variables
+
+    known = enumeration_variables()
+    assignments = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or name not in known:
+            raise UserError(f"--env takes NAME=VALUE with NAME one of {', '.join(known)}; got {item!r}")
+        assignments[name] = value
+    return assignments
+
+
 def cmd_devices(args: argparse.Namespace, dirs: Dirs) -> int:
     from buildmgr import identity, inventory, probe, store
 
+    warn = lambda message: _err().print(message, markup=False, style="yellow")
     if args.parse is not None:
         devices = probe.parse_list_devices(_read_capture(args.parse, "--parse"))
         vulkan = probe.parse_vulkaninfo_summary(_read_capture(args.vulkaninfo, "--vulkaninfo"))
         nvidia = probe.parse_nvidia_smi_csv(_read_capture(args.nvidia_smi, "--nvidia-smi"))
         resolved, notes = identity.resolve(devices, nvidia, vulkan)
         data = {"devices": [d.to_json() for d in resolved], "notes": notes}
-        if args.json:
-            print(json.dumps(data, indent=2))
-        else:
-            _devices_table({"devices": data["devices"], "builds": {}, "notes": notes})
-        return 0
-    warn = lambda message: _err().print(message, markup=False, style="yellow")
-    path = inventory.path_for(dirs)
-    data = None if args.refresh else inventory.load(path, warn) if path.exists() else None
-    builds = store.installed(dirs)
-    if data is None or set(data.get("builds", {})) != {b.id for b in builds}:
-        ensure_writable(dirs.inventory, "set XDG_DATA_HOME to a writable directory")
-        data = inventory.refresh(dirs, builds, warn)
+    elif args.env:
+        environ = dict(os.environ) | _env_assignments(args.env)
+        data = inventory.preview(store.installed(dirs), environ)
+        warn("preview under " + " ".join(f"{k}={v}" for k, v in data["preview_env"].items()) + " (not stored)")
+    else:
+        path = inventory.path_for(dirs)
+        data = None if args.refresh else inventory.load(path, warn) if path.exists() else None
+        builds = store.installed(dirs)
+        if data is None or set(data.get("builds", {})) != {b.id for b in builds}:
+            ensure_writable(dirs.inventory, "set XDG_DATA_HOME to a writable directory")
+            data = inventory.refresh(dirs, builds, warn)
+        for change in inventory.environment_changes(data, dict(os.environ)):
+            warn(change)
     if args.json:
         print(json.dumps(data, indent=2, sort_keys=True))
     else:
@@ -271,13 +286,20 @@ def _devices_table(data: dict) -> None:
     groups: dict[str, list[dict]] = {}
     for device in data.get("devices", []):
         groups.setdefault(device["physical_id"], []).append(device)
-    table = _table("physical device", "type", "memory", *builds)
+    table = _table("physical device", "role", "PCI", "memory", *builds)
     for members in groups.values():
         first = members[0]
-        row = [escape(first["description"]), first["type"], f"{max(m['memory_total_mib'] for m in members)} MiB"]
+        memory = max((m["memory_total_mib"] for m in members if m["memory_total_mib"] is not None), default=None)
+        pci = next((m["pci_bus_id"] for m in members if m.get("pci_bus_id")), None) or "—"
+        row = [escape(first["description"]), first["type"], pci, f"{memory} MiB" if memory is not None else "?"]
         for entry in builds.values():
             seen = {d["name"] for d in (entry.get("last_good") or {}).get("devices", [])}
-            names = [m["name"] for m in members if m["name"] in seen]
+            chosen = entry.get("default_selection", {})
+            names = [
+                m["name"] + ("*" if chosen.get(m["name"], "").startswith("used") else "")
+                for m in members
+                if m["name"].split("@")[0] in seen
+            ]
             built = {m["backend"] for m in members} & set(entry.get("backends", []))
             row.append(", ".join(names) if names else "[yellow]built ≠ present[/]" if built else "—")
         if not builds:
@@ -285,6 +307,8 @@ def _devices_table(data: dict) -> None:
         table.add_row(*row)
     if groups:
         _out().print(table)
+        if builds:
+            _out().print("[dim]* the name llama.cpp uses for that card when no -dev is given[/]")
     else:
         _out().print(
             "no devices besides the CPU" + (" in any build" if builds else " (no builds yet: run 'buildmgr build')")
@@ -388,6 +412,13 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("devices", help="the devices each build really sees on this host, grouped by physical card")
     p.add_argument("--refresh", action="store_true", help="probe every build again")
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="preview the names under another enumeration environment (e.g. CUDA_VISIBLE_DEVICES=1): a fresh probe, not stored",
+    )
     p.add_argument("--parse", type=Path, metavar="FILE", help="parse a captured --list-devices output instead")
     p.add_argument("--vulkaninfo", type=Path, metavar="FILE", help="with --parse: a captured 'vulkaninfo --summary'")
     p.add_argument(

@@ -1,22 +1,28 @@
-"""Which device names are one physical card, and what kind of device each is. Pure functions.
+"""Which device names are one physical card, what role each plays, and which name llama.cpp would use.
+Pure functions.
 
-Rules, strongest first:
-1. UUID (nvidia-smi's GPU-<uuid> equals vulkaninfo's deviceUUID) or PCI bus id, where a device can be
-   tied to one unambiguously;
-2. otherwise the same description and total memory within 5 % or 512 MiB, across different backends,
-   and only when the pairing is unambiguous in both directions;
+Identity, strongest first:
+1. the PCI bus id ggml itself reports (`device_id`, from the API probe), or a UUID / PCI bus id that
+   nvidia-smi or vulkaninfo tie to exactly one device;
+2. only where no device of a pair has a hardware id (captured text, or a probe that fell back): the same
+   description once a driver's parenthesis is removed, one such device per backend, and total memory within
+   5 % or 512 MiB (or a driver parenthesis that shows one card seen through two drivers, such as an APU's
+   iGPU under ROCm and Vulkan). Each such pairing is said in a note;
 3. otherwise the device stands alone. Two devices of one backend never share an id.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import replace
 
-from buildmgr.probe import Device, NvidiaGpu, VulkanGpu
+from buildmgr.probe import Device, DrmCard, NvidiaGpu, VulkanGpu, normalize_pci
 
 MEMORY_TOLERANCE = 0.05
 MEMORY_SLACK_MIB = 512
+# Hardware ids seen through both backends are the best identity; the order picks the id's spelling.
+_HARDWARE_KEYS = ("pci_bus_id", "uuid")
 
 
 def _plain(description: str) -> str:
@@ -24,42 +30,72 @@ def _plain(description: str) -> str:
     return re.sub(r"\s*\([^()]*\)\s*$", "", description).strip().lower()
 
 
-def memory_close(a: int, b: int) -> bool:
-    return abs(a - b) <= max(MEMORY_SLACK_MIB, MEMORY_TOLERANCE * max(a, b))
+def memory_close(a: int | None, b: int | None) -> bool:
+    return a is not None and b is not None and abs(a - b) <= max(MEMORY_SLACK_MIB, MEMORY_TOLERANCE * max(a, b))
 
 
-def _unique(candidates: list):
-    return candidates[0] if len(candidates) == 1 else None
+def _one_to_one(devices: list[Device], rows: list, same) -> dict[str, object]:
+    """Device name → the one row it matches, where that row matches no other device of these."""
+    matches = {d.name: [r for r in rows if same(d, r)] for d in devices}
+    claimed = Counter(id(r) for found in matches.values() for r in found)
+    return {name: found[0] for name, found in matches.items() if len(found) == 1 and claimed[id(found[0])] == 1}
 
 
-def enrich(devices: list[Device], nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu]) -> list[Device]:
-    """Attach UUID, PCI bus id and type from nvidia-smi / vulkaninfo where the match is unambiguous."""
+def enrich(
+    devices: list[Device], nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu], drm: list[DrmCard] = ()
+) -> tuple[list[Device], list[str]]:
+    """Add UUID, PCI bus id and role from nvidia-smi / vulkaninfo / sysfs, only where a match is one to one."""
+    notes = []
+    by_pci = {g.pci_bus_id: g for g in nvidia}
+    cuda = [d for d in devices if d.backend == "CUDA" and d.pci_bus_id is None]
+    by_name = _one_to_one(cuda, nvidia, lambda d, g: g.name == d.description)
+    if not by_name and len(nvidia) == 1 and len(cuda) == 1 == sum(d.backend == "CUDA" for d in devices):
+        by_name = {cuda[0].name: nvidia[0]}
     enriched = []
     for device in devices:
-        if device.backend == "CUDA":
-            gpu = _unique([g for g in nvidia if g.name == device.description])
-            if gpu is None and len(nvidia) == 1 and sum(d.backend == "CUDA" for d in devices) == 1:
-                gpu = nvidia[0]
-            if gpu is not None:
-                device = replace(device, uuid=gpu.uuid, pci_bus_id=gpu.pci_bus_id)
-        elif device.backend == "Vulkan":
-            gpu = _unique([g for g in vulkan if g.name == device.description])
-            if gpu is not None:
-                device = replace(device, type=gpu.type, uuid=gpu.uuid)
+        gpu = by_pci.get(device.pci_bus_id) if device.pci_bus_id else by_name.get(device.name)
+        if gpu is not None:
+            device = replace(device, uuid=gpu.uuid, pci_bus_id=device.pci_bus_id or gpu.pci_bus_id)
         enriched.append(device)
-    return enriched
+    vk = [d for d in enriched if d.backend == "Vulkan"]
+    by_uuid = {g.uuid: g for g in vulkan if g.uuid}
+    vk_by_name = _one_to_one([d for d in vk if d.uuid is None], vulkan, lambda d, g: g.name == d.description)
+    drivers = {normalize_pci(c.pci_bus_id): c.driver for c in drm if c.pci_bus_id}
+    devices, enriched = enriched, []
+    for device in devices:
+        if device.backend == "Vulkan":
+            gpu = by_uuid.get(device.uuid) if device.uuid else vk_by_name.get(device.name)
+            if gpu is not None:
+                device = replace(device, uuid=gpu.uuid, type=_vulkan_role(device, gpu.type, notes))
+        if device.pci_bus_id in drivers:
+            device = replace(device, kernel_driver=drivers[device.pci_bus_id])
+        enriched.append(device)
+    return enriched, notes
 
 
-def _key(device: Device) -> str | None:
-    return f"uuid:{device.uuid}" if device.uuid else f"pci:{device.pci_bus_id}" if device.pci_bus_id else None
+def _vulkan_role(device: Device, driver_type: str, notes: list[str]) -> str:
+    """vulkaninfo's deviceType settles what ggml cannot: a CPU driver (lavapipe) that ggml calls a GPU."""
+    if driver_type == "cpu" and device.type != "cpu":
+        notes.append(
+            f"{device.name}: ggml reports {device.ggml_type or 'no type'}, but vulkaninfo says it is a CPU driver"
+        )
+        return "cpu"
+    return device.type if device.type != "unknown" else driver_type
+
+
+def _keys(device: Device) -> set[str]:
+    return {f"{k}:{getattr(device, k)}" for k in _HARDWARE_KEYS if getattr(device, k)}
 
 
 def _alike(a: Device, b: Device) -> bool:
-    return _plain(a.description) == _plain(b.description) and memory_close(a.memory_total_mib, b.memory_total_mib)
+    if _plain(a.description) != _plain(b.description):
+        return False
+    through_two_drivers = a.description.strip().lower() != b.description.strip().lower()
+    return memory_close(a.memory_total_mib, b.memory_total_mib) or through_two_drivers
 
 
 def assign_physical_ids(devices: list[Device]) -> tuple[list[Device], list[str]]:
-    """Give every device a physical_id; returns the devices and notes on pairings left unknown."""
+    """Give every device a physical_id; returns the devices and notes on pairings made or left unknown."""
     parent = {d.name: d.name for d in devices}
 
     def root(name: str) -> str:
@@ -71,43 +107,48 @@ def assign_physical_ids(devices: list[Device]) -> tuple[list[Device], list[str]]
         top = root(name)
         return {d.backend for d in devices if root(d.name) == top}
 
-    def join(a: Device, b: Device) -> None:
-        if root(a.name) != root(b.name) and not backends_of(a.name) & backends_of(b.name):
-            parent[root(b.name)] = root(a.name)
+    def join(a: Device, b: Device) -> bool:
+        if root(a.name) == root(b.name) or backends_of(a.name) & backends_of(b.name):
+            return False
+        parent[root(b.name)] = root(a.name)
+        return True
 
     for a in devices:  # 1. hardware ids
         for b in devices:
-            if a.backend != b.backend and _key(a) and _key(a) == _key(b):
+            if a.backend != b.backend and _keys(a) & _keys(b):
                 join(a, b)
     notes = []
     pairable = [d for d in devices if d.backend not in ("RPC", "BLAS")]
-    for a in pairable:  # 2. same description and memory, unambiguous both ways
+    for a in pairable:  # 2. description and memory, unambiguous both ways, where hardware ids cannot decide
         for backend in sorted({d.backend for d in pairable} - {a.backend}):
             mine = [d for d in pairable if d.backend == backend and _alike(a, d)]
             theirs = [d for d in pairable if d.backend == a.backend and mine and _alike(mine[0], d)]
             if len(mine) == 1 and len(theirs) == 1:
-                if not (_key(a) and _key(mine[0]) and _key(a) != _key(mine[0])):
-                    join(a, mine[0])
-            elif mine:
+                if not (_keys(a) and _keys(mine[0])) and join(a, mine[0]):
+                    notes.append(f"{a.name} ≡ {mine[0].name} by description and memory only (no hardware id for both)")
+            elif mine and not all(_keys(d) for d in mine + theirs):
                 names = ", ".join(sorted(d.name for d in mine + theirs))
                 notes.append(
-                    f"pairing unknown: {names} look alike (same name and memory); UUIDs from "
-                    "nvidia-smi or vulkaninfo would tell them apart"
+                    f"pairing unknown: {names} look alike (same name and memory); PCI ids from ggml's API "
+                    "(buildmgr devices --refresh on that host) or UUIDs from nvidia-smi/vulkaninfo would tell them apart"
                 )
     ids = {}
     for device in devices:
         members = sorted((d for d in devices if root(d.name) == root(device.name)), key=lambda d: d.name)
-        keyed = next((_key(m) for m in members if _key(m)), None)
+        keyed = next(
+            (f"{k.removesuffix('_bus_id')}:{getattr(m, k)}" for k in _HARDWARE_KEYS for m in members if getattr(m, k)),
+            None,
+        )
         ids[device.name] = keyed or (
             f"match:{'+'.join(m.name for m in members)}" if len(members) > 1 else f"alone:{device.name}"
         )
     result = [replace(d, physical_id=ids[d.name]) for d in devices]
-    return _share_types(result), sorted(set(notes))
+    return _share_roles(result), sorted(set(notes))
 
 
-def _share_types(devices: list[Device]) -> list[Device]:
-    """One card has one type: the most specific any of its names got (an iGPU under Vulkan is one under ROCm)."""
-    precedence = ("cpu", "igpu", "accel", "gpu", "unknown")
+def _share_roles(devices: list[Device]) -> list[Device]:
+    """One card has one role: the most specific any of its names got (an iGPU under Vulkan is one under ROCm)."""
+    precedence = ("cpu", "remote", "igpu", "accel", "gpu", "unknown")
     best: dict[str, str] = {}
     for device in devices:
         current = best.get(device.physical_id, "unknown")
@@ -115,10 +156,66 @@ def _share_types(devices: list[Device]) -> list[Device]:
     return [replace(d, type=best[d.physical_id]) for d in devices]
 
 
-def igpu_notes(devices: list[Device]) -> list[str]:
-    return [f"iGPU = {d.name} ({d.description})" for d in devices if d.type == "igpu"]
+def default_selection(devices: list[Device]) -> dict[str, str]:
+    """What llama.cpp does with each device when no -dev is given (llama_prepare_model_devices at the pin).
+
+    `devices` are one build's, in ggml's registry order. RPC servers and discrete GPUs are used, a GPU
+    whose device_id an earlier GPU already has is skipped, and iGPUs (of the first iGPU's backend) are used
+    only when no discrete GPU is. Without ggml's own types (a probe that fell back) the answer is 'unknown'.
+    """
+    if any(d.ggml_type is None for d in devices):
+        return {d.name: "unknown: ggml's device types were not read (the API probe did not run)" for d in devices}
+    verdicts: dict[str, str] = {}
+    used_ids: dict[str, str] = {}
+    igpus: list[Device] = []
+    for device in devices:
+        if device.ggml_type in ("cpu", "accel"):
+            verdicts[device.name] = "not a -dev: works beside the CPU"
+        elif device.ggml_type == "gpu" and device.backend == "RPC":
+            verdicts[device.name] = "used (RPC server)"
+        elif device.ggml_type == "gpu":
+            earlier = used_ids.get(device.device_id) if device.device_id else None
+            if earlier:
+                verdicts[device.name] = f"skipped: same device id as {earlier}"
+            else:
+                verdicts[device.name] = "used"
+                if device.device_id:
+                    used_ids[device.device_id] = device.name
+        elif device.ggml_type == "igpu":
+            if not igpus or igpus[-1].backend == device.backend:
+                igpus.append(device)
+            else:
+                verdicts[device.name] = f"skipped: iGPU already used through {igpus[0].backend}"
+    discrete = any(v == "used" for v in verdicts.values())
+    for device in igpus:
+        verdicts[device.name] = "unused: iGPUs are used only when there is no discrete GPU" if discrete else "used"
+    return {d.name: verdicts.get(d.name, f"unknown ggml type {d.ggml_type}") for d in devices}
 
 
-def resolve(devices: list[Device], nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu]) -> tuple[list[Device], list[str]]:
-    identified, notes = assign_physical_ids(enrich(devices, nvidia, vulkan))
-    return identified, notes + igpu_notes(identified)
+def role_notes(devices: list[Device]) -> list[str]:
+    """Name the iGPU plainly, the largest discrete card of each backend, and every role left unknown."""
+    notes = [f"iGPU = {d.name} ({d.description})" for d in devices if d.type == "igpu"]
+    for backend in sorted({d.backend for d in devices}):
+        cards = [d for d in devices if d.backend == backend and d.type == "gpu"]
+        if len(cards) > 1 or (cards and len([d for d in devices if d.backend == backend]) > 1):
+            largest = max(d.memory_total_mib or 0 for d in cards)
+            top = [d.name for d in cards if (d.memory_total_mib or 0) == largest]
+            notes.append(
+                f"{backend}: largest discrete card {top[0]} ({largest} MiB)"
+                if len(top) == 1
+                else f"{backend}: {', '.join(top)} are equal discrete cards ({largest} MiB each)"
+            )
+    notes += [
+        f"{d.name}: role unknown (ggml's type not read and no vulkaninfo match); not assumed to be discrete"
+        for d in devices
+        if d.type == "unknown"
+    ]
+    return notes
+
+
+def resolve(
+    devices: list[Device], nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu], drm: list[DrmCard] = ()
+) -> tuple[list[Device], list[str]]:
+    enriched, notes = enrich(devices, nvidia, vulkan, drm)
+    identified, pairing = assign_physical_ids(enriched)
+    return identified, notes + pairing + role_notes(identified)

@@ -13,15 +13,17 @@ import platform
 import shutil
 import socket
 import subprocess
-from dataclasses import asdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from buildmgr import identity, store
+from buildmgr import backends, identity, store
 from buildmgr.config import Dirs
 from buildmgr.fsutil import atomic_write_text, locked
 from buildmgr.probe import (
     Device,
+    DrmCard,
     NvidiaGpu,
     ProbeResult,
     VulkanGpu,
@@ -123,6 +125,9 @@ def _probe_record(result: ProbeResult) -> dict[str, object]:
         "tool": result.tool,
         "env": result.env,
         "error": result.error,
+        "method": result.method,
+        "api_error": result.api_error,
+        "mismatches": list(result.mismatches),
         "devices": [d.to_json() for d in result.devices],
     }
 
@@ -145,8 +150,12 @@ def record_probe(data: dict, build: store.Build, result: ProbeResult) -> None:
 
 
 def _devices_of(entry: dict) -> list[Device]:
-    good = entry.get("last_good") or {}
-    return [Device(**{k: v for k, v in d.items() if k in Device.__dataclass_fields__}) for d in good.get("devices", [])]
+    return [Device.from_json(d) for d in (entry.get("last_good") or {}).get("devices", [])]
+
+
+def _same(a: Device, b: Device) -> bool:
+    """One name in two builds is one device unless their hardware ids say otherwise."""
+    return a.name == b.name and (a.pci_bus_id is None or b.pci_bus_id is None or a.pci_bus_id == b.pci_bus_id)
 
 
 def absence_reasons(
@@ -182,23 +191,101 @@ def absence_reasons(
     return reasons
 
 
-def summarize(data: dict, nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu]) -> dict:
-    """Identity over every build's devices (one name = one device on this host), plus notes."""
-    union: dict[str, Device] = {}
+def summarize(data: dict, nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu], drm: list[DrmCard] = ()) -> dict:
+    """Identity over every build's devices, the per-card view, and notes (pure over `data`)."""
+    union: list[Device] = []
     for entry in data["builds"].values():
-        for device in _devices_of(entry):
-            union.setdefault(device.name, device)
-    devices, notes = identity.resolve(list(union.values()), nvidia, vulkan)
+        union += [d for d in _devices_of(entry) if not any(_same(d, u) for u in union)]
+    renamed = sorted({d.name for d in union if sum(u.name == d.name for u in union) > 1})
+    union = [replace(d, name=f"{d.name}@{d.pci_bus_id}") if d.name in renamed else d for d in union]
+    devices, notes = identity.resolve(union, nvidia, vulkan, drm)
+    notes += [
+        f"{name} is a different card in different builds (probed under different environments): "
+        "'buildmgr devices --refresh' probes them all under this one"
+        for name in renamed
+    ]
     for build_id, entry in sorted(data["builds"].items()):
         seen = {d.backend for d in _devices_of(entry)}
         env = (entry.get("probe") or {}).get("env", {})
         entry["absent"] = absence_reasons(entry["backends"], seen, env, vulkan, nvidia)
         notes += [f"{build_id}: {reason}" for reason in entry["absent"]]
-        if not entry["probe"]["ok"]:
-            notes.append(f"{build_id}: last probe failed ({entry['probe']['error']}); showing the last good one")
-    data["devices"] = [d.to_json() for d in devices]
+        probe = entry["probe"]
+        if not probe["ok"]:
+            notes.append(f"{build_id}: last probe failed ({probe['error']}); showing the last good one")
+        elif probe.get("method") == "list-devices":
+            notes.append(
+                f"{build_id}: ggml's device API could not be read ({probe.get('api_error')}); "
+                "names and memory come from --list-devices, without PCI ids or device types"
+            )
+        notes += [f"{build_id}: {m}" for m in probe.get("mismatches", [])]
+        entry["default_selection"] = identity.default_selection(_devices_of(entry))
+    data["devices"] = [d.to_json() | {"moves_with": list(backends.moves_with(d.backend))} for d in devices]
+    data["cards"] = cards(devices, data["builds"])
     data["notes"] = notes
     return data
+
+
+def cards(devices: list[Device], builds: dict) -> list[dict]:
+    """One row per physical card: its names in each build, and the one each build uses when no -dev is given."""
+    rows: dict[str, dict] = {}
+    for device in devices:
+        row = rows.setdefault(
+            device.physical_id,
+            {
+                "physical_id": device.physical_id,
+                "description": device.description,
+                "role": device.type,
+                "pci_bus_id": device.pci_bus_id,
+                "uuid": device.uuid,
+                "kernel_driver": device.kernel_driver,
+                "memory_total_mib": {},
+                "names": {},
+                "default": {},
+            },
+        )
+        row["pci_bus_id"] = row["pci_bus_id"] or device.pci_bus_id
+        row["uuid"] = row["uuid"] or device.uuid
+        row["memory_total_mib"][device.backend] = device.memory_total_mib
+    by_name = {d.name: d for d in devices}
+    for build_id, entry in builds.items():
+        for listed in _devices_of(entry):
+            device = by_name.get(listed.name) or by_name.get(f"{listed.name}@{listed.pci_bus_id}")
+            if device is None:
+                continue
+            row = rows[device.physical_id]
+            row["names"].setdefault(build_id, []).append(listed.name)
+            verdict = entry.get("default_selection", {}).get(listed.name, "")
+            if verdict.startswith("used"):
+                row["default"][build_id] = listed.name
+    return list(rows.values())
+
+
+def environment_changes(data: dict, environ: dict[str, str]) -> list[str]:
+    """The names were probed under one environment; under another they may mean other cards."""
+    changed = []
+    for build_id, entry in sorted(data["builds"].items()):
+        relevant = {v for b in entry.get("backends", []) for v in backends.moves_with(b)}
+        then = {k: v for k, v in (entry.get("probe") or {}).get("env", {}).items() if k in relevant}
+        now = {k: v for k, v in enumeration_env(environ).items() if k in relevant}
+        if then != now:
+            diff = ", ".join(
+                f"{k}={then.get(k, '(unset)')!s} then, {now.get(k, '(unset)')!s} now"
+                for k in sorted(set(then) | set(now))
+                if then.get(k) != now.get(k)
+            )
+            changed.append(
+                f"{build_id}: probed under another environment ({diff}): its names may mean other cards now; "
+                "run 'buildmgr devices --refresh'"
+            )
+    return changed
+
+
+def _probe_all(builds: list[store.Build], environ: dict[str, str]):
+    """Every build's probe and the host tools at once: each waits on driver start-up, not on the others."""
+    with ThreadPoolExecutor(max_workers=len(builds) + 1) as pool:
+        tools = pool.submit(host_tools)
+        probes = {b.id: pool.submit(probe_build, b.prefix, environ) for b in builds}
+        return {k: f.result() for k, f in probes.items()}, *tools.result()
 
 
 def refresh(
@@ -206,8 +293,7 @@ def refresh(
 ) -> dict:
     """Probe the given builds, merge into the stored inventory, and write it back atomically under a lock."""
     environ = dict(os.environ if environ is None else environ)
-    results = {b.id: probe_build(b.prefix, environ) for b in builds}
-    nvidia, vulkan = host_tools()
+    results, nvidia, vulkan = _probe_all(builds, environ)
     path = path_for(dirs)
     with locked(path.with_suffix(".lock")):
         data = load(path, warn)
@@ -216,6 +302,15 @@ def refresh(
         for build in builds:
             record_probe(data, build, results[build.id])
         data.update(schema=SCHEMA, updated=_now(), host=host_facts(nvidia, vulkan), probe_env=enumeration_env(environ))
-        summarize(data, nvidia, vulkan)
+        summarize(data, nvidia, vulkan, read_drm_cards())
         atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
     return data
+
+
+def preview(builds: list[store.Build], environ: dict[str, str]) -> dict:
+    """What the names would be under another environment: a fresh probe of every build, stored nowhere."""
+    results, nvidia, vulkan = _probe_all(builds, environ)
+    data: dict = {"schema": SCHEMA, "builds": {}, "preview_env": enumeration_env(environ)}
+    for build in builds:
+        record_probe(data, build, results[build.id])
+    return summarize(data, nvidia, vulkan, read_drm_cards())

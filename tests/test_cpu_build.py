@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import buildmgr, make_env
 
+from buildmgr import ggml_api
 from buildmgr.fsutil import sha256_file
 
 pytestmark = pytest.mark.slow
@@ -246,6 +247,70 @@ def test_concurrent_refreshes_leave_one_valid_inventory(env, first_build):
     [path] = inventory_dir.glob("*.json")
     assert receipt_of(env)["id"] in json.loads(path.read_text())["builds"]
     assert not list(inventory_dir.glob(".*.tmp"))
+
+
+def inventory_entry(env) -> tuple[dict, dict]:
+    result = buildmgr(env, "devices", "--refresh", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    return data, data["builds"][receipt_of(env)["id"]]
+
+
+def test_the_probe_reads_ggml_s_own_device_api(env, first_build):
+    prefix = Path(buildmgr(env, "which", "cpu").stdout.strip())
+    child = subprocess.run(
+        [sys.executable, "-m", "buildmgr.ggml_api", str(prefix / "lib")], capture_output=True, text=True, check=True
+    )
+    [line] = [ln for ln in child.stdout.splitlines() if ln.startswith(ggml_api.MARKER)]
+    [cpu] = json.loads(line.removeprefix(ggml_api.MARKER))
+    assert (cpu["name"], cpu["backend"], cpu["type"], cpu["device_id"]) == ("CPU", "CPU", "cpu", None)
+    assert cpu["memory_total"] > 0 and set(cpu["caps"]) == {f for f, _ in ggml_api.DevCaps._fields_}
+    _, entry = inventory_entry(env)
+    probe = entry["probe"]
+    assert (probe["method"], probe["api_error"], probe["mismatches"], probe["devices"]) == ("ggml-api", "", [], [])
+
+
+def test_the_ctypes_layout_matches_the_header_this_build_installed(env, first_build):
+    header = (Path(buildmgr(env, "which", "cpu").stdout.strip()) / "include" / "ggml-backend.h").read_text()
+    assert ggml_api.layout_mismatches(header) == []
+    one_field_less = header.replace("bool mmap_support;", "")
+    assert ggml_api.layout_mismatches(one_field_less)[0].startswith("struct ggml_backend_dev_caps: header has")
+    reordered = header.replace("GGML_BACKEND_DEVICE_TYPE_GPU,", "GGML_BACKEND_DEVICE_TYPE_XPU,")
+    assert ggml_api.layout_mismatches(reordered)[0].startswith("enum ggml_backend_dev_type")
+
+
+def test_a_header_that_disagrees_makes_the_probe_fall_back_and_say_so(env, first_build):
+    header = Path(buildmgr(env, "which", "cpu").stdout.strip()) / "include" / "ggml-backend.h"
+    original = header.read_text()
+    header.write_text(original.replace("bool mmap_support;", ""))
+    try:
+        data, entry = inventory_entry(env)
+    finally:
+        header.write_text(original)
+    assert entry["probe"]["ok"] and entry["probe"]["method"] == "list-devices"
+    assert "differs from buildmgr's ctypes declarations" in entry["probe"]["api_error"]
+    assert any("ggml's device API could not be read" in n for n in data["notes"])
+
+
+def test_a_driver_that_crashes_the_api_child_is_recorded_and_the_list_is_the_fallback(env, first_build, tmp_path):
+    """A library whose constructor segfaults, where the API child loads libggml-base.so; the tools load .so.0."""
+    lib = Path(buildmgr(env, "which", "cpu").stdout.strip()) / "lib" / "libggml-base.so"
+    (tmp_path / "boom.c").write_text(
+        "#include <signal.h>\n__attribute__((constructor)) static void boom(void) { raise(SIGSEGV); }\n"
+    )
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(tmp_path / "boom.so"), str(tmp_path / "boom.c")], check=True)
+    link = lib.readlink()
+    lib.unlink()
+    lib.write_bytes((tmp_path / "boom.so").read_bytes())
+    try:
+        data, entry = inventory_entry(env)
+    finally:
+        lib.unlink()
+        lib.symlink_to(link)
+    assert entry["probe"]["ok"] and entry["probe"]["method"] == "list-devices"
+    assert entry["probe"]["api_error"] == "crashed (SIGSEGV)"
+    assert any("could not be read (crashed (SIGSEGV))" in n for n in data["notes"])
+    assert inventory_entry(env)[1]["probe"]["method"] == "ggml-api"  # restored
 
 
 def test_remove_then_gc(env, first_build):

@@ -35,7 +35,8 @@ def test_h200_capture_parses_to_the_contract(tmp_env):
     cuda, vulkan = devices
     assert (cuda["name"], cuda["memory_total_mib"], cuda["memory_free_mib"]) == ("CUDA0", 143155, 142612)
     assert (vulkan["name"], vulkan["memory_total_mib"]) == ("Vulkan0", 143771)
-    assert cuda["physical_id"] == vulkan["physical_id"] == "uuid:1fdea520-81c5-69c8-0529-9a5edbbe6109"
+    assert cuda["physical_id"] == vulkan["physical_id"] == "pci:0000:00:06.0"
+    assert cuda["uuid"] == "1fdea520-81c5-69c8-0529-9a5edbbe6109"
 
 
 def test_table_names_both_aliases(tmp_env):
@@ -57,3 +58,19 @@ def test_files_without_a_device_block_or_missing_are_user_errors(tmp_path, tmp_e
     )
     assert_user_error(buildmgr(tmp_env, "devices", "--parse", str(tmp_path / "nope.txt")), "cannot read --parse file")
     assert not (tmp_path / "data").exists()
+
+
+def test_env_preview_takes_only_enumeration_variables(tmp_path, tmp_env):
+    assert_user_error(
+        buildmgr(tmp_env, "devices", "--env", "PATH=/tmp"), "--env takes NAME=VALUE", "CUDA_VISIBLE_DEVICES"
+    )
+    assert_user_error(buildmgr(tmp_env, "devices", "--env", "CUDA_VISIBLE_DEVICES"), "got 'CUDA_VISIBLE_DEVICES'")
+    assert not (tmp_path / "data").exists() and not (tmp_path / "cache").exists()
+
+
+def test_every_capture_variant_parses_through_the_cli(tmp_env):
+    captures = Path(__file__).parent / "fixtures" / "captures"
+    for capture in sorted(captures.glob("*.txt")):
+        result = buildmgr(tmp_env, "devices", "--parse", str(capture), "--json")
+        assert result.returncode == 0, (capture.name, result.stderr)
+        assert json.loads(result.stdout)["devices"], capture.name

@@ -15,15 +15,15 @@ def test_h200_cuda0_and_vulkan0_are_one_card_by_name_and_memory():
     devices, notes = resolve(parse_list_devices((FIXTURES / "h200" / "list-devices.txt").read_text()), [], [])
     d = by_name(devices)
     assert d["CUDA0"].physical_id == d["Vulkan0"].physical_id  # 143155 vs 143771 MiB: within 5 %
-    assert notes == []
+    assert "CUDA0 ≡ Vulkan0 by description and memory only (no hardware id for both)" in notes
 
 
-def test_h200_with_nvidia_smi_gets_the_uuid_as_identity():
+def test_h200_with_nvidia_smi_gets_the_pci_id_as_identity():
     nvidia = parse_nvidia_smi_csv((FIXTURES / "h200" / "nvidia-smi.csv").read_text())
     devices, _ = resolve(parse_list_devices((FIXTURES / "h200" / "list-devices.txt").read_text()), nvidia, [])
     d = by_name(devices)
-    assert d["CUDA0"].physical_id == d["Vulkan0"].physical_id == "uuid:1fdea520-81c5-69c8-0529-9a5edbbe6109"
-    assert d["CUDA0"].pci_bus_id == "00000000:00:06.0"
+    assert d["CUDA0"].physical_id == d["Vulkan0"].physical_id == "pci:0000:00:06.0"
+    assert d["CUDA0"].uuid == "1fdea520-81c5-69c8-0529-9a5edbbe6109"
 
 
 def test_uuid_from_both_tools_pairs_cuda_and_vulkan():
@@ -34,7 +34,8 @@ def test_uuid_from_both_tools_pairs_cuda_and_vulkan():
     nvidia = [NvidiaGpu(0, "NVIDIA A100", "aaaa", "00:01.0", 40000)]
     vulkan = [VulkanGpu(0, "NVIDIA A100", "gpu", "aaaa")]
     d = by_name(resolve(listed, nvidia, vulkan)[0])
-    assert d["CUDA0"].physical_id == d["Vulkan0"].physical_id == "uuid:aaaa"
+    assert d["CUDA0"].physical_id == d["Vulkan0"].physical_id == "pci:00:01.0"
+    assert d["Vulkan0"].uuid == "aaaa"
 
 
 def test_two_identical_cards_are_never_merged_and_the_pairing_is_unknown():
@@ -109,3 +110,20 @@ def test_lavapipe_absence_is_explained():
         "CUDA_VISIBLE_DEVICES hides every CUDA device"
     )
     assert absence_reasons(["CPU", "Vulkan"], {"Vulkan"}, {}, vulkan, []) == []
+
+
+def test_twins_with_one_ambiguous_vulkaninfo_row_never_share_an_id():
+    """Two H200s under Vulkan, but the vulkaninfo capture shows one (taken under another environment)."""
+    listed = parse_list_devices(
+        "Available devices:\n  Vulkan0: NVIDIA H200 (143771 MiB, 1 MiB free)\n"
+        "  Vulkan1: NVIDIA H200 (143771 MiB, 1 MiB free)\n"
+    )
+    devices, _ = resolve(listed, [], [VulkanGpu(0, "NVIDIA H200", "gpu", "1fdea520")])
+    assert devices[0].physical_id != devices[1].physical_id
+    assert devices[0].uuid is None and devices[1].uuid is None  # one row cannot be two cards
+    nvidia = [NvidiaGpu(0, "NVIDIA H200", "1fdea520", "0000:00:06.0", 143771)]
+    cuda = parse_list_devices(
+        "Available devices:\n  CUDA0: NVIDIA H200 (143155 MiB, 1 MiB free)\n  CUDA1: NVIDIA H200 (143155 MiB, 1 MiB free)\n"
+    )
+    devices, _ = resolve(cuda, nvidia, [])
+    assert devices[0].physical_id != devices[1].physical_id and devices[0].uuid is None

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import buildmgr, make_env
+from packaging.version import Version
 
 pytestmark = [
     pytest.mark.slow,
@@ -50,7 +51,7 @@ def test_the_model_ran_on_lavapipe_during_the_smoke_run(root, built):
     assert receipt["smoke"]["devices"] == ["Vulkan0"]
     on_vulkan = [c for c in receipt["smoke"]["checks"] if c["command"][-2:] == ["-dev", "Vulkan0"]]
     assert on_vulkan and on_vulkan[0]["passed"] and on_vulkan[0]["detail"].startswith("on Vulkan0: pp16")
-    assert receipt["backend_versions"]["vulkan-headers"] >= "1.3.272"
+    assert Version(receipt["backend_versions"]["vulkan-headers"]) >= Version("1.3.272")
     assert "devices this build sees: Vulkan0" in built.stderr
 
 
@@ -58,10 +59,44 @@ def test_lavapipe_is_named_typed_and_identified_when_made_visible(root, built):
     data = inventory(root, GGML_VK_VISIBLE_DEVICES="0")
     [device] = data["devices"]
     assert device["name"] == "Vulkan0" and device["description"].startswith("llvmpipe (LLVM")
-    assert device["type"] == "cpu"  # vulkaninfo: PHYSICAL_DEVICE_TYPE_CPU
+    # ggml's API calls lavapipe a GPU and gives it no PCI id; vulkaninfo's deviceType says it is a CPU driver
+    assert (device["source"], device["ggml_type"], device["device_id"]) == ("ggml-api", "gpu", None)
+    assert (
+        device["type"] == "cpu" and "Vulkan0: ggml reports gpu, but vulkaninfo says it is a CPU driver" in data["notes"]
+    )
     assert device["uuid"] and device["physical_id"] == f"uuid:{device['uuid']}"
+    assert device["memory_total_mib"] == 2048 and device["caps"]["async"] is True
+    assert "GGML_VK_VISIBLE_DEVICES" in device["moves_with"]
     [entry] = data["builds"].values()
     assert entry["probe"]["env"] == {"GGML_VK_VISIBLE_DEVICES": "0"}
+    assert (entry["probe"]["method"], entry["probe"]["mismatches"]) == ("ggml-api", [])
+    assert entry["default_selection"] == {"Vulkan0": "used"}  # llama.cpp would put layers on the CPU driver
+    [card] = data["cards"]
+    assert card["names"] == {entry_id: ["Vulkan0"] for entry_id in data["builds"]} and card["role"] == "cpu"
+
+
+def test_a_preview_under_another_environment_is_fresh_and_stored_nowhere(root, built):
+    inventory(root, GGML_VK_VISIBLE_DEVICES="0")
+    path = next((root / "data" / "buildmgr" / "inventory").glob("*.json"))
+    stored = path.read_bytes()
+    result = buildmgr(env_with(root), "devices", "--env", "GGML_VK_VISIBLE_DEVICES=0", "--json")
+    assert result.returncode == 0, result.stderr
+    assert [d["name"] for d in json.loads(result.stdout)["devices"]] == ["Vulkan0"]
+    assert "(not stored)" in result.stderr and path.read_bytes() == stored
+    hidden = json.loads(buildmgr(env_with(root), "devices", "--env", "GGML_VK_VISIBLE_DEVICES=", "--json").stdout)
+    assert hidden["devices"] == [] and path.read_bytes() == stored
+
+
+def test_devices_warns_when_the_environment_changed_since_the_probe(root, built):
+    inventory(root, GGML_VK_VISIBLE_DEVICES="0")
+    result = buildmgr(env_with(root), "devices")
+    assert result.returncode == 0
+    [warning] = [ln for ln in result.stderr.splitlines() if "probed under another environment" in ln]
+    assert "GGML_VK_VISIBLE_DEVICES=0 then, (unset) now" in warning
+    assert (
+        "probed under another environment"
+        not in buildmgr(env_with(root, GGML_VK_VISIBLE_DEVICES="0"), "devices").stderr
+    )
 
 
 def test_without_the_variable_llama_cpp_skips_lavapipe_and_says_why(root, built):

@@ -11,9 +11,12 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from buildmgr.errors import UserError
-from buildmgr.toolchain import Toolchain
+
+if TYPE_CHECKING:  # the device commands read backend facts without paying for the toolchain's imports
+    from buildmgr.toolchain import Toolchain
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,17 @@ def _older(version: str | None, minimum: str) -> bool:
         return Version(version or "0") < Version(minimum)
     except InvalidVersion:
         return False
+
+
+def enumeration_variables() -> tuple[str, ...]:
+    """Every variable that changes which devices some backend enumerates, and under which names."""
+    return tuple(dict.fromkeys(v for m in _modules().values() for v in m.ENUMERATION_ENV))
+
+
+def moves_with(device_backend: str) -> tuple[str, ...]:
+    """The variables that rename a device of this backend (as llama.cpp prints it: CUDA, Vulkan, ROCm …)."""
+    found = _modules().get(device_backend)
+    return found.ENUMERATION_ENV if found is not None else ()
 
 
 def gib_per_job(backends: tuple[str, ...]) -> float:

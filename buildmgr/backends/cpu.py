@@ -9,6 +9,8 @@ NAME = "CPU"
 GGML_TARGET = "ggml-cpu"  # with GGML_CPU_ALL_VARIANTS: ggml-cpu-haswell, ggml-cpu-skylakex, …
 MIN_CMAKE = "3.14"
 GIB_PER_JOB = 2.0
+# Variables that hide, reorder or rename this backend's devices: recorded with every probe.
+ENUMERATION_ENV: tuple[str, ...] = ()
 
 
 def inspect(host: Host, deep: bool) -> Report:

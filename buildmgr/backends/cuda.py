@@ -18,6 +18,8 @@ NAME = "CUDA"
 GGML_TARGET = "ggml-cuda"
 MIN_CMAKE = "3.18"
 GIB_PER_JOB = 4.0  # nvcc on ggml-cuda's template instances
+# Variables that hide, reorder or rename this backend's devices: recorded with every probe.
+ENUMERATION_ENV: tuple[str, ...] = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GGML_CUDA_DEVICES")
 _SM = re.compile(r"^(\d{1,2})\.?(\d)([af]?)$")
 # Lowest capability each nvcc major can build, when `nvcc --list-gpu-arch` is not available.
 _LOWEST_BY_MAJOR = {11: 35, 12: 50, 13: 75}

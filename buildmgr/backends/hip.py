@@ -14,6 +14,13 @@ NAME = "ROCm"
 GGML_TARGET = "ggml-hip"
 MIN_CMAKE = "3.21"
 GIB_PER_JOB = 4.0
+# Variables that hide, reorder or rename this backend's devices: recorded with every probe.
+ENUMERATION_ENV: tuple[str, ...] = (
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "CUDA_VISIBLE_DEVICES",
+    "GPU_DEVICE_ORDINAL",
+)
 MIN_ROCM = Version("6.1")
 ROCM_FIX = (
     "install ROCm >= 6.1 from AMD's repository (Debian 12 itself only packages ROCm 5.x) "

@@ -8,6 +8,8 @@ NAME = "Metal"
 GGML_TARGET = "ggml-metal"
 MIN_CMAKE = "3.14"
 GIB_PER_JOB = 2.0
+# Variables that hide, reorder or rename this backend's devices: recorded with every probe.
+ENUMERATION_ENV: tuple[str, ...] = ("GGML_METAL_DEVICES",)
 
 
 def inspect(host: Host, deep: bool) -> Report:

@@ -8,6 +8,8 @@ NAME = "SYCL"
 GGML_TARGET = "ggml-sycl"
 MIN_CMAKE = "3.14"
 GIB_PER_JOB = 4.0
+# Variables that hide, reorder or rename this backend's devices: recorded with every probe.
+ENUMERATION_ENV: tuple[str, ...] = ("ONEAPI_DEVICE_SELECTOR",)
 FIX = "install Intel oneAPI Base Toolkit and `source /opt/intel/oneapi/setvars.sh` first"
 
 

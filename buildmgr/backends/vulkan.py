@@ -19,6 +19,8 @@ NAME = "Vulkan"
 GGML_TARGET = "ggml-vulkan"
 MIN_CMAKE = "3.19"
 GIB_PER_JOB = 3.0  # ggml-vulkan.cpp and the generated shader sources are large
+# Variables that hide, reorder or rename this backend's devices: recorded with every probe.
+ENUMERATION_ENV: tuple[str, ...] = ("GGML_VK_VISIBLE_DEVICES", "VK_DRIVER_FILES", "VK_ICD_FILENAMES")
 # ggml-vulkan uses vk::LayerSettingEXT, public since 1.3.272; measured: 1.3.239 fails, 1.4.309 works.
 MIN_HEADERS = Version("1.3.272")
 HEADERS_FIX = (
