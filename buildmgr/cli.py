@@ -145,16 +145,134 @@ def _tool(build, name: str) -> Path:
     return path
 
 
+def _command(args: argparse.Namespace, verb: str, own: tuple[str, ...] = ()) -> list[str]:
+    """TOOL ARGS… after '--'; buildmgr's own options may stand between BUILD and '--' (argparse leaves them here)."""
+    command = list(args.command)
+    while command and command[0] in own:
+        name = command.pop(0).removeprefix("--")
+        if name == "model":
+            if not command:
+                raise UserError("--model needs a path to a GGUF file")
+            args.model = Path(command.pop(0))
+        else:
+            setattr(args, name, True)
+    command = command[1:] if command[:1] == ["--"] else command
+    if not command:
+        raise UserError(f"name a tool, e.g. 'buildmgr {verb} cpu -- llama-cli --version'")
+    return command
+
+
 def cmd_run(args: argparse.Namespace, dirs: Dirs) -> int:
     from buildmgr import store
 
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not command:
-        raise UserError("name a tool to run, e.g. 'buildmgr run cpu -- llama-cli --version'")
-    path = _tool(store.find(dirs, args.build), command[0])
+    command = _command(args, "run", ("--check",))
+    build = store.find(dirs, args.build)
+    path = _tool(build, command[0])
+    if args.check:
+        report = _placement_report(dirs, build, command, model=None, run_verify=False)
+        _print_placement(report)
+        if report["exit_code"]:
+            return report["exit_code"]
     sys.stdout.flush()
     os.execv(path, [str(path), *command[1:]])
     return 0  # not reached
+
+
+def _placement_report(dirs: Dirs, build, command: list[str], model: Path | None, run_verify: bool) -> dict:
+    from buildmgr import inventory, placement
+    from buildmgr.options import available_gib
+    from buildmgr.smoke import tiny_model
+
+    _tool(build, command[0])
+    placements, findings = placement.parse(command[0], command[1:], dict(os.environ))
+    user_model = model or next((Path(p.model) for p in placements if p.model), None)
+    if user_model is not None and not user_model.is_file():
+        raise UserError(f"model {user_model} does not exist")
+    devices, default, moved, fresh = inventory.placement_view(dirs, build, dict(os.environ))
+    here = placement.Here(
+        tuple(devices),
+        default,
+        build.receipt.get("source", {}).get("commit", "") or "",
+        moved,
+        {d.name: d.memory_free_mib for d in devices},
+        int(available_gib() * 1024),
+    )
+    tests = []
+    for candidate in placements:
+        found = placement.check(candidate, here)
+        if user_model is not None:
+            chosen, _ = placement.model_devices(candidate, here)
+            placed = placement.weights_per_device(candidate, user_model, here, chosen)
+            found += placement.memory_findings(placed, here)
+        test = {
+            "placement": candidate.to_json(),
+            "flags": placement.describe(candidate),
+            "findings": [f.to_json() for f in found],
+        }
+        if run_verify:
+            ensure_writable(dirs.cache, "set XDG_CACHE_HOME to a writable directory")
+            outcome = placement.verify(
+                build.tool("llama-bench"),
+                user_model or tiny_model(dirs.cache),
+                candidate,
+                dict(os.environ),
+                user_model is not None,
+            )
+            test["verify"] = outcome.to_json() | {"agreement": placement.agreement(found, outcome)}
+        tests.append(test)
+    errors = any(f["severity"] == "error" for t in tests for f in t["findings"])
+    failed = any(t["verify"]["result"] != "ran" for t in tests if "verify" in t)
+    command_line_errors = placement.has_errors(findings)  # a verify run in llama-bench's syntax cannot show these
+    return {
+        "build": build.id,
+        "tool": command[0],
+        "probed_afresh": fresh,
+        "notes": [f.to_json() for f in findings],
+        "tests": tests,
+        "exit_code": 1 if command_line_errors or (failed if run_verify else errors) else 0,
+    }
+
+
+def _print_placement(report: dict) -> None:
+    def show(finding: dict) -> None:
+        style = {"error": "red", "warning": "yellow"}.get(finding["severity"], "dim")
+        line = f"{finding['severity']}: {finding['flag']}: {finding['message']}" + (
+            f"; {finding['fix']}" if finding["fix"] else ""
+        )
+        _err().print(line, markup=False, style=style)
+
+    for finding in report["notes"]:
+        show(finding)
+    for number, test in enumerate(report["tests"], 1):
+        if len(report["tests"]) > 1:
+            _err().print(f"test {number}: {test['flags']}", markup=False)
+        for finding in test["findings"]:
+            show(finding)
+        if "verify" in test:
+            outcome = test["verify"]
+            _err().print(
+                f"verify: {outcome['result']}"
+                + (f" ({outcome['failure']})" if outcome["failure"] else "")
+                + f"; {outcome['agreement']}",
+                markup=False,
+            )
+            if outcome["result"] == "unknown":
+                for line in outcome["tail"]:
+                    _err().print(f"  {line}", markup=False)
+        if not test["findings"] and not report["notes"]:
+            _err().print("placement ok", markup=False, style="green")
+
+
+def cmd_check(args: argparse.Namespace, dirs: Dirs) -> int:
+    from buildmgr import store
+
+    command = _command(args, "check", ("--verify", "--json", "--model"))
+    report = _placement_report(dirs, store.find(dirs, args.build), command, args.model, args.verify)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        _print_placement(report)
+    return report["exit_code"]
 
 
 def cmd_remove(args: argparse.Namespace, dirs: Dirs) -> int:
@@ -274,10 +392,29 @@ def cmd_devices(args: argparse.Namespace, dirs: Dirs) -> int:
             data = inventory.refresh(dirs, builds, warn)
         for change in inventory.environment_changes(data, dict(os.environ)):
             warn(change)
+    if args.suggest:
+        return _suggest(data, args.prefer, args.json)
     if args.json:
         print(json.dumps(data, indent=2, sort_keys=True))
     else:
         _devices_table(data)
+    return 0
+
+
+def _suggest(data: dict, prefer: str, as_json: bool) -> int:
+    from buildmgr import inventory, placement
+
+    suggestions = {}
+    for build_id, entry in sorted(data.get("builds", {}).items()):
+        devices = inventory.build_devices(data, build_id)
+        names, shares = placement.suggest(devices, entry.get("default_selection", {}), prefer)
+        suggestions[build_id] = {"devices": names, "tensor_split": shares}
+        flags = f"-dev {','.join(names)}" + (f" -ts {','.join(map(str, shares))}" if len(names) > 1 else "")
+        if not as_json:
+            kind = {"dgpu": "discrete GPU", "igpu": "iGPU", "all": "GPU"}[prefer]
+            _out().print(f"{build_id}: {flags if names else f'no {kind} here'}", markup=False)
+    if as_json:
+        print(json.dumps({"prefer": prefer, "builds": suggestions}, indent=2))
     return 0
 
 
@@ -389,10 +526,25 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("tool", nargs="?")
     p.set_defaults(func=cmd_which)
 
-    p = sub.add_parser("run", help="run a tool of a build: buildmgr run BUILD -- TOOL ARGS…")
+    p = sub.add_parser("run", help="run a tool of a build: buildmgr run BUILD [--check] -- TOOL ARGS…")
     p.add_argument("build")
+    p.add_argument("--check", action="store_true", help="check the placement flags first; run only if nothing fails")
     p.add_argument("command", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "check", help="check llama.cpp placement flags against this host's devices: buildmgr check BUILD -- TOOL ARGS…"
+    )
+    p.add_argument("build")
+    p.add_argument(
+        "--verify", action="store_true", help="prove it: run llama-bench with the same placement, tiny model"
+    )
+    p.add_argument(
+        "--model", type=Path, help="a GGUF model: weights per device from its header; --verify runs it -p 1 -n 1"
+    )
+    p.add_argument("--json", action="store_true")
+    p.add_argument("command", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("remove", help="remove a build")
     p.add_argument("build")
@@ -419,6 +571,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME=VALUE",
         help="preview the names under another enumeration environment (e.g. CUDA_VISIBLE_DEVICES=1): a fresh probe, not stored",
     )
+    p.add_argument(
+        "--suggest",
+        action="store_true",
+        help="a -dev string per build that uses each physical card once (and -ts by free memory)",
+    )
+    p.add_argument("--prefer", choices=("dgpu", "all", "igpu"), default="dgpu", help="with --suggest: which cards")
     p.add_argument("--parse", type=Path, metavar="FILE", help="parse a captured --list-devices output instead")
     p.add_argument("--vulkaninfo", type=Path, metavar="FILE", help="with --parse: a captured 'vulkaninfo --summary'")
     p.add_argument(

@@ -314,3 +314,49 @@ def preview(builds: list[store.Build], environ: dict[str, str]) -> dict:
     for build in builds:
         record_probe(data, build, results[build.id])
     return summarize(data, nvidia, vulkan, read_drm_cards())
+
+
+def build_devices(data: dict, build_id: str) -> list[Device]:
+    """One build's devices from its last good probe, with the identity and role the summary gave them."""
+    summary = {(d["name"].split("@")[0], d.get("pci_bus_id")): d for d in data.get("devices", [])}
+    devices = []
+    for device in _devices_of(data["builds"].get(build_id, {})):
+        known = summary.get((device.name, device.pci_bus_id), {})
+        devices.append(
+            replace(
+                device,
+                physical_id=known.get("physical_id", f"alone:{device.name}"),
+                type=known.get("type", device.type),
+            )
+        )
+    return devices
+
+
+def placement_view(
+    dirs: Dirs, build: store.Build, environ: dict[str, str]
+) -> tuple[list[Device], dict[str, str], dict[str, str], bool]:
+    """One build's devices under the current environment, for the placement check.
+
+    The stored probe serves when its enumeration variables are today's; otherwise the build is probed afresh,
+    and names that now mean another card than at the stored probe are returned in `moved` (name → old id).
+    Returns (devices with physical ids, llama.cpp's default verdicts, moved, probed afresh).
+    """
+    path = path_for(dirs)
+    if path.exists():
+        with locked(path.with_suffix(".lock")):
+            data = load(path)
+    else:
+        data = {"schema": SCHEMA, "builds": {}}
+    entry = data["builds"].get(build.id)
+    stored = {d.name: d for d in build_devices(data, build.id)}
+    if entry is not None and not environment_changes({"builds": {build.id: entry}}, environ):
+        devices = list(stored.values())
+        return devices, identity.default_selection(devices), {}, False
+    result = probe_build(build.prefix, environ)
+    devices, _ = identity.assign_physical_ids(list(result.devices))
+    moved = {
+        d.name: stored[d.name].physical_id
+        for d in devices
+        if d.name in stored and d.pci_bus_id and stored[d.name].pci_bus_id and stored[d.name].pci_bus_id != d.pci_bus_id
+    }
+    return devices, identity.default_selection(devices), moved, True

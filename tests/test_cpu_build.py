@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import buildmgr, make_env
+from conftest import assert_user_error, buildmgr, make_env
 
 from buildmgr import ggml_api
 from buildmgr.fsutil import sha256_file
@@ -311,6 +311,22 @@ def test_a_driver_that_crashes_the_api_child_is_recorded_and_the_list_is_the_fal
     assert entry["probe"]["api_error"] == "crashed (SIGSEGV)"
     assert any("could not be read (crashed (SIGSEGV))" in n for n in data["notes"])
     assert inventory_entry(env)[1]["probe"]["method"] == "ggml-api"  # restored
+
+
+def test_placement_check_on_the_cpu_build(env, first_build):
+    ok = buildmgr(env, "check", "cpu", "--verify", "--", "llama-cli", "-dev", "none", "-ot", "ffn=CPU")
+    assert ok.returncode == 0 and "verify: ran; as predicted: ran" in ok.stderr, ok.stderr
+    wrong = buildmgr(env, "check", "cpu", "--json", "--", "llama-cli", "-dev", "Vulkan0")
+    [finding] = json.loads(wrong.stdout)["tests"][0]["findings"]
+    assert wrong.returncode == 1 and finding["fix"] == "valid names here: none (use -dev none)"
+    for args, message in (
+        (["no-such-build", "--", "llama-cli"], "no installed build 'no-such-build'"),
+        (["cpu", "--", "llama-cli", "-ot", "ffn(=CPU"], "not a valid regular expression"),
+        (["cpu", "--", "llama-cli", "-ts", "1,x"], "every entry must be a number"),
+        (["cpu", "--", "llama-nope"], "has no llama-nope"),
+        (["cpu", "--model", "/nonexistent.gguf", "--", "llama-cli"], "does not exist"),
+    ):
+        assert_user_error(buildmgr(env, "check", *args), message)
 
 
 def test_remove_then_gc(env, first_build):

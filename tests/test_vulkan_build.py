@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import buildmgr, make_env
+from conftest import assert_user_error, buildmgr, make_env
 from packaging.version import Version
 
 pytestmark = [
@@ -130,3 +130,59 @@ def test_a_crashing_probe_is_recorded_and_the_last_good_result_kept(root, built)
     assert [d["name"] for d in entry["last_good"]["devices"]] == ["Vulkan0"]
     assert [d["name"] for d in data["devices"]] == ["Vulkan0"]
     assert any("last probe failed" in note for note in data["notes"])
+
+
+LAVAPIPE_ROWS = [
+    ("-dev Vulkan0", ""),
+    ("-dev Vulkan0 -ot ffn=CPU", ""),
+    ("-dev Vulkan0 -sm tensor", ""),
+    ("-dev Vulkan0 -sm row", "row-split-unsupported"),
+    ("-dev none -ot ffn=Vulkan0", "override-outside-devices"),
+    ("-dev Vulkan0 -sm none -mg 1", "main-gpu-out-of-range"),
+    ("-dev Vulkan1", "invalid-device"),
+    ("-dev Vulkan0 -ot ffn=Bogus0", "unknown-buffer-type"),
+]
+
+
+@pytest.mark.parametrize(("flags", "failure"), LAVAPIPE_ROWS)
+def test_the_placement_check_predicts_what_llama_bench_does_on_lavapipe(root, built, flags, failure):
+    result = buildmgr(
+        env_with(root, GGML_VK_VISIBLE_DEVICES="0"),
+        "check",
+        "vulkan",
+        "--verify",
+        "--json",
+        "--",
+        "llama-cli",
+        *flags.split(),
+    )
+    assert result.returncode == (1 if failure else 0), result.stderr
+    [test] = json.loads(result.stdout)["tests"]
+    assert {f["rule"] for f in test["findings"] if f["severity"] == "error"} == ({failure} if failure else set())
+    outcome = test["verify"]
+    assert (outcome["result"], outcome["failure"]) == (("known", failure) if failure else ("ran", ""))
+    assert outcome["agreement"].startswith("as predicted")
+
+
+def test_run_check_runs_only_a_placement_that_works(root, built):
+    env = env_with(root, GGML_VK_VISIBLE_DEVICES="0")
+    refused = buildmgr(env, "run", "vulkan", "--check", "--", "llama-bench", "-dev", "Vulkan1", "--list-devices")
+    assert refused.returncode == 1 and "Available devices" not in refused.stdout
+    assert "valid names here: Vulkan0" in refused.stderr
+    ran = buildmgr(env, "run", "vulkan", "--check", "--", "llama-bench", "-dev", "Vulkan0", "--list-devices")
+    assert ran.returncode == 0 and "Vulkan0: llvmpipe" in ran.stdout, ran.stderr
+
+
+def test_a_model_s_weights_are_placed_from_its_header(root, built):
+    model = next((root / "cache" / "buildmgr" / "smoke").glob("*.gguf"))
+    env = env_with(root, GGML_VK_VISIBLE_DEVICES="0")
+    result = buildmgr(
+        env, "check", "vulkan", "--model", str(model), "--verify", "--json", "--", "llama-cli", "-dev", "Vulkan0"
+    )
+    [test] = json.loads(result.stdout)["tests"]
+    assert result.returncode == 0 and test["findings"] == [] and test["verify"]["result"] == "ran"
+    not_gguf = root / "model.txt"
+    not_gguf.write_text("hello")
+    assert_user_error(
+        buildmgr(env, "check", "vulkan", "--model", str(not_gguf), "--", "llama-cli"), "is not a GGUF model"
+    )

@@ -1,0 +1,214 @@
+"""Placement flags read as llama.cpp reads them, and checked against the two-H200 host's real devices.
+
+Every row of TABLE ran on that host (tests/fixtures/h200x2/placement.txt, docs/real-runs.md); the check must
+predict each outcome.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from buildmgr.errors import UserError
+from buildmgr.identity import assign_physical_ids, default_selection
+from buildmgr.placement import (
+    Here,
+    Placement,
+    bench_args,
+    check,
+    classify,
+    memory_findings,
+    parse,
+    parse_bench,
+    parse_common,
+    suggest,
+    weights_per_device,
+)
+from buildmgr.probe import _api_devices, _Ran
+
+HOST = Path(__file__).parent / "fixtures" / "h200x2"
+PIN = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
+
+
+def h200x2(environment: str = "") -> Here:
+    devices, _ = _api_devices(_Ran(0, (HOST / f"api{environment}.json").read_text(), ""), 60)
+    devices, _ = assign_physical_ids(devices)
+    return Here(tuple(devices), default_selection(devices), PIN, free_mib={d.name: d.memory_free_mib for d in devices})
+
+
+TABLE = [
+    ("-dev CUDA0", None),
+    ("-dev Vulkan1", None),
+    ("-dev CUDA0,CUDA1 -sm layer", None),
+    ("-dev Vulkan0,Vulkan1 -sm layer", None),
+    ("-dev CUDA0,Vulkan1 -sm layer", None),
+    ("-dev CUDA0,Vulkan0 -sm layer", None),
+    ("-dev CUDA0,CUDA1 -sm row", "row-split-unsupported"),
+    ("-dev Vulkan0,Vulkan1 -sm row", "row-split-unsupported"),
+    ("-dev CUDA0,CUDA1 -sm none -mg 0 -ot ffn=CUDA1", "override-outside-devices"),
+    ("-dev CUDA0,Vulkan1 -sm none -mg 0 -ot ffn=Vulkan1", "override-outside-devices"),
+    ("-dev CUDA0,CUDA1 -sm none -mg 1", None),
+    ("-dev CUDA0,CUDA1 -sm none -mg 2", "main-gpu-out-of-range"),
+    ("-dev CUDA0 -ot ffn=CUDA1", "override-outside-devices"),
+    ("-dev CUDA0 -ot ffn=CPU", None),
+    ("-dev CUDA0,CUDA1 -sm layer -ot ffn=CUDA1", None),
+    ("-dev CUDA0,CUDA1 -sm tensor", "tensor-split-unsupported"),
+    ("-dev CUDA0,Vulkan0 -sm tensor", "tensor-split-unsupported"),
+    ("-dev Vulkan0,Vulkan1 -sm tensor", None),
+    ("-dev CUDA0 -sm tensor", "tensor-split-unsupported"),
+    ("-dev CUDA2", "invalid-device"),
+    ("-dev CUDA0,CUDA1 -sm layer -ts 1,1", None),
+    ("-dev CUDA0,CUDA1 -sm layer -ts 3,1,1", None),
+    ("-dev CUDA0 -ot ffn=Bogus0", "unknown-buffer-type"),
+]
+
+
+@pytest.mark.parametrize(("flags", "failure"), TABLE)
+def test_every_observed_outcome_on_two_h200s_is_predicted(flags, failure):
+    [placement], notes = parse("llama-cli", flags.split(), {})
+    errors = {f.rule for f in check(placement, h200x2()) if f.severity == "error"}
+    assert errors == ({failure} if failure else set()) and notes == []
+
+
+def test_one_card_under_two_names_is_a_warning_with_the_fix():
+    [placement], _ = parse("llama-cli", ["-dev", "CUDA0,Vulkan0", "-sm", "layer"], {})
+    [finding] = check(placement, h200x2())
+    assert (finding.severity, finding.rule) == ("warning", "one-card-twice")
+    assert "pci:0000:00:06.0" in finding.message and finding.fix == "keep one of CUDA0 and Vulkan0"
+
+
+def test_an_unknown_name_lists_the_valid_ones():
+    [placement], _ = parse("llama-cli", ["-dev", "CUDA2"], {})
+    [finding] = check(placement, h200x2())
+    assert finding.fix == "valid names here: CUDA0, CUDA1, Vulkan0, Vulkan1"
+
+
+def test_overrides_onto_a_device_outside_the_model_say_which_abort_and_what_works():
+    [placement], _ = parse("llama-cli", ["-dev", "CUDA0,CUDA1", "-sm", "none", "-ot", "ffn=CUDA1"], {})
+    [finding] = check(placement, h200x2())
+    assert "with -sm none only the main device (CUDA0) holds the model" in finding.message
+    assert "pre-allocated tensor" in finding.message and finding.fix.startswith("override onto CUDA0 or CPU")
+
+
+def test_without_dev_the_model_gets_llama_cpp_s_default_devices():
+    [placement], _ = parse("llama-cli", ["-ot", "ffn=Vulkan1"], {})
+    [finding] = check(placement, h200x2())  # default: CUDA0, CUDA1; Vulkan1 is CUDA1's second name, skipped
+    assert finding.rule == "override-outside-devices" and "(CUDA0, CUDA1)" in finding.message
+
+
+def test_a_name_that_moved_to_another_card_is_reported():
+    here = h200x2("-second-card")
+    moved = Here(here.devices, here.default, PIN, {"CUDA0": "pci:0000:00:06.0"})
+    [placement], _ = parse("llama-cli", ["-dev", "CUDA0"], {})
+    [finding] = check(placement, moved)
+    assert "CUDA0 is pci:0000:00:07.0 under the current environment, but was pci:0000:00:06.0" in finding.message
+
+
+def test_flags_are_read_as_llama_cpp_reads_them():
+    environ = {"LLAMA_ARG_DEVICE": "CUDA1", "LLAMA_ARG_SPLIT_MODE": "none", "LLAMA_ARG_OVERRIDE_TENSOR": "exps=CPU"}
+    placement, notes = parse_common(["--device", "CUDA0,CUDA1", "--split_mode", "layer", "-ot", "ffn=CUDA1"], environ)
+    assert placement.devices == ("CUDA0", "CUDA1") and placement.split_mode == "layer"  # the command line wins
+    assert placement.overrides == (("exps", "CPU"), ("ffn", "CUDA1"))  # both apply
+    assert placement.flag("devices") == "--device" and notes == []
+    from_env, _ = parse_common([], environ)
+    assert (from_env.devices, from_env.split_mode, from_env.flag("devices")) == (("CUDA1",), "none", "LLAMA_ARG_DEVICE")
+    _, notes = parse_common(["--device=CUDA0", "-m", "x.gguf"], {})
+    assert notes[0].rule == "no-equals-form" and notes[0].fix == "write --device CUDA0"
+    assert parse_common(["-dev", "none"], {})[0].devices == ()
+    assert parse_common(["-ngl", "99", "--cpu-moe", "-ncmoe", "3"], {})[0].n_cpu_moe == 3
+
+
+def test_llama_bench_reads_commas_as_tests_and_slashes_as_devices_together():
+    placements, notes = parse_bench(["-dev", "CUDA0,CUDA1", "-sm", "layer,none"])
+    assert [(p.devices, p.split_mode) for p in placements] == [
+        (("CUDA0",), "layer"),
+        (("CUDA0",), "none"),
+        (("CUDA1",), "layer"),
+        (("CUDA1",), "none"),
+    ]
+    assert notes[0].rule == "bench-comma" and notes[0].fix == "to use them together write -dev CUDA0/CUDA1"
+    [together], notes = parse_bench(["-dev", "CUDA0/CUDA1", "-ts", "3/1", "-ot", "a=CPU;b=CUDA1"])
+    assert together.devices == ("CUDA0", "CUDA1") and together.tensor_split == (3.0, 1.0) and notes == []
+    assert together.overrides == (("a", "CPU"), ("b", "CUDA1"))
+    assert bench_args(together) == [
+        "-dev",
+        "CUDA0/CUDA1",
+        "-sm",
+        "layer",
+        "-mg",
+        "0",
+        "-ts",
+        "3/1",
+        "-ot",
+        "a=CPU;b=CUDA1",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-ot", "ffn(=CPU"], "not a valid regular expression"),
+        (["-ot", "ffn"], "needs PATTERN=BUFFER_TYPE"),
+        (["-ts", "3,x"], "every entry must be a number"),
+        (["-sm", "rows"], "one of none, layer, row, tensor"),
+        (["-mg", "first"], "must be a whole number"),
+    ],
+)
+def test_malformed_values_are_user_errors(args, message):
+    with pytest.raises(UserError, match=message):
+        parse_common(args, {})
+
+
+def test_captured_failures_are_classified():
+    text = (HOST / "placement.txt").read_text()
+    blocks = {b.split("\n", 1)[0]: b for b in text.split("### ")[1:]}
+
+    def outcome(label: str) -> str:
+        block = next(b for head, b in blocks.items() if head.endswith(label))
+        code = int(block.split("exit ", 1)[1].split()[0])
+        result = classify(code, block)
+        return result.failure or result.result
+
+    assert outcome("-ngl 99 -dev CUDA0,CUDA1 -sm row") == "row-split-unsupported"
+    assert outcome("-ngl 99 -dev CUDA0,CUDA1 -sm tensor") == "tensor-split-unsupported"
+    assert outcome("-ngl 99 -dev CUDA0,CUDA1 -sm none -mg 2") == "main-gpu-out-of-range"
+    assert outcome("-ngl 99 -dev CUDA2") == "invalid-device"
+    assert outcome("-ngl 99 -dev CUDA0 -ot ffn=Bogus0") == "unknown-buffer-type"
+    assert outcome("-ngl 99 -dev CUDA0,CUDA1 -sm layer") == "ran"
+    assert (
+        classify(
+            134,
+            "ggml-backend.cpp:941: pre-allocated tensor (blk.0.ffn_down.weight) in a buffer (CUDA1) that cannot run the operation (NONE)",
+        ).failure
+        == "override-outside-devices"
+    )
+
+
+def test_suggest_uses_each_card_once_discrete_first():
+    here = h200x2()
+    names, shares = suggest(list(here.devices), here.default, "dgpu")
+    assert names == ["CUDA0", "CUDA1"] and shares == [1, 1]
+
+
+def test_weights_per_device_from_the_gguf_header(tmp_path):
+    from buildmgr.smoke import write_tiny_model
+
+    model = tmp_path / "tiny.gguf"
+    write_tiny_model(model)
+    here = h200x2()
+    layered = weights_per_device(Placement(devices=("CUDA0", "CUDA1")), model, here, ["CUDA0", "CUDA1"])
+    offloaded = weights_per_device(
+        Placement(devices=("CUDA0", "CUDA1"), overrides=(("ffn", "CPU"),)), model, here, ["CUDA0", "CUDA1"]
+    )
+    assert sum(layered.values()) == sum(offloaded.values()) == _weight_bytes(model)  # every tensor placed once
+    assert layered["CUDA0"] > 0 and layered["CUDA1"] > 0 and offloaded["CPU"] > layered["CPU"]
+    small = Here(here.devices, here.default, PIN, free_mib={"CUDA0": 0, "CUDA1": 0}, host_free_mib=1 << 20)
+    assert {f.flag for f in memory_findings(layered, small)} == {"CUDA0", "CUDA1"}
+    with pytest.raises(UserError, match="is not a GGUF model"):
+        (tmp_path / "bad.gguf").write_text("not a model")
+        weights_per_device(Placement(), tmp_path / "bad.gguf", here, ["CUDA0"])
+
+
+def _weight_bytes(model: Path) -> int:
+    from gguf import GGUFReader
+
+    return sum(int(t.n_bytes) for t in GGUFReader(str(model)).tensors)
