@@ -65,29 +65,5 @@ while IFS= read -r flags; do
     row completion "$prefix/bin/llama-completion" -m "$model" -no-cnv -n 1 -p hi -ngl 99 "${words[@]}"
     row bench-slash "$bench" -m "$model" -p 16 -n 4 -r 1 "${slashed[@]}"
     [ "${slashed[*]}" = "${words[*]}" ] || row bench-comma "$bench" -m "$model" -p 16 -n 4 -r 1 "${words[@]}"
-done <<'ROWS'
--dev CUDA0
--dev Vulkan1
--dev CUDA0,CUDA1 -sm layer
--dev Vulkan0,Vulkan1 -sm layer
--dev CUDA0,Vulkan1 -sm layer
--dev CUDA0,Vulkan0 -sm layer
--dev CUDA0,CUDA1 -sm row
--dev Vulkan0,Vulkan1 -sm row
--dev CUDA0,CUDA1 -sm none -mg 0 -ot ffn=CUDA1
--dev CUDA0,Vulkan1 -sm none -mg 0 -ot ffn=Vulkan1
--dev CUDA0,CUDA1 -sm none -mg 1
--dev CUDA0,CUDA1 -sm none -mg 2
--dev CUDA0 -ot ffn=CUDA1
--dev CUDA0 -ot ffn=CPU
--dev CUDA0,CUDA1 -sm layer -ot ffn=CUDA1
--dev CUDA0,CUDA1 -sm tensor
--dev CUDA0,Vulkan0 -sm tensor
--dev Vulkan0,Vulkan1 -sm tensor
--dev CUDA0 -sm tensor
--dev CUDA2
--dev CUDA0,CUDA1 -sm layer -ts 1,1
--dev CUDA0,CUDA1 -sm layer -ts 3,1,1
--dev CUDA0 -ot ffn=Bogus0
-ROWS
+done <"$(dirname "$0")/placement-rows.txt"
 echo done >"$out/finished.txt"

@@ -28,29 +28,7 @@ verify = test["verify"]
 observed = "ran" if verify["result"] == "ran" else f"{verify['result']}: {verify['failure'] or ' / '.join(verify['tail'][-2:])}"
 print(f"| `{flags}` | {predicted} | {observed} (exit {verify['exit_code']}) | {verify['agreement']} |")
 PY
-done <<'ROWS'
--dev CUDA0
--dev CUDA1
--dev Vulkan0
--dev Vulkan1
--dev CUDA0,CUDA1 -sm layer
--dev Vulkan0,Vulkan1 -sm layer
--dev CUDA0,Vulkan1 -sm layer
--dev CUDA0,Vulkan0 -sm layer
--dev CUDA0,CUDA1 -sm row
--dev CUDA0,CUDA1 -sm none -mg 0 -ot ffn=CUDA1
--dev CUDA0,Vulkan1 -sm none -mg 0 -ot ffn=Vulkan1
--dev CUDA0 -ot ffn=CUDA1
--dev CUDA0 -ot ffn=CPU
--dev CUDA0,CUDA1 -sm tensor
--dev CUDA2
--dev CUDA0,CUDA1 -sm none -mg 2
--dev Vulkan0,Vulkan1 -sm tensor
--dev Vulkan0,Vulkan1 -sm row
--ot ffn=Vulkan1
--sm tensor
--dev CUDA0,CUDA1 -sm layer -ts 3,1,1
-ROWS
+done <"$(dirname "$0")/placement-rows.txt"
 
 {
     echo '$ buildmgr devices --suggest'; bm devices --suggest 2>&1

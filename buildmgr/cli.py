@@ -259,7 +259,7 @@ def _print_placement(report: dict) -> None:
             if outcome["result"] == "unknown":
                 for line in outcome["tail"]:
                     _err().print(f"  {line}", markup=False)
-        if not test["findings"] and not report["notes"]:
+        if not test["findings"] and not any(n["severity"] == "error" for n in report["notes"]):
             _err().print("placement ok", markup=False, style="green")
 
 

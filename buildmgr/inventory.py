@@ -35,7 +35,9 @@ from buildmgr.probe import (
 )
 
 SCHEMA = 1
-NVIDIA_QUERY = ["--query-gpu=index,name,uuid,pci.bus_id,memory.total", "--format=csv,noheader"]
+# One nvidia-smi call: the columns parse_nvidia_smi_csv reads, then the driver version.
+NVIDIA_QUERY = ["--query-gpu=index,name,uuid,pci.bus_id,memory.total,driver_version", "--format=csv,noheader"]
+VULKANINFO_SKIPPED = "not run: ggml gave every Vulkan device a PCI id"
 
 
 def path_for(dirs: Dirs) -> Path:
@@ -56,15 +58,27 @@ def _capture(command: list[str]) -> str:
     return result.stdout if result.returncode == 0 else ""
 
 
-def host_tools() -> tuple[list[NvidiaGpu], list[VulkanGpu]]:
-    """What nvidia-smi and vulkaninfo say about this host's devices (empty where a tool is missing)."""
-    return (
-        parse_nvidia_smi_csv(_capture(["nvidia-smi", *NVIDIA_QUERY])),
-        parse_vulkaninfo_summary(_capture(["vulkaninfo", "--summary"])),
-    )
+def nvidia_smi() -> list[NvidiaGpu]:
+    """nvidia-smi's GPUs, with the driver version (empty where it is missing)."""
+    return parse_nvidia_smi_csv(_capture(["nvidia-smi", *NVIDIA_QUERY]))
 
 
-def host_facts(nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu]) -> dict[str, object]:
+def vulkaninfo_needed(builds: dict) -> bool:
+    """vulkaninfo (slow: it starts every Vulkan driver) only adds what ggml cannot say: a Vulkan device without a
+    PCI id (a CPU driver such as lavapipe), or why a Vulkan build sees no device at all."""
+    for entry in builds.values():
+        if "Vulkan" in entry.get("backends", []):
+            vulkan = [d for d in _devices_of(entry) if d.backend == "Vulkan"]
+            if not vulkan or any(d.pci_bus_id is None for d in vulkan):
+                return True
+    return False
+
+
+def vulkaninfo() -> list[VulkanGpu]:
+    return parse_vulkaninfo_summary(_capture(["vulkaninfo", "--summary"]))
+
+
+def host_facts(nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu] | None) -> dict[str, object]:
     try:
         ram_mib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1 << 20)
     except (ValueError, OSError):
@@ -81,7 +95,6 @@ def host_facts(nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu]) -> dict[str, ob
         )
     except OSError:
         pass
-    driver = _capture(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]).strip().splitlines()
     return {
         "hostname": socket.gethostname(),
         "os": platform.platform(),
@@ -89,8 +102,8 @@ def host_facts(nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu]) -> dict[str, ob
         "cpus": os.cpu_count(),
         "ram_mib": ram_mib,
         "drivers": {
-            "nvidia": driver[0] if driver else None,
-            "vulkan_devices": [asdict(g) for g in vulkan],
+            "nvidia": nvidia[0].driver if nvidia else None,
+            "vulkan_devices": [asdict(g) for g in vulkan] if vulkan is not None else VULKANINFO_SKIPPED,
             "kernel_gpus": [asdict(card) for card in read_drm_cards()],
         },
         "nvidia_gpus": [asdict(g) for g in nvidia],
@@ -281,11 +294,11 @@ def environment_changes(data: dict, environ: dict[str, str]) -> list[str]:
 
 
 def _probe_all(builds: list[store.Build], environ: dict[str, str]):
-    """Every build's probe and the host tools at once: each waits on driver start-up, not on the others."""
+    """Every build's probe and nvidia-smi at once: each waits on driver start-up, not on the others."""
     with ThreadPoolExecutor(max_workers=len(builds) + 1) as pool:
-        tools = pool.submit(host_tools)
+        nvidia = pool.submit(nvidia_smi)
         probes = {b.id: pool.submit(probe_build, b.prefix, environ) for b in builds}
-        return {k: f.result() for k, f in probes.items()}, *tools.result()
+        return {k: f.result() for k, f in probes.items()}, nvidia.result()
 
 
 def refresh(
@@ -293,7 +306,7 @@ def refresh(
 ) -> dict:
     """Probe the given builds, merge into the stored inventory, and write it back atomically under a lock."""
     environ = dict(os.environ if environ is None else environ)
-    results, nvidia, vulkan = _probe_all(builds, environ)
+    results, nvidia = _probe_all(builds, environ)
     path = path_for(dirs)
     with locked(path.with_suffix(".lock")):
         data = load(path, warn)
@@ -301,19 +314,21 @@ def refresh(
         data["builds"] = {k: v for k, v in data.get("builds", {}).items() if k in installed}
         for build in builds:
             record_probe(data, build, results[build.id])
-        data.update(schema=SCHEMA, updated=_now(), host=host_facts(nvidia, vulkan), probe_env=enumeration_env(environ))
-        summarize(data, nvidia, vulkan, read_drm_cards())
+        vulkan = vulkaninfo() if vulkaninfo_needed(data["builds"]) else None
+        host = host_facts(nvidia, vulkan)
+        data.update(schema=SCHEMA, updated=_now(), host=host, probe_env=enumeration_env(environ))
+        summarize(data, nvidia, vulkan or [], read_drm_cards())
         atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
     return data
 
 
 def preview(builds: list[store.Build], environ: dict[str, str]) -> dict:
     """What the names would be under another environment: a fresh probe of every build, stored nowhere."""
-    results, nvidia, vulkan = _probe_all(builds, environ)
+    results, nvidia = _probe_all(builds, environ)
     data: dict = {"schema": SCHEMA, "builds": {}, "preview_env": enumeration_env(environ)}
     for build in builds:
         record_probe(data, build, results[build.id])
-    return summarize(data, nvidia, vulkan, read_drm_cards())
+    return summarize(data, nvidia, vulkaninfo() if vulkaninfo_needed(data["builds"]) else [], read_drm_cards())
 
 
 def build_devices(data: dict, build_id: str) -> list[Device]:

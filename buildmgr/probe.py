@@ -185,10 +185,11 @@ class NvidiaGpu:
     uuid: str  # without the GPU- prefix, lower case: comparable with vulkaninfo's deviceUUID
     pci_bus_id: str
     memory_total_mib: int | None
+    driver: str | None = None
 
 
 def parse_nvidia_smi_csv(text: str) -> list[NvidiaGpu]:
-    """`nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total --format=csv[,noheader]`."""
+    """`nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total[,driver_version] --format=csv[,noheader]`."""
     gpus = []
     for row in csv.reader(io.StringIO(text)):
         cells = [c.strip() for c in row]
@@ -202,6 +203,7 @@ def parse_nvidia_smi_csv(text: str) -> list[NvidiaGpu]:
                 cells[2].removeprefix("GPU-").lower(),
                 normalize_pci(cells[3]) or cells[3].lower(),
                 int(memory.group(1)) if memory else None,
+                cells[5] if len(cells) > 5 else None,
             )
         )
     return gpus

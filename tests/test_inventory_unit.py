@@ -30,3 +30,22 @@ def test_a_corrupt_inventory_is_moved_aside_and_reported(tmp_path: Path):
     path.write_text('{"schema": 99}')
     load(path, warnings.append)
     assert "unknown schema 99" in warnings[1]
+
+
+def test_vulkaninfo_runs_only_where_ggml_leaves_a_question():
+    from buildmgr.inventory import vulkaninfo_needed
+
+    def entry(backends, devices):
+        return {"backends": backends, "last_good": {"devices": [d.to_json() for d in devices]}}
+
+    with_pci = Device("Vulkan0", "Vulkan", 0, "NVIDIA H200", 1, 1, pci_bus_id="0000:00:06.0")
+    assert not vulkaninfo_needed({"a": entry(["CPU", "CUDA", "Vulkan"], [with_pci]), "b": entry(["CPU"], [])})
+    assert vulkaninfo_needed({"a": entry(["CPU", "Vulkan"], [LAVAPIPE])})  # no PCI id: is it a CPU driver?
+    assert vulkaninfo_needed({"a": entry(["CPU", "Vulkan"], [])})  # built ≠ present: why?
+
+
+def test_one_nvidia_smi_call_gives_the_gpus_and_the_driver():
+    from buildmgr.probe import parse_nvidia_smi_csv
+
+    [gpu] = parse_nvidia_smi_csv("0, NVIDIA H200, GPU-71c943e5, 00000000:00:06.0, 143771 MiB, 580.159.04\n")
+    assert (gpu.pci_bus_id, gpu.memory_total_mib, gpu.driver) == ("0000:00:06.0", 143771, "580.159.04")
