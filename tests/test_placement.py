@@ -4,6 +4,7 @@ Every row of TABLE ran on that host (tests/fixtures/h200x2/placement.txt, docs/r
 predict each outcome.
 """
 
+import re
 from pathlib import Path
 
 import pytest
@@ -35,35 +36,26 @@ def h200x2(environment: str = "") -> Here:
     return Here(tuple(devices), default_selection(devices), PIN, free_mib={d.name: d.memory_free_mib for d in devices})
 
 
-TABLE = [
-    ("-dev CUDA0", None),
-    ("-dev Vulkan1", None),
-    ("-dev CUDA0,CUDA1 -sm layer", None),
-    ("-dev Vulkan0,Vulkan1 -sm layer", None),
-    ("-dev CUDA0,Vulkan1 -sm layer", None),
-    ("-dev CUDA0,Vulkan0 -sm layer", None),
-    ("-dev CUDA0,CUDA1 -sm row", "row-split-unsupported"),
-    ("-dev Vulkan0,Vulkan1 -sm row", "row-split-unsupported"),
-    ("-dev CUDA0,CUDA1 -sm none -mg 0 -ot ffn=CUDA1", "override-outside-devices"),
-    ("-dev CUDA0,Vulkan1 -sm none -mg 0 -ot ffn=Vulkan1", "override-outside-devices"),
-    ("-dev CUDA0,CUDA1 -sm none -mg 1", None),
-    ("-dev CUDA0,CUDA1 -sm none -mg 2", "main-gpu-out-of-range"),
-    ("-dev CUDA0 -ot ffn=CUDA1", "override-outside-devices"),
-    ("-dev CUDA0 -ot ffn=CPU", None),
-    ("-dev CUDA0,CUDA1 -sm layer -ot ffn=CUDA1", None),
-    ("-dev CUDA0,CUDA1 -sm tensor", "tensor-split-unsupported"),
-    ("-dev CUDA0,Vulkan0 -sm tensor", "tensor-split-unsupported"),
-    ("-dev Vulkan0,Vulkan1 -sm tensor", None),
-    ("-dev CUDA0 -sm tensor", "tensor-split-unsupported"),
-    ("-dev CUDA2", "invalid-device"),
-    ("-dev CUDA0,CUDA1 -sm layer -ts 1,1", None),
-    ("-dev CUDA0,CUDA1 -sm layer -ts 3,1,1", None),
-    ("-dev CUDA0 -ot ffn=Bogus0", "unknown-buffer-type"),
-]
+def observed_rows() -> list[tuple[str, str | None]]:
+    """(flags, the failure llama-bench showed or None) for every row run on that host."""
+    rows = []
+    for line in (HOST / "placement-check.md").read_text().splitlines():
+        flags, _, observed, _ = (cell.strip() for cell in line.strip("|").split("|"))
+        known = re.match(r"known: ([\w-]+)", observed)
+        rows.append((flags.strip("`"), known.group(1) if known else None if observed.startswith("ran") else "unknown"))
+    return rows
+
+
+TABLE = observed_rows()
+
+
+def test_the_table_holds_every_row_that_ran_there():
+    rows = (Path(__file__).parent.parent / "bench" / "placement-rows.txt").read_text().splitlines()
+    assert [flags for flags, _ in TABLE] == rows
 
 
 @pytest.mark.parametrize(("flags", "failure"), TABLE)
-def test_every_observed_outcome_on_two_h200s_is_predicted(flags, failure):
+def test_every_outcome_observed_on_two_h200s_is_predicted(flags, failure):
     [placement], notes = parse("llama-cli", flags.split(), {})
     errors = {f.rule for f in check(placement, h200x2()) if f.severity == "error"}
     assert errors == ({failure} if failure else set()) and notes == []
