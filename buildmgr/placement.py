@@ -309,12 +309,14 @@ class Here:
     host_free_mib: int | None = None
 
 
+def _at_pin(commit: str) -> bool:
+    return bool(commit) and commit.startswith(PIN)
+
+
 def _error(flag: str, rule: str, message: str, fix: str, commit: str) -> Finding:
     known = _KNOWN[rule]
     caveat = (
-        ""
-        if commit.startswith(PIN) or PIN.startswith(commit[:7])
-        else f" (seen at {PIN}; this build is {commit[:7]}: --verify)"
+        "" if _at_pin(commit) else f" (seen at {PIN}; this build is {commit[:7] or 'of an unknown commit'}: --verify)"
     )
     return Finding("error", flag, f"{message} → {known.what}{caveat}", fix, rule)
 
@@ -470,6 +472,17 @@ def _check_split(placement: Placement, here: Here, chosen: list[str], by_name: d
                     "--verify",
                 )
             )
+    if placement.split_mode == "layer" and len(backends) > 1 and not _at_pin(here.commit):
+        findings.append(
+            Finding(
+                "note",
+                flag,
+                f"-sm layer across {' and '.join(sorted(backends))} ran at {PIN}; older llama.cpp failed on it, and this "
+                f"build is {here.commit[:7] or 'of an unknown commit'}",
+                "--verify",
+                "cross-backend-layer",
+            )
+        )
     if placement.tensor_split and chosen and len(placement.tensor_split) != len(chosen):
         extra = len(placement.tensor_split) > len(chosen)
         findings.append(

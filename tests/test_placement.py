@@ -204,3 +204,15 @@ def _weight_bytes(model: Path) -> int:
     from gguf import GGUFReader
 
     return sum(int(t.n_bytes) for t in GGUFReader(str(model)).tensors)
+
+
+def test_a_build_of_another_commit_gets_the_rules_with_their_caveat():
+    here = h200x2()
+    older = Here(here.devices, here.default, "b5e0f1a2c3", free_mib=here.free_mib)
+    [placement], _ = parse("llama-cli", ["-dev", "CUDA0,Vulkan1", "-sm", "layer"], {})
+    [note] = check(placement, older)
+    assert (note.severity, note.rule) == ("note", "cross-backend-layer") and "this build is b5e0f1a" in note.message
+    assert check(placement, here) == []
+    [placement], _ = parse("llama-cli", ["-dev", "CUDA0", "-sm", "tensor"], {})
+    [error] = check(placement, older)
+    assert error.message.endswith("(seen at 0c1e570; this build is b5e0f1a: --verify)")
