@@ -504,8 +504,20 @@ def has_errors(findings: list[Finding]) -> bool:
 # --- memory from the model's header ------------------------------------------------------------------------------
 
 
+# common/common.h at the pin: --cpu-moe and -ncmoe N keep these expert tensors on the CPU.
+FFN_EXPS = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
+
+
+def _cpu_overrides(placement: Placement) -> tuple[tuple[str, str], ...]:
+    """-ot as given, then what --cpu-moe / -ncmoe N add (llama.cpp appends them the same way)."""
+    extra = [(FFN_EXPS, "CPU")] if placement.cpu_moe else []
+    extra += [(rf"blk\.{i}{FFN_EXPS}", "CPU") for i in range(placement.n_cpu_moe or 0)]
+    return placement.overrides + tuple(extra)
+
+
 def weights_per_device(placement: Placement, model: Path, here: Here, chosen: list[str]) -> dict[str, int]:
-    """Bytes of weights each device would hold: layers split by -ts (else free memory), overrides moved."""
+    """Bytes of weights each device would hold: the last -ngl layers (all by default) split over the devices by -ts
+    (else by free memory), the others on the CPU, and -ot / --cpu-moe / -ncmoe matches moved."""
     try:
         from gguf import GGUFReader
 
@@ -513,22 +525,27 @@ def weights_per_device(placement: Placement, model: Path, here: Here, chosen: li
     except (OSError, ValueError, KeyError) as err:
         raise UserError(f"{model} is not a GGUF model ({err})") from None
     layers = sorted({int(m.group(1)) for name, _ in tensors if (m := re.match(r"blk\.(\d+)\.", name))})
+    offloaded = layers
+    if placement.gpu_layers is not None and placement.gpu_layers.isdigit():
+        offloaded = layers[len(layers) - min(int(placement.gpu_layers), len(layers)) :]
     shares = list(placement.tensor_split[: len(chosen)]) or [float(here.free_mib.get(n) or 1) for n in chosen]
     shares += [0.0] * (len(chosen) - len(shares))
     total_share = sum(shares) or 1.0
-    owner: dict[int, str] = {}
-    bounds = list(itertools.accumulate(s / total_share * len(layers) for s in shares))
-    for position, layer in enumerate(layers):
-        owner[layer] = next((chosen[i] for i, bound in enumerate(bounds) if position < round(bound)), chosen[-1])
+    bounds = list(itertools.accumulate(s / total_share * len(offloaded) for s in shares))
+    owner = {
+        layer: next((chosen[i] for i, bound in enumerate(bounds) if position < round(bound)), chosen[-1])
+        for position, layer in enumerate(offloaded)
+        if chosen
+    }
+    overrides = _cpu_overrides(placement)
     placed: dict[str, int] = {}
     for name, size in tensors:
-        target = next((t for pattern, t in placement.overrides if re.search(pattern, name)), None)
         layer = re.match(r"blk\.(\d+)\.", name)
-        where = target or (
-            owner[int(layer.group(1))]
-            if layer and chosen
+        where = next((t for pattern, t in overrides if re.search(pattern, name)), None) or (
+            owner.get(int(layer.group(1)), "CPU")
+            if layer
             else chosen[-1]
-            if chosen and name.startswith("output")
+            if chosen and name.startswith("output") and len(offloaded) == len(layers)
             else "CPU"
         )
         placed[where] = placed.get(where, 0) + size

@@ -193,11 +193,28 @@ def test_weights_per_device_from_the_gguf_header(tmp_path):
     )
     assert sum(layered.values()) == sum(offloaded.values()) == _weight_bytes(model)  # every tensor placed once
     assert layered["CUDA0"] > 0 and layered["CUDA1"] > 0 and offloaded["CPU"] > layered["CPU"]
+    one_layer = weights_per_device(Placement(devices=("CUDA0",), gpu_layers="1"), model, here, ["CUDA0"])
+    assert one_layer["CUDA0"] * 2 == layered["CUDA0"] + layered["CUDA1"] - _output_bytes(model)  # 1 of 2 layers
     small = Here(here.devices, here.default, PIN, free_mib={"CUDA0": 0, "CUDA1": 0}, host_free_mib=1 << 20)
     assert {f.flag for f in memory_findings(layered, small)} == {"CUDA0", "CUDA1"}
     with pytest.raises(UserError, match="is not a GGUF model"):
         (tmp_path / "bad.gguf").write_text("not a model")
         weights_per_device(Placement(), tmp_path / "bad.gguf", here, ["CUDA0"])
+
+
+def _output_bytes(model: Path) -> int:
+    from gguf import GGUFReader
+
+    return sum(int(t.n_bytes) for t in GGUFReader(str(model)).tensors if t.name.startswith("output"))
+
+
+def test_cpu_moe_keeps_expert_tensors_on_the_cpu():
+    from buildmgr.placement import _cpu_overrides
+
+    assert _cpu_overrides(Placement(cpu_moe=True)) == ((r"\.ffn_(up|down|gate|gate_up)_(ch|)exps", "CPU"),)
+    [(pattern, target)] = _cpu_overrides(Placement(n_cpu_moe=1))
+    assert target == "CPU"
+    assert re.search(pattern, "blk.0.ffn_up_exps.weight") and not re.search(pattern, "blk.1.ffn_up_exps.weight")
 
 
 def _weight_bytes(model: Path) -> int:
