@@ -20,6 +20,7 @@ from pathlib import Path
 
 from buildmgr import backends, identity, store
 from buildmgr.config import Dirs
+from buildmgr.errors import UserError
 from buildmgr.fsutil import atomic_write_text, locked
 from buildmgr.probe import (
     Device,
@@ -117,9 +118,19 @@ def load(path: Path, warn=lambda message: None) -> dict:
     """The stored inventory; a corrupt file is moved aside (never silently dropped) and reported."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        if isinstance(data, dict) and data.get("schema") == SCHEMA:
+        schema = data.get("schema") if isinstance(data, dict) else None
+        if isinstance(schema, int) and schema > SCHEMA:
+            raise UserError(
+                f"inventory {path} was written by a newer buildmgr (schema {schema}, this one reads {SCHEMA}); "
+                "upgrade buildmgr, or set XDG_DATA_HOME to use another inventory"
+            )
+        if (
+            schema == SCHEMA
+            and isinstance(data.get("builds"), dict)
+            and all(isinstance(e, dict) for e in data["builds"].values())
+        ):
             return data
-        problem = f"unknown schema {data.get('schema') if isinstance(data, dict) else '?'}"
+        problem = f"unknown schema {schema!r}" if schema != SCHEMA else "'builds' is not a map of build entries"
     except FileNotFoundError:
         return {"schema": SCHEMA, "builds": {}}
     except (OSError, ValueError) as err:

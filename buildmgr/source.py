@@ -107,6 +107,8 @@ def parse_source_spec(text: str | None) -> SourceSpec:
         return SourceSpec("path", text)
     if "@" in text:
         url, ref = text.rsplit("@", 1)
+        if url.startswith("-") or ref.startswith("-"):
+            raise UserError(f"--source {text!r}: a URL or ref that starts with '-' would be read by git as an option")
         if ref and ("://" in url or re.match(r"^[\w.-]+@[\w.-]+:", url) or Path(url).is_dir()):
             return SourceSpec("git", url, ref)
     raise UserError(
@@ -343,7 +345,7 @@ def git_tree(url: str, ref: str, dirs: Dirs) -> SourceTree:
         if not (clone / ".git").exists():
             tmp = dirs.git / f".{clone.name}.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
-            _git(["clone", "--quiet", "--no-checkout", url, str(tmp)])
+            _git(["clone", "--quiet", "--no-checkout", "--", url, str(tmp)])
             os.replace(tmp, clone)
         else:
             _git(["fetch", "--quiet", "--tags", "--force", "origin"], cwd=clone)

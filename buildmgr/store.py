@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import os
 import shutil
@@ -32,6 +34,9 @@ class Build:
         return self.receipt.get("finished", "")
 
     def tool(self, name: str) -> Path:
+        """A tool of this build: a plain name, resolved inside its bin/ (no paths, no '..')."""
+        if not name or name in (".", "..") or "/" in name or "\0" in name:
+            raise UserError(f"tool {name!r} must be the name of a program in the build's bin/, e.g. llama-cli")
         return self.prefix / "bin" / name
 
 
@@ -51,7 +56,7 @@ def installed(dirs: Dirs) -> list[Build]:
     builds = []
     for receipt_path in sorted(dirs.builds.glob(f"*/*/{RECEIPT}")):
         prefix = receipt_path.parent
-        if prefix.parent.name.startswith("."):
+        if prefix.name.startswith(".") or prefix.parent.name.startswith("."):  # half removed or replaced
             continue
         receipt = read_receipt(prefix)
         if receipt is not None:
@@ -95,20 +100,33 @@ def write_receipt(staging: Path, receipt: dict) -> None:
 
 
 def publish(staging: Path, prefix: Path) -> None:
-    """Make a complete staging dir the prefix with one rename; an older prefix is replaced."""
+    """Make a complete staging dir the prefix in one step. An older prefix is swapped out atomically
+    (renameat2 RENAME_EXCHANGE), so there is no moment without a whole build, and then deleted from staging."""
     prefix.parent.mkdir(parents=True, exist_ok=True)
-    old = None
     if prefix.exists():
-        old = prefix.with_name(f".old-{prefix.name}-{uuid.uuid4().hex[:8]}")
-        os.rename(prefix, old)
-    os.rename(staging, prefix)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        exchange(staging, prefix)
+        shutil.rmtree(staging, ignore_errors=True)  # now the old build
+    else:
+        os.rename(staging, prefix)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def exchange(a: Path, b: Path) -> None:
+    """Swap two paths atomically (Linux renameat2); a file system without it is an error, never a gap."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if not hasattr(libc, "renameat2"):
+        raise OSError(errno.ENOSYS, "renameat2 is not available to swap the build in place", str(b))
+    if libc.renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"cannot swap in the new build ({os.strerror(code)})", str(b))
 
 
 def remove(dirs: Dirs, build: Build) -> None:
     with locked(build_lock(dirs, build.id)):
-        doomed = build.prefix.with_name(f".removing-{build.prefix.name}")
+        doomed = build.prefix.with_name(f".removing-{build.prefix.name}-{uuid.uuid4().hex[:8]}")
         os.rename(build.prefix, doomed)  # the build disappears at once, the files after
         shutil.rmtree(doomed)
         shutil.rmtree(dirs.build_trees / build.id, ignore_errors=True)
@@ -135,7 +153,7 @@ def gc(dirs: Dirs) -> list[Path]:
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     for leftover in dirs.builds.glob("*/.*"):
-        if leftover.name.startswith((".old-", ".removing-")):
+        if leftover.name.startswith((".old-", ".removing-")) and leftover.is_dir():
             shutil.rmtree(leftover, ignore_errors=True)
             removed.append(leftover)
     if dirs.build_trees.is_dir():

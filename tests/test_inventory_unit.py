@@ -27,9 +27,9 @@ def test_a_corrupt_inventory_is_moved_aside_and_reported(tmp_path: Path):
     assert load(path, warnings.append) == {"schema": 1, "builds": {}}
     assert not path.exists() and len(list(tmp_path.glob("host.json.corrupt-*"))) == 1
     assert "moved aside" in warnings[0]
-    path.write_text('{"schema": 99}')
+    path.write_text('{"schema": "one"}')
     load(path, warnings.append)
-    assert "unknown schema 99" in warnings[1]
+    assert "unknown schema 'one'" in warnings[1]
 
 
 def test_vulkaninfo_runs_only_where_ggml_leaves_a_question():
