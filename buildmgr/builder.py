@@ -21,7 +21,7 @@ from buildmgr.diagnose import diagnose
 from buildmgr.errors import BuildFailed
 from buildmgr.fsutil import locked
 from buildmgr.install import install_targets
-from buildmgr.plan import BuildPlan
+from buildmgr.plan import RPATH_DEFINES, BuildPlan
 from buildmgr.progress import Reporter
 from buildmgr.recipes import BASE_DEFINES
 from buildmgr.smoke import SmokeResult, smoke_run, tiny_model
@@ -30,19 +30,6 @@ TAIL_LINES = 20
 # Binaries find their libraries next to them (build tree) or in ../lib (prefix): no LD_LIBRARY_PATH.
 # DT_RPATH rather than RUNPATH on Linux: it is searched before LD_LIBRARY_PATH, so another build's
 # libllama.so on that path cannot be loaded into this one.
-RPATH_DEFINES = {
-    "CMAKE_BUILD_WITH_INSTALL_RPATH": "ON",
-    "CMAKE_INSTALL_RPATH": "$ORIGIN/../lib;$ORIGIN",
-    "CMAKE_INSTALL_LIBDIR": "lib",
-} | (
-    {
-        "CMAKE_EXE_LINKER_FLAGS": "-Wl,--disable-new-dtags",
-        "CMAKE_SHARED_LINKER_FLAGS": "-Wl,--disable-new-dtags",
-        "CMAKE_MODULE_LINKER_FLAGS": "-Wl,--disable-new-dtags",
-    }
-    if platform.system() == "Linux"
-    else {}
-)
 LAUNCHER_LANGUAGES = ("C", "CXX", "CUDA", "HIP")
 
 
@@ -182,7 +169,7 @@ class Configured:
 
 def _log_paths(plan: BuildPlan, dirs: Dirs) -> tuple[Path, Path]:
     dirs.logs.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    stamp = f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"  # chosen under the lock: one log per run
     return dirs.logs / f"{plan.build_id}-{stamp}.log", dirs.logs / f"{plan.build_id}-{stamp}.ccache-stats"
 
 
@@ -220,12 +207,20 @@ def configure_only(plan: BuildPlan, dirs: Dirs, reporter: Reporter) -> Configure
     return Configured(build_dir, log, targets)
 
 
-def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter) -> store.Build:
-    """Run the whole pipeline; the prefix appears only if every stage passed."""
+def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter, rebuild: bool = False) -> store.Build:
+    """Run the whole pipeline; the prefix appears only if every stage passed.
+
+    Under the build's lock the receipt is read again: a build of the same id that finished while this one waited
+    is used, not compiled a second time (unless `rebuild`).
+    """
     prefix = plan.prefix(dirs.builds)
     build_dir = dirs.build_trees / plan.build_id
-    log, statslog = _log_paths(plan, dirs)
     with locked(store.build_lock(dirs, plan.build_id)):
+        finished = None if rebuild else store.read_receipt(prefix)
+        if finished is not None:
+            reporter.say(f"{plan.build_id} was built by another buildmgr while this one waited; using it → {prefix}")
+            return store.Build(plan.build_id, prefix, finished)
+        log, statslog = _log_paths(plan, dirs)
         started, clock = _now(), time.monotonic()
         reporter.say(
             f"building [bold]{plan.build_id}[/] from {plan.source.origin} ({plan.source.short_commit}); log: {log}"

@@ -52,7 +52,7 @@ def cmd_build(args: argparse.Namespace, dirs: Dirs) -> int:
     from buildmgr.progress import Reporter
 
     request = BuildRequest(args.recipe, args.sm, args.gfx, args.source, args.jobs, tuple(args.define))
-    build_plan = resolve(request, dirs)
+    build_plan = resolve(request, dirs, warn=lambda m: _err().print(m, markup=False, style="yellow"))
     if args.configure_only:
         configured = builder.configure_only(build_plan, dirs, Reporter())
         if args.json:
@@ -75,7 +75,7 @@ def cmd_build(args: argparse.Namespace, dirs: Dirs) -> int:
     else:
         if not build_plan.toolchain.ccache.found:
             _err().print("[yellow]ccache not found: building without a compile cache (apt-get install ccache)[/]")
-        build = builder.execute(build_plan, dirs, Reporter())
+        build = builder.execute(build_plan, dirs, Reporter(), rebuild=args.rebuild)
         devices = _probe_after_build(dirs, build)
     if args.json:
         result = {"id": build_plan.build_id, "prefix": str(prefix), "up_to_date": up_to_date}
@@ -300,7 +300,7 @@ def cmd_recipes(args: argparse.Namespace, dirs: Dirs) -> int:
 
     host = host_facts()
     rows = []
-    for recipe in all_recipes(dirs).values():
+    for recipe in all_recipes(dirs, warn=lambda m: _err().print(m, markup=False, style="yellow")).values():
         report = backends.inspect(recipe.backends, host, deep=False)
         missing = toolchain.problems(host.toolchain, recipe.tools) + [c.line() for c in report.failures]
         rows.append(recipe.to_json() | {"buildable": not missing, "missing": missing, "file": recipe.source_file})
@@ -384,8 +384,7 @@ def cmd_devices(args: argparse.Namespace, dirs: Dirs) -> int:
         data = inventory.preview(store.installed(dirs), environ)
         warn("preview under " + " ".join(f"{k}={v}" for k, v in data["preview_env"].items()) + " (not stored)")
     else:
-        path = inventory.path_for(dirs)
-        data = None if args.refresh else inventory.load(path, warn) if path.exists() else None
+        data = None if args.refresh else inventory.read(dirs, warn)
         builds = store.installed(dirs)
         if data is None or set(data.get("builds", {})) != {b.id for b in builds}:
             ensure_writable(dirs.inventory, "set XDG_DATA_HOME to a writable directory")

@@ -358,6 +358,15 @@ def build_devices(data: dict, build_id: str) -> list[Device]:
     return devices
 
 
+def read(dirs: Dirs, warn=lambda message: None) -> dict | None:
+    """The stored inventory, read under its lock (a writer may be replacing it), or None if there is none."""
+    path = path_for(dirs)
+    if not path.exists():
+        return None
+    with locked(path.with_suffix(".lock")):
+        return load(path, warn)
+
+
 def placement_view(
     dirs: Dirs, build: store.Build, environ: dict[str, str]
 ) -> tuple[list[Device], dict[str, str], dict[str, str], bool]:
@@ -367,12 +376,7 @@ def placement_view(
     and names that now mean another card than at the stored probe are returned in `moved` (name → old id).
     Returns (devices with physical ids, llama.cpp's default verdicts, moved, probed afresh).
     """
-    path = path_for(dirs)
-    if path.exists():
-        with locked(path.with_suffix(".lock")):
-            data = load(path)
-    else:
-        data = {"schema": SCHEMA, "builds": {}}
+    data = read(dirs) or {"schema": SCHEMA, "builds": {}}
     entry = data["builds"].get(build.id)
     stored = {d.name: d for d in build_devices(data, build.id)}
     if entry is not None and not environment_changes({"builds": {build.id: entry}}, environ):

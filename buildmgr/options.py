@@ -15,7 +15,7 @@ from buildmgr import backends, source, toolchain
 from buildmgr.backends import cpu, cuda, hip
 from buildmgr.config import Dirs, ensure_writable, resource_path
 from buildmgr.errors import UserError
-from buildmgr.plan import Arch, BuildPlan, make_plan, parse_jobs
+from buildmgr.plan import RPATH_DEFINES, Arch, BuildPlan, make_plan, parse_jobs
 from buildmgr.recipes import Recipe, compose, load_recipes, parse_defines, with_defines
 
 
@@ -29,8 +29,15 @@ class BuildRequest:
     defines: tuple[str, ...] = ()
 
 
-def all_recipes(dirs: Dirs) -> dict[str, Recipe]:
-    return load_recipes(resource_path("recipes"), dirs.user_recipes)
+def all_recipes(dirs: Dirs, wanted: str = "", warn=lambda message: None) -> dict[str, Recipe]:
+    """Shipped and user recipes. A broken one fails only a command that asks for it; others get one warning."""
+    broken: dict[str, UserError] = {}
+    recipes = load_recipes(resource_path("recipes"), dirs.user_recipes, broken=broken)
+    for name, error in broken.items():
+        if name in wanted.split("+"):
+            raise error
+        warn(f"skipping a broken recipe: {error}")
+    return recipes
 
 
 def host_facts(environ: dict[str, str] | None = None, toolchain_cache: Path | None = None) -> backends.Host:
@@ -79,8 +86,30 @@ def resolve_arch(recipe: Recipe, request: BuildRequest, environ: dict[str, str])
     return Arch(tuple(defines), "-".join(labels))
 
 
-def resolve(request: BuildRequest, dirs: Dirs, environ: dict[str, str] | None = None) -> BuildPlan:
-    recipe = with_defines(compose(request.recipe, all_recipes(dirs)), parse_defines(request.defines))
+# -D keys buildmgr sets itself: a user value would be overridden, so it is refused instead.
+OWNED_DEFINES = {
+    "CMAKE_CUDA_ARCHITECTURES": "use --sm",
+    "GPU_TARGETS": "use --gfx",
+    "AMDGPU_TARGETS": "use --gfx",
+    "LLAMA_BUILD_COMMIT": "it comes from the source",
+    "LLAMA_BUILD_NUMBER": "it comes from the source",
+    "GGML_CCACHE": "buildmgr runs ccache itself",
+    "CMAKE_MAKE_PROGRAM": "buildmgr builds with its own ninja",
+    **{f"CMAKE_{lang}_COMPILER_LAUNCHER": "buildmgr runs ccache itself" for lang in ("C", "CXX", "CUDA", "HIP")},
+    **{key: "buildmgr sets the $ORIGIN RPATH the prefix relies on" for key in RPATH_DEFINES},
+}
+
+
+def refuse_owned(defines: dict[str, str]) -> None:
+    for key in defines:
+        if key in OWNED_DEFINES:
+            raise UserError(f"-D {key} is set by buildmgr ({OWNED_DEFINES[key]}); leave it out")
+
+
+def resolve(request: BuildRequest, dirs: Dirs, environ: dict[str, str] | None = None, warn=lambda m: None) -> BuildPlan:
+    extra = parse_defines(request.defines)
+    refuse_owned(extra)
+    recipe = with_defines(compose(request.recipe, all_recipes(dirs, request.recipe, warn)), extra)
     check_arch_flags(recipe, request)
     spec = source.parse_source_spec(request.source)
     host = host_facts(environ, dirs.toolchain_cache)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,6 +12,21 @@ from buildmgr.errors import UserError
 from buildmgr.recipes import BASE_DEFINES, Recipe
 from buildmgr.source import SourceTree
 from buildmgr.toolchain import Toolchain
+
+# Every build gets an $ORIGIN-relative RPATH (DT_RPATH, so LD_LIBRARY_PATH cannot pull in another build's libs).
+RPATH_DEFINES = {
+    "CMAKE_BUILD_WITH_INSTALL_RPATH": "ON",
+    "CMAKE_INSTALL_RPATH": "$ORIGIN/../lib;$ORIGIN",
+    "CMAKE_INSTALL_LIBDIR": "lib",
+} | (
+    {
+        "CMAKE_EXE_LINKER_FLAGS": "-Wl,--disable-new-dtags",
+        "CMAKE_SHARED_LINKER_FLAGS": "-Wl,--disable-new-dtags",
+        "CMAKE_MODULE_LINKER_FLAGS": "-Wl,--disable-new-dtags",
+    }
+    if platform.system() == "Linux"
+    else {}
+)
 
 
 def default_jobs(cores: int, available_gib: float, gib_per_job: float) -> int:

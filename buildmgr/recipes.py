@@ -95,14 +95,29 @@ def parse_recipe(name: str, text: str, where: str) -> Recipe:
         if not isinstance(rule, dict) or not isinstance(rule.get("reason"), str):
             raise UserError(f"{where}: conflicts.{other} needs a 'reason' string")
         unless = rule.get("unless", {})
+        if not isinstance(unless, dict):
+            raise UserError(
+                f'{where}: conflicts.{other}.unless must be a table of defines, e.g. {{ GGML_BACKEND_DL = "ON" }}'
+            )
         parsed_conflicts.append(
             Conflict(other, rule["reason"], tuple((k, _define_value(v, k, where)) for k, v in unless.items()))
+        )
+    backends = _strings(table["backends"], "backends", where)
+    targets = _strings(table["targets"], "targets", where)
+    if not backends or not targets:
+        raise UserError(f"{where}: 'backends' and 'targets' must each name at least one")
+    from buildmgr.backends import known_backends
+
+    unknown_backends = [b for b in backends if b not in known_backends()]
+    if unknown_backends:
+        raise UserError(
+            f"{where}: unknown backend(s) {', '.join(unknown_backends)}; known: {', '.join(known_backends())}"
         )
     return Recipe(
         name=name,
         description=str(table.get("description", "")),
-        backends=_strings(table["backends"], "backends", where),
-        targets=_strings(table["targets"], "targets", where),
+        backends=backends,
+        targets=targets,
         tools=_strings(table.get("tools", []), "tools", where),
         defines=tuple(sorted((k, _define_value(v, k, where)) for k, v in defines.items())),
         conflicts=tuple(parsed_conflicts),
@@ -110,16 +125,25 @@ def parse_recipe(name: str, text: str, where: str) -> Recipe:
     )
 
 
-def load_recipes(*directories: Path) -> dict[str, Recipe]:
-    """All recipes; a later directory overrides an earlier one (user recipes over shipped ones)."""
+def load_recipes(*directories: Path, broken: dict[str, UserError] | None = None) -> dict[str, Recipe]:
+    """All recipes; a later directory overrides an earlier one (user recipes over shipped ones).
+
+    With `broken`, a recipe that cannot be read or parsed is put there (by name) instead of failing everything.
+    """
     recipes: dict[str, Recipe] = {}
     for directory in directories:
         for path in sorted(directory.glob("*.toml")) if directory.is_dir() else ():
             try:
-                text = path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as err:
-                raise UserError(f"{path}: cannot read recipe ({err})") from None
-            recipes[path.stem] = parse_recipe(path.stem, text, str(path))
+                try:
+                    text = path.read_text(encoding="utf-8")
+                except (OSError, UnicodeDecodeError) as err:
+                    raise UserError(f"{path}: cannot read recipe ({err})") from None
+                recipes[path.stem] = parse_recipe(path.stem, text, str(path))
+            except UserError as err:
+                if broken is None:
+                    raise
+                broken[path.stem] = err
+                recipes.pop(path.stem, None)
     return recipes
 
 

@@ -217,9 +217,12 @@ def safe_extract(archive: Path, subdir: str, dest: Path) -> None:
 
 
 def _download_sdist(pin: Pin, dirs: Dirs) -> Path:
-    """The user's own pip fetches the sdist, so their index settings apply."""
+    """The user's own pip fetches the sdist, so their index settings apply. pip checks the lock's sha256 itself
+    (hash-checking mode) before it prepares the sdist's metadata, so no code from an unverified sdist ever runs."""
     dirs.downloads.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dirs.downloads, prefix=".pip-") as tmp:
+        requirements = Path(tmp) / "requirements.txt"
+        requirements.write_text(f"{pin.requirement} --hash=sha256:{pin.sha256}\n", encoding="utf-8")
         cmd = [
             sys.executable,
             "-m",
@@ -229,14 +232,21 @@ def _download_sdist(pin: Pin, dirs: Dirs) -> Path:
             "--no-binary",
             ":all:",
             "--disable-pip-version-check",
+            "--require-hashes",
             "-d",
             tmp,
-            pin.requirement,
+            "-r",
+            str(requirements),
         ]
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         found = list(Path(tmp).glob("*.tar.gz"))
         if result.returncode != 0 or len(found) != 1:
-            tail = tuple((result.stdout + result.stderr).strip().splitlines()[-8:])
+            output = result.stdout + result.stderr
+            tail = tuple(output.strip().splitlines()[-8:])
+            if "DO NOT MATCH THE HASHES" in output:
+                raise BuildFailed(
+                    f"pip refused {pin.requirement}: its sha256 is not the lock's {pin.sha256[:8]}", tail=tail
+                )
             raise BuildFailed(f"pip could not download {pin.requirement}", tail=tail)
         target = dirs.downloads / pin.sdist_name
         os.replace(found[0], target)
@@ -274,11 +284,11 @@ def is_synced(tree: SourceTree, pin: Pin) -> bool:
 def sync_pinned(pin: Pin, dirs: Dirs, archive: Path | None = None) -> SourceTree:
     """Fetch (unless already there), verify, then extract the pinned tree; idempotent."""
     tree = pinned_tree(pin, dirs)
+    if archive is not None:
+        verify_sdist(archive, pin)  # a file the user hands in is checked every time, synced or not
     if is_synced(tree, pin):
         return tree
-    if archive is not None:
-        verify_sdist(archive, pin)
-    else:
+    if archive is None:
         archive = dirs.downloads / pin.sdist_name
         if archive.exists():
             try:
@@ -286,7 +296,8 @@ def sync_pinned(pin: Pin, dirs: Dirs, archive: Path | None = None) -> SourceTree
             except UserError:
                 archive.unlink()  # a corrupt cached download is fetched again
         if not archive.exists():
-            archive = _download_sdist(pin, dirs)
+            with locked(dirs.downloads / ".lock"):  # gc leaves a download in progress alone
+                archive = _download_sdist(pin, dirs)
             try:
                 verify_sdist(archive, pin)
             except UserError:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from buildmgr.config import Dirs
 from buildmgr.errors import UserError
-from buildmgr.fsutil import atomic_write_text, locked, sha256_file
+from buildmgr.fsutil import atomic_write_text, fsync_tree, locked, sha256_file
 
 RECEIPT = "buildmgr-receipt.json"
 RECEIPT_SCHEMA = 1
@@ -102,6 +102,7 @@ def write_receipt(staging: Path, receipt: dict) -> None:
 def publish(staging: Path, prefix: Path) -> None:
     """Make a complete staging dir the prefix in one step. An older prefix is swapped out atomically
     (renameat2 RENAME_EXCHANGE), so there is no moment without a whole build, and then deleted from staging."""
+    fsync_tree(staging)
     prefix.parent.mkdir(parents=True, exist_ok=True)
     if prefix.exists():
         exchange(staging, prefix)
@@ -132,26 +133,28 @@ def remove(dirs: Dirs, build: Build) -> None:
         shutil.rmtree(dirs.build_trees / build.id, ignore_errors=True)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _collect_idle(paths: list[Path], lock: Path, removed: list[Path]) -> None:
+    """Delete these leftovers unless the lock that their writer holds is busy (locks work across containers
+    that share the data dir; process ids do not)."""
+    if not paths:
+        return
+    with locked(lock, wait=False) as idle:
+        if idle:
+            for path in paths:
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
 
 
 def gc(dirs: Dirs) -> list[Path]:
-    """Remove staging dirs of dead builds, leftovers of interrupted renames, and orphan build trees."""
+    """Remove staging dirs of builds no longer running, leftovers of interrupted renames, extractions, downloads
+    and clones, and orphan build trees."""
     removed: list[Path] = []
     if dirs.staging.is_dir():
         for path in dirs.staging.iterdir():
-            parts = path.name.rsplit(".", 2)
-            if len(parts) == 3 and parts[1].isdigit() and _pid_alive(int(parts[1])):
-                continue
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
+            _collect_idle([path], build_lock(dirs, path.name.split(".", 1)[0]), removed)
+    _collect_idle(sorted(dirs.sources.glob(".extract-*")), dirs.sources / ".lock", removed)
+    _collect_idle(sorted(dirs.downloads.glob(".pip-*")), dirs.downloads / ".lock", removed)
+    _collect_idle(sorted(dirs.git.glob(".*.tmp")), dirs.git / ".lock", removed)
     for leftover in dirs.builds.glob("*/.*"):
         if leftover.name.startswith((".old-", ".removing-")) and leftover.is_dir():
             shutil.rmtree(leftover, ignore_errors=True)

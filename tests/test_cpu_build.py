@@ -196,10 +196,17 @@ def test_fresh_build_dir_with_warm_cache_hits_ccache(env, first_build):
     assert counts["misses"] <= counts["hits"] // 50, counts
 
 
-def test_concurrent_builds_publish_one_complete_prefix(env, first_build):
+def test_two_builds_of_one_id_at_once_compile_once(env, first_build):
+    """The real race: with no prefix yet, both start; one builds, the other waits on the lock and reuses it."""
+    assert buildmgr(env, "remove", "cpu").returncode == 0
+    logs_before = set(logs(env))
     with ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(lambda _: buildmgr(env, "build", "--rebuild"), range(2)))
+        results = list(pool.map(lambda _: buildmgr(env, "build"), range(2)))
     assert [r.returncode for r in results] == [0, 0], [r.stderr[-500:] for r in results]
+    compiled = [r for r in results if "✓ build" in r.stderr]
+    waited = [r for r in results if "while this one waited; using it" in r.stderr]
+    assert len(compiled) == 1 and len(waited) == 1
+    assert len(set(logs(env)) - logs_before) == 1  # one log, of the run that compiled
     builds = json.loads(buildmgr(env, "list", "--json").stdout)["builds"]
     assert len(builds) == 1 and receipt_of(env)["smoke"]["passed"]
     data = Path(env["XDG_DATA_HOME"]) / "buildmgr" / "builds"
@@ -327,6 +334,16 @@ def test_placement_check_on_the_cpu_build(env, first_build):
         (["cpu", "--model", "/nonexistent.gguf", "--", "llama-cli"], "does not exist"),
     ):
         assert_user_error(buildmgr(env, "check", *args), message)
+
+
+def test_a_handed_archive_is_verified_even_when_the_tree_is_synced(env, first_build, tmp_path):
+    import tarfile
+
+    fake = tmp_path / "llama_cpp_python-0.3.36.tar.gz"
+    with tarfile.open(fake, "w:gz") as tar:
+        tar.add(__file__, arcname="llama_cpp_python-0.3.36/vendor/llama.cpp/CMakeLists.txt")
+    assert json.loads(buildmgr(env, "source", "show", "--json").stdout)["synced"]
+    assert_user_error(buildmgr(env, "source", "sync", "--archive", str(fake)), "does not match the lock's 832db069")
 
 
 def test_remove_then_gc(env, first_build):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,109 @@ def test_an_os_error_is_one_line_with_the_path(monkeypatch, capsys, error):
     assert cli.main(["list"]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"buildmgr: error: {error.strerror}: {error.filename}")
+
+
+def test_no_code_from_an_unverified_sdist_runs(tmp_path, tmp_env):
+    """A tampered sdist on the user's index: pip must refuse it before running its build backend."""
+    import tarfile
+
+    marker = tmp_path / "backend-ran"
+    package = tmp_path / "src" / "llama_cpp_python-0.3.36"
+    package.mkdir(parents=True)
+    (package / "setup.py").write_text(
+        f"open({str(marker)!r}, 'w').write('ran')\nfrom setuptools import setup\nsetup()\n"
+    )
+    (package / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: llama_cpp_python\nVersion: 0.3.36\n")
+    index = tmp_path / "index"
+    index.mkdir()
+    with tarfile.open(index / "llama_cpp_python-0.3.36.tar.gz", "w:gz") as tar:
+        tar.add(package, arcname=package.name)
+    result = buildmgr(tmp_env | {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(index)}, "source", "sync")
+    assert result.returncode == 1 and "its sha256 is not the lock's 832db069" in result.stderr, result.stderr
+    assert not marker.exists(), "the sdist's setup.py ran before its hash was checked"
+    assert not list((tmp_path / "data").rglob("CMakeLists.txt"))
+
+
+def test_every_installed_file_reaches_the_disk_before_the_build_appears(tmp_path, monkeypatch):
+    staging = tmp_path / "staging" / "cpu-66666666.1.x"
+    (staging / "bin").mkdir(parents=True)
+    (staging / "bin" / "llama-cli").write_text("tool")
+    (staging / "lib").mkdir()
+    (staging / "lib" / "libllama.so.0").write_text("lib")
+    (staging / "lib" / "libllama.so").symlink_to("libllama.so.0")
+    (staging / store.RECEIPT).write_text("{}")
+    synced: set[str] = set()
+    real_fsync, real_rename = os.fsync, os.rename
+
+    def fsync(fd):
+        synced.add(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    def rename(source, destination):
+        files = {str(p) for p in Path(source).rglob("*") if not p.is_symlink()} | {str(source)}
+        assert files <= synced, f"not on disk before publishing: {sorted(files - synced)}"
+        real_rename(source, destination)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "rename", rename)
+    store.publish(staging, tmp_path / "builds" / "v" / "cpu-66666666")
+    assert (tmp_path / "builds" / "v" / "cpu-66666666" / "bin" / "llama-cli").read_text() == "tool"
+
+
+@pytest.mark.parametrize(
+    ("define", "says"),
+    [
+        ("CMAKE_CUDA_ARCHITECTURES=90", "use --sm"),
+        ("LLAMA_BUILD_COMMIT=deadbee", "it comes from the source"),
+        ("CMAKE_INSTALL_RPATH=/opt/lib", "$ORIGIN RPATH"),
+        ("CMAKE_C_COMPILER_LAUNCHER=sccache", "runs ccache itself"),
+    ],
+)
+def test_defines_buildmgr_owns_are_refused_not_silently_overridden(tmp_path, tmp_env, define, says):
+    assert_user_error(buildmgr(tmp_env, "build", "-D", define), "is set by buildmgr", says)
+    assert not (tmp_path / "data").exists() and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            'backends = ["CPU", "Vulkan"]\ntargets = ["x"]\n[conflicts.hip]\nreason = "r"\nunless = "ON"',
+            "unless must be a table",
+        ),
+        ('backends = []\ntargets = ["x"]', "must each name at least one"),
+        ('backends = ["Vulcan"]\ntargets = ["x"]', "unknown backend(s) Vulcan"),
+    ],
+)
+def test_recipes_are_validated_when_parsed(text, message):
+    from buildmgr.recipes import parse_recipe
+
+    with pytest.raises(UserError, match=re.escape(message)):
+        parse_recipe("mine", text, "mine.toml")
+
+
+def test_a_broken_user_recipe_fails_only_the_command_that_asks_for_it(tmp_path, tmp_env):
+    recipes = tmp_path / "config" / "buildmgr" / "recipes"
+    recipes.mkdir(parents=True)
+    (recipes / "mine.toml").write_text("backends = [")
+    listed = buildmgr(tmp_env, "recipes", "--json")
+    assert listed.returncode == 0 and "skipping a broken recipe" in listed.stderr and "mine.toml" in listed.stderr
+    assert "cpu" in {r["name"] for r in json.loads(listed.stdout)["recipes"]}
+    assert_user_error(buildmgr(tmp_env, "build", "mine"), "mine.toml", "invalid TOML")
+
+
+def test_gc_goes_by_the_locks_not_by_process_ids(tmp_env):
+    from buildmgr.fsutil import locked
+
+    dirs = dirs_of(tmp_env)
+    orphan = dirs.staging / "cpu-77777777.1.abcd1234"  # pid 1 is alive, but no build holds the lock
+    running = dirs.staging / "cpu-88888888.1.abcd1234"
+    extract = dirs.sources / ".extract-x1"
+    download = dirs.downloads / ".pip-x2"
+    clone = dirs.git / ".0123456789ab.tmp"
+    for path in (orphan, running, extract, download, clone):
+        (path / "sub").mkdir(parents=True)
+    with locked(store.build_lock(dirs, "cpu-88888888")):
+        removed = store.gc(dirs)
+    assert set(removed) == {orphan, extract, download, clone}
+    assert running.exists() and not any(p.exists() for p in removed)
