@@ -4,7 +4,6 @@ and run a build's probe with a timeout. Parsing is pure; running sits in `probe_
 from __future__ import annotations
 
 import csv
-import io
 import json
 import os
 import re
@@ -191,7 +190,7 @@ class NvidiaGpu:
 def parse_nvidia_smi_csv(text: str) -> list[NvidiaGpu]:
     """`nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total[,driver_version] --format=csv[,noheader]`."""
     gpus = []
-    for row in csv.reader(io.StringIO(text)):
+    for row in csv.reader(text.splitlines()):  # any line ending, a stray \r included
         cells = [c.strip() for c in row]
         if len(cells) < 4 or not cells[0].isdigit():
             continue  # the header, or noise

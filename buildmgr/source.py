@@ -100,16 +100,23 @@ class SourceSpec:
     ref: str = ""
 
 
+def _is_dir(text: str) -> bool:
+    try:
+        return Path(text).is_dir()
+    except (OSError, ValueError):  # a name too long, a NUL byte: not a directory anyone has
+        return False
+
+
 def parse_source_spec(text: str | None) -> SourceSpec:
     if not text:
         return SourceSpec("pinned")
-    if Path(text).is_dir():
+    if _is_dir(text):
         return SourceSpec("path", text)
     if "@" in text:
         url, ref = text.rsplit("@", 1)
         if url.startswith("-") or ref.startswith("-"):
             raise UserError(f"--source {text!r}: a URL or ref that starts with '-' would be read by git as an option")
-        if ref and ("://" in url or re.match(r"^[\w.-]+@[\w.-]+:", url) or Path(url).is_dir()):
+        if ref and ("://" in url or re.match(r"^[\w.-]+@[\w.-]+:", url) or _is_dir(url)):
             return SourceSpec("git", url, ref)
     raise UserError(
         f"--source {text!r} is neither an existing directory nor a git URL@REF "

@@ -1,0 +1,127 @@
+"""Property tests: every input a user can type either works or is one UserError; never another exception.
+
+Each property runs 500 examples (hypothesis), including NUL bytes, '../', absolute paths, very long names and
+text that is not UTF-8 (surrogates).
+"""
+
+import string
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from buildmgr import placement
+from buildmgr.backends.cuda import parse_sm
+from buildmgr.backends.hip import parse_gfx
+from buildmgr.config import resource_path
+from buildmgr.errors import UserError
+from buildmgr.probe import parse_list_devices, parse_nvidia_smi_csv, parse_vulkaninfo_summary
+from buildmgr.recipes import compose, load_recipes, parse_defines, parse_recipe
+from buildmgr.source import parse_source_spec
+from buildmgr.store import Build
+
+EXAMPLES = settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+RECIPES = load_recipes(resource_path("recipes"))
+hostile = st.one_of(
+    st.text(),
+    st.text(alphabet=string.printable + "\0/.\\+=,;@:-"),
+    st.sampled_from(["../", "/bin/sh", "..", ".", "\0", "a" * 5000, "\udcff", "-rf", "--upload-pack=x", "x@y", "@"]),
+    st.builds(lambda parts: "/".join(parts), st.lists(st.sampled_from(["..", ".", "etc", "", "x"]), max_size=6)),
+)
+
+
+def works_or_user_error(function, *args):
+    try:
+        function(*args)
+    except UserError as err:
+        assert "\n" not in str(err).strip(), "a user error is one line"
+
+
+@EXAMPLES
+@given(st.one_of(hostile, st.builds("+".join, st.lists(st.sampled_from([*RECIPES, "x", "", "+"]), max_size=5))))
+def test_recipe_expressions(expression):
+    works_or_user_error(compose, expression, RECIPES)
+
+
+@EXAMPLES
+@given(hostile, st.text())
+def test_recipe_files(name, text):
+    works_or_user_error(parse_recipe, name, text, "mine.toml")
+
+
+@EXAMPLES
+@given(
+    st.dictionaries(
+        st.sampled_from(["backends", "targets", "tools", "defines", "conflicts", "description", "x"]),
+        st.recursive(
+            st.one_of(st.text(max_size=8), st.integers(), st.booleans(), st.none()),
+            lambda inner: st.one_of(
+                st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)
+            ),
+            max_leaves=8,
+        ),
+    )
+)
+def test_recipe_tables_of_any_shape(table):
+    import json
+
+    text = "\n".join(f"{key} = {json.dumps(value)}" for key, value in table.items() if value is not None)
+    works_or_user_error(parse_recipe, "mine", text, "mine.toml")
+
+
+@EXAMPLES
+@given(st.lists(hostile, max_size=4))
+def test_defines(items):
+    works_or_user_error(parse_defines, tuple(items))
+
+
+@EXAMPLES
+@given(hostile)
+def test_arch_lists(text):
+    works_or_user_error(parse_sm, text, (75, 80, 86, 89, 90, 100, 120), "13.0")
+    works_or_user_error(parse_gfx, text)
+
+
+@EXAMPLES
+@given(hostile)
+def test_source_values(text):
+    works_or_user_error(parse_source_spec, text)
+
+
+@EXAMPLES
+@given(hostile)
+def test_tool_names_never_leave_bin(name):
+    build = Build("cpu-12345678", Path("/prefix"), {})
+    try:
+        path = build.tool(name)
+    except UserError:
+        return
+    assert path.parent == Path("/prefix/bin") and path.name == name
+
+
+@EXAMPLES
+@given(st.text(), st.text(), st.text())
+def test_captured_text(listing, vulkaninfo, nvidia_smi):
+    works_or_user_error(parse_list_devices, listing)
+    works_or_user_error(parse_list_devices, "Available devices:\n" + listing)
+    parse_vulkaninfo_summary(vulkaninfo)
+    parse_nvidia_smi_csv(nvidia_smi)
+
+
+@EXAMPLES
+@given(
+    st.sampled_from(["llama-cli", "llama-bench", "llama-server"]),
+    st.lists(
+        st.one_of(hostile, st.sampled_from(["-dev", "-sm", "-mg", "-ts", "-ot", "-ngl", "--device=x", "-ncmoe"])),
+        max_size=8,
+    ),
+    st.dictionaries(st.sampled_from([o.env for o in placement.OPTIONS]), hostile, max_size=3),
+)
+def test_placement_flags(tool, args, environ):
+    works_or_user_error(placement.parse, tool, args, environ)
+
+
+@pytest.mark.parametrize("name", ["cpu", "cuda", "vulkan"])
+def test_the_properties_ran_on_real_recipes(name):
+    assert name in RECIPES
