@@ -125,9 +125,15 @@ def resolve(request: BuildRequest, dirs: Dirs, environ: dict[str, str] | None = 
             + " ('buildmgr doctor' shows every check)"
         )
     arch = resolve_arch(recipe, request, host.environ)
+    local = source.resolve_source(spec, dirs) if spec.kind == "path" else None  # read only: checked before any write
     hint = "set XDG_DATA_HOME / XDG_CACHE_HOME to a writable directory"
     ensure_writable(dirs.data, hint)
     ensure_writable(dirs.cache, hint)
-    tree = source.pinned_tree(source.load_pin(), dirs) if spec.kind == "pinned" else source.resolve_source(spec, dirs)
+    if local is not None:
+        tree = local
+    elif spec.kind == "pinned":
+        tree = source.pinned_tree(source.load_pin(), dirs)
+    else:
+        tree = source.resolve_source(spec, dirs)
     toolchain.remember(host.toolchain, dirs.toolchain_cache)
     return make_plan(recipe, tree, host.toolchain, jobs, arch, report.versions, report.host_defines)

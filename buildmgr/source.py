@@ -357,20 +357,39 @@ def local_tree(path: Path) -> SourceTree:
     return SourceTree(root, f"path:{root}", commit, count, version, fingerprint)
 
 
+def _has_commit(clone: Path, ref: str) -> bool:
+    if not re.fullmatch(r"[0-9a-f]{40}", ref):
+        return False
+    try:
+        return _git(["cat-file", "-t", ref], cwd=clone) == "commit"
+    except UserError:
+        return False
+
+
 def git_tree(url: str, ref: str, dirs: Dirs) -> SourceTree:
     clone = dirs.git / hashlib.sha256(url.encode()).hexdigest()[:12]
     with locked(dirs.git / ".lock"):
-        if not (clone / ".git").exists():
+        fresh = not (clone / ".git").exists()
+        if fresh:
             tmp = dirs.git / f".{clone.name}.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
-            _git(["clone", "--quiet", "--no-checkout", "--", url, str(tmp)])
+            try:
+                _git(["clone", "--quiet", "--no-checkout", "--", url, str(tmp)])
+            except UserError:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
             os.replace(tmp, clone)
-        else:
+        elif not _has_commit(clone, ref):  # a full commit hash already here needs no fetch
             _git(["fetch", "--quiet", "--tags", "--force", "origin"], cwd=clone)
         try:
-            _git(["checkout", "--quiet", "--force", "--detach", f"origin/{ref}"], cwd=clone)
+            try:
+                _git(["checkout", "--quiet", "--force", "--detach", f"origin/{ref}"], cwd=clone)
+            except UserError:
+                _git(["checkout", "--quiet", "--force", "--detach", ref], cwd=clone)
         except UserError:
-            _git(["checkout", "--quiet", "--force", "--detach", ref], cwd=clone)
+            if fresh:  # a bad ref leaves no clone behind
+                shutil.rmtree(clone, ignore_errors=True)
+            raise
     version = read_llama_version(clone)
     commit, count, _ = _git_facts(clone)
     return SourceTree(clone, f"git:{url}@{ref}", commit, count, version, commit or fingerprint_tree(clone))

@@ -248,3 +248,51 @@ def test_gc_goes_by_the_locks_not_by_process_ids(tmp_env):
         removed = store.gc(dirs)
     assert set(removed) == {orphan, extract, download, clone}
     assert running.exists() and not any(p.exists() for p in removed)
+
+
+def every_path(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_a_source_that_is_not_llama_cpp_writes_not_even_a_directory(tmp_path, tmp_env):
+    (tmp_path / "elsewhere").mkdir()
+    before = every_path(tmp_path)
+    assert_user_error(
+        buildmgr(tmp_env, "build", "--source", str(tmp_path / "elsewhere")), "is not a llama.cpp source tree"
+    )
+    assert every_path(tmp_path) == before
+
+
+def git_repo(path: Path) -> str:
+    import subprocess
+
+    from conftest import write_fake_tree
+
+    write_fake_tree(path, "int main(void) { return 0; }\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(path)]
+    subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "first"], check=True)
+    return subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_a_bad_ref_leaves_no_clone_behind(tmp_path, tmp_env):
+    git_repo(tmp_path / "repo")
+    assert_user_error(buildmgr(tmp_env, "build", "--source", f"{tmp_path / 'repo'}@no-such-ref"), "git checkout")
+    clones = Path(tmp_env["XDG_CACHE_HOME"]) / "buildmgr" / "git"
+    assert [p.name for p in clones.iterdir()] == [".lock"]
+
+
+def test_a_full_commit_already_cloned_is_not_fetched_again(tmp_path, monkeypatch):
+    from buildmgr import source
+
+    commit = git_repo(tmp_path / "repo")
+    dirs = Dirs(tmp_path / "data", tmp_path / "cache", tmp_path / "config")
+    source.git_tree(str(tmp_path / "repo"), "main", dirs)
+    calls = []
+    real_git = source._git
+    monkeypatch.setattr(source, "_git", lambda args, cwd=None: calls.append(args[0]) or real_git(args, cwd))
+    tree = source.git_tree(str(tmp_path / "repo"), commit, dirs)
+    assert tree.commit == commit and "fetch" not in calls
+    source.git_tree(str(tmp_path / "repo"), "main", dirs)
+    assert "fetch" in calls  # a branch may have moved
