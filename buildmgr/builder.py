@@ -220,6 +220,7 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter, rebuild: bool = Fal
         if finished is not None:
             reporter.say(f"{plan.build_id} was built by another buildmgr while this one waited; using it → {prefix}")
             return store.Build(plan.build_id, prefix, finished)
+        store.drop_stale_staging(dirs, plan.build_id)  # left by a run of this id that was killed: we hold its lock
         log, statslog = _log_paths(plan, dirs)
         started, clock = _now(), time.monotonic()
         reporter.say(

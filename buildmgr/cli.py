@@ -617,6 +617,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except OSError as err:  # disk full, read-only file system, permission, not a directory …: one line, the path
-        where = f": {err.filename}" if err.filename else ""
+        paths = [str(p) for p in (err.filename, err.filename2) if p]
+        where = f": {' → '.join(paths)}" if paths else ""
         _err().print(f"buildmgr: error: {err.strerror or err}{where}; check that path and the free space", markup=False)
         return 2

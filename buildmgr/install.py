@@ -6,6 +6,7 @@ are read from the codemodel and applied to the targets built and their dependenc
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -58,6 +59,11 @@ def install_targets(
             for entry in rule.paths:
                 origin, name = (entry.from_, entry.to) if isinstance(entry, InstallPath) else (entry, Path(entry.name))
                 origin = origin if origin.is_absolute() else base / origin
+                target = dest / rule.destination / name
+                if not os.path.normpath(target).startswith(os.path.normpath(dest) + os.sep):
+                    raise BuildFailed(
+                        f"install rule puts {name} at {rule.destination / name}, outside the prefix; refusing"
+                    )
                 if origin.exists() or origin.is_symlink():
-                    installed.append(_copy(origin, dest / rule.destination / name))
+                    installed.append(_copy(origin, target))
     return installed

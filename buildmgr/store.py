@@ -95,6 +95,12 @@ def new_staging(dirs: Dirs, build_id: str) -> Path:
     return path
 
 
+def drop_stale_staging(dirs: Dirs, build_id: str) -> None:
+    """Staging dirs of this build id; only for a caller that holds the build's lock (so none of them is live)."""
+    for path in dirs.staging.glob(f"{build_id}.*") if dirs.staging.is_dir() else ():
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def write_receipt(staging: Path, receipt: dict) -> None:
     atomic_write_text(staging / RECEIPT, json.dumps(receipt, indent=2, sort_keys=True) + "\n")
 

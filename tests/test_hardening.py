@@ -296,3 +296,25 @@ def test_a_full_commit_already_cloned_is_not_fetched_again(tmp_path, monkeypatch
     assert tree.commit == commit and "fetch" not in calls
     source.git_tree(str(tmp_path / "repo"), "main", dirs)
     assert "fetch" in calls  # a branch may have moved
+
+
+@pytest.mark.parametrize(("destination", "name"), [("bin/../../../etc", "passwd"), ("bin", "../../outside")])
+def test_install_rules_cannot_climb_out_of_the_prefix(tmp_path, destination, name):
+    from types import SimpleNamespace
+
+    from buildmgr.errors import BuildFailed
+    from buildmgr.install import install_targets
+
+    (tmp_path / "build" / "tool").parent.mkdir(parents=True)
+    (tmp_path / "build" / "tool").write_text("x")
+    target = SimpleNamespace(name="llama-cli", id="t1", dependencies=[])
+    from scikit_build_core.file_api.model.directory import InstallPath
+
+    entry = InstallPath(from_=Path("tool"), to=Path(name))  # the File API's "from"/"to" form
+    rule = SimpleNamespace(type="file", destination=Path(destination), paths=[entry], targetId=None)
+    reply = SimpleNamespace(
+        configuration=SimpleNamespace(targets=[target], directories=[SimpleNamespace(installers=[rule])])
+    )
+    with pytest.raises(BuildFailed, match="outside the prefix"):
+        install_targets(reply, tmp_path / "build", tmp_path / "build", ("llama-cli",), tmp_path / "prefix")
+    assert not (tmp_path / "etc").exists() and not (tmp_path / "outside").exists()
