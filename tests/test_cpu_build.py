@@ -351,5 +351,10 @@ def test_remove_then_gc(env, first_build):
     assert buildmgr(env, "remove", "cpu").returncode == 0
     assert not prefix.exists()
     assert json.loads(buildmgr(env, "list", "--json").stdout)["builds"] == []
+    orphan_tree = Path(env["XDG_CACHE_HOME"]) / "buildmgr" / "build-trees" / "cpu-0rphan00"
+    dead_staging = Path(env["XDG_DATA_HOME"]) / "buildmgr" / "builds" / ".staging" / "cpu-0rphan00.1.deadbeef"
+    for leftover in (orphan_tree, dead_staging):
+        (leftover / "CMakeFiles").mkdir(parents=True)
     gc = buildmgr(env, "gc")
-    assert gc.returncode == 0 and "gc:" in gc.stderr
+    assert gc.returncode == 0, gc.stderr
+    assert not orphan_tree.exists() and not dead_staging.exists()

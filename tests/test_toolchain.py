@@ -45,10 +45,20 @@ def test_a_changed_compiler_is_detected_again(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("content", ["", "{not json", '{"fingerprint": "x", "tools": {}}', "[]"])
-def test_an_unreadable_or_stale_cache_means_detecting_again(tmp_path, content):
+def test_an_unreadable_or_stale_cache_means_detecting_again(tmp_path, monkeypatch, content):
     cache = tmp_path / "toolchain.json"
     cache.write_text(content)
-    assert toolchain.detect(cache).cmake.found
+    started = []
+    real_init = subprocess.Popen.__init__
+
+    def counting(self, args, *rest, **kwargs):
+        started.append(args)
+        real_init(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", counting)
+    found = toolchain.detect(cache)
+    assert started, "the bad cache was trusted: no program was asked for its version"
+    assert found.cmake.found and found.cmake.version
 
 
 def test_no_cache_file_is_written_by_detect(tmp_path):
