@@ -366,8 +366,20 @@ def _has_commit(clone: Path, ref: str) -> bool:
         return False
 
 
+def _resolve_ref(clone: Path, ref: str) -> str:
+    for candidate in (f"origin/{ref}", ref):
+        try:
+            return _git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{candidate}^{{commit}}"], cwd=clone)
+        except UserError:
+            continue
+    raise UserError(f"git checkout failed: {ref!r} is neither a branch, a tag nor a commit of that repository")
+
+
 def git_tree(url: str, ref: str, dirs: Dirs) -> SourceTree:
-    clone = dirs.git / hashlib.sha256(url.encode()).hexdigest()[:12]
+    """One clone per URL, and one worktree per commit: builds of two refs at once never share files, and a
+    worktree is never checked out again, so a build reads exactly the commit its receipt names."""
+    key = hashlib.sha256(url.encode()).hexdigest()[:12]
+    clone = dirs.git / key
     with locked(dirs.git / ".lock"):
         fresh = not (clone / ".git").exists()
         if fresh:
@@ -382,17 +394,19 @@ def git_tree(url: str, ref: str, dirs: Dirs) -> SourceTree:
         elif not _has_commit(clone, ref):  # a full commit hash already here needs no fetch
             _git(["fetch", "--quiet", "--tags", "--force", "origin"], cwd=clone)
         try:
-            try:
-                _git(["checkout", "--quiet", "--force", "--detach", f"origin/{ref}"], cwd=clone)
-            except UserError:
-                _git(["checkout", "--quiet", "--force", "--detach", ref], cwd=clone)
+            commit = _resolve_ref(clone, ref)
         except UserError:
             if fresh:  # a bad ref leaves no clone behind
                 shutil.rmtree(clone, ignore_errors=True)
             raise
-    version = read_llama_version(clone)
-    commit, count, _ = _git_facts(clone)
-    return SourceTree(clone, f"git:{url}@{ref}", commit, count, version, commit or fingerprint_tree(clone))
+        worktree = dirs.git / f"{key}-{commit[:12]}"
+        if not (worktree / ".git").exists():
+            shutil.rmtree(worktree, ignore_errors=True)
+            _git(["worktree", "prune"], cwd=clone)
+            _git(["worktree", "add", "--quiet", "--detach", "--force", str(worktree), commit], cwd=clone)
+    version = read_llama_version(worktree)
+    commit, count, _ = _git_facts(worktree)
+    return SourceTree(worktree, f"git:{url}@{ref}", commit, count, version, commit or fingerprint_tree(worktree))
 
 
 def resolve_source(spec: SourceSpec, dirs: Dirs) -> SourceTree:

@@ -318,3 +318,41 @@ def test_install_rules_cannot_climb_out_of_the_prefix(tmp_path, destination, nam
     with pytest.raises(BuildFailed, match="outside the prefix"):
         install_targets(reply, tmp_path / "build", tmp_path / "build", ("llama-cli",), tmp_path / "prefix")
     assert not (tmp_path / "etc").exists() and not (tmp_path / "outside").exists()
+
+
+def test_two_refs_get_two_trees_and_one_never_changes_under_the_other(tmp_path):
+    import subprocess
+
+    from buildmgr import source
+
+    first = git_repo(tmp_path / "repo")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path / "repo")]
+    (tmp_path / "repo" / "tool.c").write_text("int main(void) { return 2; }\n")
+    subprocess.run([*git, "commit", "-q", "-am", "second"], check=True)
+    dirs = Dirs(tmp_path / "data", tmp_path / "cache", tmp_path / "config")
+    at_first = source.git_tree(str(tmp_path / "repo"), first, dirs)
+    at_main = source.git_tree(str(tmp_path / "repo"), "main", dirs)
+    assert at_first.path != at_main.path and at_first.commit == first != at_main.commit
+    assert (at_first.path / "tool.c").read_text() == "int main(void) { return 0; }\n"  # untouched by main's checkout
+    assert (at_main.path / "tool.c").read_text() == "int main(void) { return 2; }\n"
+    assert source.git_tree(str(tmp_path / "repo"), first, dirs).path == at_first.path
+
+
+def test_eight_refreshes_and_a_remove_at_once_keep_one_valid_inventory(tmp_env):
+    from concurrent.futures import ThreadPoolExecutor
+
+    dirs = dirs_of(tmp_env)
+    for number in range(4):
+        tool = fake_build(dirs, f"cpu-0000000{number}") / "bin" / "llama-cli"
+        tool.write_text('#!/bin/sh\nprintf "Available devices:\\n  (none)\\n"\n')
+    with ThreadPoolExecutor(9) as pool:
+        refreshes = [pool.submit(buildmgr, tmp_env, "devices", "--refresh", "--json") for _ in range(8)]
+        removal = pool.submit(buildmgr, tmp_env, "remove", "cpu-00000003")
+        results = [f.result() for f in refreshes] + [removal.result()]
+    assert [r.returncode for r in results] == [0] * 9, [r.stderr for r in results if r.returncode]
+    [path] = (dirs.inventory).glob("*.json")
+    data = json.loads(path.read_text())
+    assert set(data["builds"]) <= {f"cpu-0000000{n}" for n in range(4)}
+    assert {f"cpu-0000000{n}" for n in range(3)} <= set(data["builds"])  # none of the remaining builds was lost
+    final = json.loads(buildmgr(tmp_env, "devices", "--json").stdout)
+    assert set(final["builds"]) == {f"cpu-0000000{n}" for n in range(3)}
