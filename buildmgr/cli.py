@@ -163,74 +163,19 @@ def _command(args: argparse.Namespace, verb: str, own: tuple[str, ...] = ()) -> 
 
 
 def cmd_run(args: argparse.Namespace, dirs: Dirs) -> int:
-    from buildmgr import store
+    from buildmgr import placement, store
 
     command = _command(args, "run", ("--check",))
     build = store.find(dirs, args.build)
     path = _tool(build, command[0])
     if args.check:
-        report = _placement_report(dirs, build, command, model=None, run_verify=False)
+        report = placement.run_check(dirs, build, command, None, False, dict(os.environ))
         _print_placement(report)
         if report["exit_code"]:
             return report["exit_code"]
     sys.stdout.flush()
     os.execv(path, [str(path), *command[1:]])
     return 0  # not reached
-
-
-def _placement_report(dirs: Dirs, build, command: list[str], model: Path | None, run_verify: bool) -> dict:
-    from buildmgr import inventory, placement
-    from buildmgr.options import available_gib
-    from buildmgr.smoke import tiny_model
-
-    _tool(build, command[0])
-    placements, findings = placement.parse(command[0], command[1:], dict(os.environ))
-    user_model = model or next((Path(p.model) for p in placements if p.model), None)
-    if user_model is not None and not user_model.is_file():
-        raise UserError(f"model {user_model} does not exist")
-    devices, default, moved, fresh = inventory.placement_view(dirs, build, dict(os.environ))
-    here = placement.Here(
-        tuple(devices),
-        default,
-        build.receipt.get("source", {}).get("commit", "") or "",
-        moved,
-        {d.name: d.memory_free_mib for d in devices},
-        int(available_gib() * 1024),
-    )
-    tests = []
-    for candidate in placements:
-        found = placement.check(candidate, here)
-        if user_model is not None:
-            chosen, _ = placement.model_devices(candidate, here)
-            placed = placement.weights_per_device(candidate, user_model, here, chosen)
-            found += placement.memory_findings(placed, here)
-        test = {
-            "placement": candidate.to_json(),
-            "flags": placement.describe(candidate),
-            "findings": [f.to_json() for f in found],
-        }
-        if run_verify:
-            ensure_writable(dirs.cache, "set XDG_CACHE_HOME to a writable directory")
-            outcome = placement.verify(
-                build.tool("llama-bench"),
-                user_model or tiny_model(dirs.cache),
-                candidate,
-                dict(os.environ),
-                user_model is not None,
-            )
-            test["verify"] = outcome.to_json() | {"agreement": placement.agreement(found, outcome)}
-        tests.append(test)
-    errors = any(f["severity"] == "error" for t in tests for f in t["findings"])
-    failed = any(t["verify"]["result"] != "ran" for t in tests if "verify" in t)
-    command_line_errors = placement.has_errors(findings)  # a verify run in llama-bench's syntax cannot show these
-    return {
-        "build": build.id,
-        "tool": command[0],
-        "probed_afresh": fresh,
-        "notes": [f.to_json() for f in findings],
-        "tests": tests,
-        "exit_code": 1 if command_line_errors or (failed if run_verify else errors) else 0,
-    }
 
 
 def _print_placement(report: dict) -> None:
@@ -264,10 +209,12 @@ def _print_placement(report: dict) -> None:
 
 
 def cmd_check(args: argparse.Namespace, dirs: Dirs) -> int:
-    from buildmgr import store
+    from buildmgr import placement, store
 
     command = _command(args, "check", ("--verify", "--json", "--model"))
-    report = _placement_report(dirs, store.find(dirs, args.build), command, args.model, args.verify)
+    build = store.find(dirs, args.build)
+    _tool(build, command[0])
+    report = placement.run_check(dirs, build, command, args.model, args.verify, dict(os.environ))
     if args.json:
         print(json.dumps(report, indent=2))
     else:

@@ -79,7 +79,7 @@ def vulkaninfo() -> list[VulkanGpu]:
     return parse_vulkaninfo_summary(_capture(["vulkaninfo", "--summary"]))
 
 
-def host_facts(nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu] | None) -> dict[str, object]:
+def host_facts(nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu] | None, drm: list[DrmCard]) -> dict[str, object]:
     try:
         ram_mib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1 << 20)
     except (ValueError, OSError):
@@ -105,7 +105,7 @@ def host_facts(nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu] | None) -> dict[
         "drivers": {
             "nvidia": nvidia[0].driver if nvidia else None,
             "vulkan_devices": [asdict(g) for g in vulkan] if vulkan is not None else VULKANINFO_SKIPPED,
-            "kernel_gpus": [asdict(card) for card in read_drm_cards()],
+            "kernel_gpus": [asdict(card) for card in drm],
         },
         "nvidia_gpus": [asdict(g) for g in nvidia],
     }
@@ -326,9 +326,10 @@ def refresh(
         for build in builds:
             record_probe(data, build, results[build.id])
         vulkan = vulkaninfo() if vulkaninfo_needed(data["builds"]) else None
-        host = host_facts(nvidia, vulkan)
+        drm = read_drm_cards()
+        host = host_facts(nvidia, vulkan, drm)
         data.update(schema=SCHEMA, updated=_now(), host=host, probe_env=enumeration_env(environ))
-        summarize(data, nvidia, vulkan or [], read_drm_cards())
+        summarize(data, nvidia, vulkan or [], drm)
         atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
     return data
 

@@ -669,3 +669,57 @@ def suggest(devices: list[Device], default: dict[str, str], prefer: str) -> tupl
     free = [d.memory_free_mib or 0 for d in picked]
     unit = min((f for f in free if f), default=1)
     return [d.name for d in picked], [max(1, round(f / unit)) for f in free]
+
+
+# --- the whole check of one command line: the edge that reads the inventory and runs the verify -------------------
+
+
+def run_check(dirs, build, command: list[str], model: Path | None, run_verify: bool, environ: dict[str, str]) -> dict:
+    """Parse TOOL ARGS… (TOOL checked by the caller), check every placement against the build's devices here, and
+    with `run_verify` run it."""
+    from buildmgr import inventory
+    from buildmgr.config import ensure_writable
+    from buildmgr.options import available_gib
+    from buildmgr.smoke import tiny_model
+
+    placements, findings = parse(command[0], command[1:], environ)
+    user_model = model or next((Path(p.model) for p in placements if p.model), None)
+    if user_model is not None and not user_model.is_file():
+        raise UserError(f"model {user_model} does not exist")
+    devices, default, moved, fresh = inventory.placement_view(dirs, build, environ)
+    here = Here(
+        tuple(devices),
+        default,
+        build.receipt.get("source", {}).get("commit", "") or "",
+        moved,
+        {d.name: d.memory_free_mib for d in devices},
+        int(available_gib() * 1024),
+    )
+    tests = []
+    for candidate in placements:
+        found = check(candidate, here)
+        if user_model is not None:
+            chosen, _ = model_devices(candidate, here)
+            found += memory_findings(weights_per_device(candidate, user_model, here, chosen), here)
+        test = {
+            "placement": candidate.to_json(),
+            "flags": describe(candidate),
+            "findings": [f.to_json() for f in found],
+        }
+        if run_verify:
+            ensure_writable(dirs.cache, "set XDG_CACHE_HOME to a writable directory")
+            model_file = user_model or tiny_model(dirs.cache)
+            outcome = verify(build.tool("llama-bench"), model_file, candidate, environ, user_model is not None)
+            test["verify"] = outcome.to_json() | {"agreement": agreement(found, outcome)}
+        tests.append(test)
+    errors = any(f["severity"] == "error" for t in tests for f in t["findings"])
+    failed = any(t["verify"]["result"] != "ran" for t in tests if "verify" in t)
+    command_line_errors = has_errors(findings)  # a verify run in llama-bench's syntax cannot show these
+    return {
+        "build": build.id,
+        "tool": command[0],
+        "probed_afresh": fresh,
+        "notes": [f.to_json() for f in findings],
+        "tests": tests,
+        "exit_code": 1 if command_line_errors or (failed if run_verify else errors) else 0,
+    }
