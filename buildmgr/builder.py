@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from buildmgr import __version__, proof, source, store
+from buildmgr import __version__, proof, runtime, source, store
 from buildmgr.cmake import Reply, read_reply, request_reply
 from buildmgr.config import Dirs
 from buildmgr.diagnose import diagnose
@@ -123,9 +123,9 @@ def _prove_backends(plan: BuildPlan, reply: Reply, log: Path) -> None:
         raise BuildFailed("configure did not produce the requested build: " + "; ".join(problems), log=log)
 
 
-def _smoke(plan: BuildPlan, staging: Path, dirs: Dirs, log: Path, reporter: Reporter) -> SmokeResult:
+def prove_runs(staging: Path, short_commit: str, dirs: Dirs, log: Path, reporter: Reporter) -> SmokeResult:
     """Run the staged build; raise (so nothing is published) unless every check passed."""
-    result = smoke_run(staging, plan.source.short_commit, tiny_model(dirs.cache))
+    result = smoke_run(staging, short_commit, tiny_model(dirs.cache))
     with open(log, "a", encoding="utf-8") as handle:
         handle.writelines(f"smoke: {shlex.join(c.command)} -> {c.returncode}: {c.detail}\n" for c in result.checks)
     for check in result.checks:
@@ -145,9 +145,17 @@ def _smoke(plan: BuildPlan, staging: Path, dirs: Dirs, log: Path, reporter: Repo
     )
 
 
+def _runtime_needs(staging: Path, log: Path) -> dict[str, object]:
+    try:
+        return runtime.scan_prefix(staging)
+    except ValueError as err:
+        raise BuildFailed(f"cannot read what the build needs at run time: {err}", log=log) from None
+
+
 def _host() -> dict[str, object]:
     return {
         "hostname": socket.gethostname(),
+        "system": platform.system(),
         "os": platform.platform(),
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
@@ -247,8 +255,11 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter, rebuild: bool = Fal
             staging = store.new_staging(dirs, plan.build_id)
             with reporter.phase("install"):
                 install_targets(reply, plan.source.path, build_dir, targets, staging)
+                if (plan.source.path / "LICENSE").is_file():  # a package of the prefix carries it, like upstream's
+                    shutil.copy2(plan.source.path / "LICENSE", staging / "LICENSE")
+                needs = _runtime_needs(staging, log)
             with reporter.phase("smoke"):
-                result = _smoke(plan, staging, dirs, log, reporter)
+                result = prove_runs(staging, plan.source.short_commit, dirs, log, reporter)
             receipt = {
                 "schema": store.RECEIPT_SCHEMA,
                 "id": plan.build_id,
@@ -266,6 +277,7 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter, rebuild: bool = Fal
                 "phases": dict(reporter.timings),
                 "ccache": parse_ccache_statslog(statslog.read_text()) if statslog.exists() else None,
                 "smoke": result.to_json(),
+                "runtime": needs,
                 "log": str(log),
                 "files": store.file_hashes(staging),
             }

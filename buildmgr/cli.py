@@ -400,6 +400,110 @@ def _devices_table(data: dict) -> None:
         _out().print(f"• {escape(note)}")
 
 
+def cmd_matrix(args: argparse.Namespace, dirs: Dirs) -> int:
+    from buildmgr import artifacts, source
+    from buildmgr.options import all_recipes
+
+    known = all_recipes(dirs, "+".join(args.recipes), warn=lambda m: _err().print(m, markup=False, style="yellow"))
+    request = artifacts.MatrixRequest(
+        tuple(args.recipes or sorted(known)),
+        tuple(args.sm),
+        tuple(args.gfx),
+        tuple(args.os or ["linux"]),
+        tuple(args.cpu_arch or ["x64"]),
+    )
+    pin = source.load_pin()
+    entries, skipped = artifacts.matrix(request, known, pin.build_number, pin.commit)
+    reasons = [f"{s['recipe']} on {s['os']}/{s['cpu_arch']}: {s['reason']}" for s in skipped]
+    if not entries:
+        raise UserError(f"nothing in this matrix can be built: {'; '.join(reasons)}")
+    for reason in reasons:
+        _err().print(f"left out {reason}", markup=False, style="yellow")
+    for entry in entries:
+        if entry["native_cpu"]:
+            _err().print(
+                f"note: {entry['recipe']} builds with GGML_NATIVE=ON: its artifact runs only on CPUs like the runner's; "
+                "universal builds every CPU variant",
+                markup=False,
+                style="yellow",
+            )
+    if args.format == "github":
+        print(json.dumps({"include": entries}, separators=(",", ":")))
+    else:
+        print(json.dumps({"include": entries, "skipped": skipped}, indent=2))
+    return 0
+
+
+def cmd_package(args: argparse.Namespace, dirs: Dirs) -> int:
+    from buildmgr import artifacts, store
+
+    build = store.find(dirs, args.build)
+    out_dir = args.output.resolve()
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"-o {args.output}: not a directory")
+    with _err().status(f"packaging {build.id} …"):
+        packaged = artifacts.package(build, out_dir, dict(os.environ))
+    needs = build.receipt["runtime"]
+    ccache = build.receipt.get("ccache") or {}
+    compiled = ccache.get("hits", 0) + ccache.get("misses", 0)
+    result = {
+        "id": build.id,
+        "archive": str(packaged.archive),
+        "checksum_file": str(packaged.checksum),
+        "sha256": packaged.sha256,
+        "size": packaged.size,
+        "recipe": build.recipe,
+        "backends": build.receipt["recipe"]["backends"],
+        "smoke_passed": build.receipt["smoke"]["passed"],
+        "smoke_devices": build.receipt["smoke"].get("devices", []),
+        "ccache_hit_rate": round(ccache["hits"] / compiled, 3) if compiled else None,
+        "glibc": needs.get("glibc"),
+        "needed": sorted(needs.get("needed", {})),
+        "cuda": needs.get("cuda_sass", []) + needs.get("cuda_ptx", []),
+        "hip": needs.get("hip_targets", []),
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        _out().print(f"{packaged.archive} ({packaged.size / 1e6:.1f} MB)", markup=False)
+        _out().print(f"{packaged.checksum}  sha256 {packaged.sha256}", markup=False)
+        _out().print(
+            f"needs: glibc ≥ {result['glibc'] or '?'}; {', '.join(result['needed']) or 'no other libraries'}"
+            + (f"; CUDA {' '.join(result['cuda'])}" if result["cuda"] else "")
+            + (f"; HIP {' '.join(result['hip'])}" if result["hip"] else ""),
+            markup=False,
+        )
+    return 0
+
+
+def cmd_install_artifact(args: argparse.Namespace, dirs: Dirs) -> int:
+    import platform
+
+    from buildmgr import artifacts
+    from buildmgr.progress import Reporter
+
+    artifact = artifacts.open_artifact(args.file)
+    findings = artifacts.host_findings(artifact.receipt, dict(os.environ), platform.machine())
+    errors = [line for severity, line in findings if severity == "error"]
+    for severity, line in findings:
+        _err().print(f"{severity}: {line}", markup=False, style="red" if severity == "error" else "yellow")
+    if errors:
+        raise BuildFailed(f"this host cannot run {args.file.name}: {errors[0]}; nothing was installed")
+    ensure_writable(dirs.data, "set XDG_DATA_HOME to a writable directory")
+    ensure_writable(dirs.cache, "set XDG_CACHE_HOME to a writable directory")
+    outcome = artifacts.install(dirs, artifact, findings, Reporter())
+    if outcome.already:
+        _err().print(f"already installed: {outcome.build.id} ({outcome.build.prefix})")
+        devices = None
+    else:
+        _err().print(f"installed {outcome.build.id} → {outcome.build.prefix}", markup=False)
+        devices = _probe_after_build(dirs, outcome.build)
+    if args.json:
+        result = {"id": outcome.build.id, "prefix": str(outcome.build.prefix), "already_installed": outcome.already}
+        print(json.dumps(result | {"warnings": list(outcome.warnings), "devices": devices}, indent=2))
+    return 0
+
+
 def cmd_source(args: argparse.Namespace, dirs: Dirs) -> int:
     from buildmgr import source
 
@@ -410,8 +514,9 @@ def cmd_source(args: argparse.Namespace, dirs: Dirs) -> int:
             raise UserError(f"--archive {args.archive}: no such file")
         ensure_writable(dirs.data, "set XDG_DATA_HOME to a writable directory")
         ensure_writable(dirs.cache, "set XDG_CACHE_HOME to a writable directory")
+        target = source.vendor_dir() if args.vendor else None
         with _err().status(f"fetching and verifying {pin.requirement} …"):
-            tree = source.sync_pinned(pin, dirs, args.archive)
+            tree = source.sync_pinned(pin, dirs, args.archive, target)
         _err().print(f"synced llama.cpp {tree.short_commit} → {tree.path}")
         return 0
     info = {
@@ -537,7 +642,36 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=("sync", "show"))
     p.add_argument("--archive", type=Path, help="with sync: use this already downloaded sdist (verified all the same)")
     p.add_argument("--json", action="store_true", help="with show: print JSON")
+    p.add_argument(
+        "--vendor",
+        action="store_true",
+        help="with sync: extract the verified tree into this checkout's vendor/llama.cpp (build it with --source)",
+    )
     p.set_defaults(func=cmd_source)
+
+    p = sub.add_parser("matrix", help="a GitHub Actions matrix of builds for CI runners: fromJSON() ready")
+    p.add_argument("recipes", nargs="*", metavar="RECIPE", help="recipes or '+' combinations (default: every recipe)")
+    p.add_argument(
+        "--sm", action="append", default=[], help="CUDA capabilities of one variant, e.g. 86,89 (repeat for more)"
+    )
+    p.add_argument("--gfx", action="append", default=[], help="HIP targets of one variant, e.g. gfx1100 (repeatable)")
+    p.add_argument("--os", action="append", choices=("linux", "macos"), help="default linux (repeatable)")
+    p.add_argument("--cpu-arch", action="append", choices=("x64", "arm64"), help="default x64 (repeatable)")
+    p.add_argument("--format", choices=("github", "json"), default="json", help='github: one line {"include": …}')
+    p.set_defaults(func=cmd_matrix)
+
+    p = sub.add_parser("package", help="a byte-identical .tar.gz of a build, with its .sha256 beside it")
+    p.add_argument("build")
+    p.add_argument("-o", "--output", type=Path, default=Path("."), help="directory for the archive (default: .)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_package)
+
+    p = sub.add_parser(
+        "install-artifact", help="verify an artifact and this host, then install it as a build and smoke-run it"
+    )
+    p.add_argument("file", type=Path, help="llama-…-bin-….tar.gz with its .sha256 beside it")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_install_artifact)
     return parser
 
 

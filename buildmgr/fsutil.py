@@ -27,11 +27,19 @@ def locked(lock_file: Path, wait: bool = True) -> Iterator[bool]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def umask_mode() -> int:
+    """The mode a plain new file gets (mkstemp's own 0600 would hide receipts and packages from other users)."""
+    current = os.umask(0)
+    os.umask(current)
+    return 0o666 & ~current
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Readers see the old file or the new one, never half of either."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, umask_mode())
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
@@ -51,6 +59,14 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def fsync_tree(root: Path) -> None:
     """Flush every file and directory under root to disk, so that after a power loss a receipt never vouches
     for truncated binaries."""
@@ -58,11 +74,7 @@ def fsync_tree(root: Path) -> None:
         for name in files:
             path = os.path.join(directory, name)
             if not os.path.islink(path):
-                fd = os.open(path, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                fsync_file(Path(path))
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
         try:
             os.fsync(fd)

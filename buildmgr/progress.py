@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -62,7 +63,7 @@ class Reporter:
     def phase(self, name: str, detail: str = "", spinner: bool = True) -> Iterator[None]:
         """A timed step; in a terminal a spinner shows it is alive (the build phase has its own bar)."""
         if self.github:
-            print(f"::group::{name} {detail}".rstrip(), flush=True)
+            print(f"::group::{name} {detail}".rstrip(), file=sys.stderr, flush=True)  # stdout stays for --json
         self.console.print(f"[bold]▸ {name}[/] {detail}".rstrip())
         start = time.monotonic()
         alive = self.console.status(f"{name} …") if spinner and self.interactive else contextlib.nullcontext()
@@ -75,7 +76,7 @@ class Reporter:
             raise
         finally:
             if self.github:
-                print("::endgroup::", flush=True)
+                print("::endgroup::", file=sys.stderr, flush=True)
         self.timings[name] = round(time.monotonic() - start, 3)
         self.console.print(f"  [green]✓[/] {name} {self.timings[name]:.1f} s")
 

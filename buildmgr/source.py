@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -14,6 +15,7 @@ import tarfile
 import tempfile
 import tomllib
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
 from buildmgr.config import Dirs, resource_path
@@ -38,6 +40,11 @@ class Pin:
     build_number: int
 
     @property
+    def commit_time(self) -> int:
+        """The commit's day at 00:00 UTC: the sdist carries the commit's date, not its time."""
+        return int(datetime.fromisoformat(self.date).replace(tzinfo=UTC).timestamp())
+
+    @property
     def requirement(self) -> str:
         return f"{self.package}=={self.version}"
 
@@ -55,6 +62,19 @@ def load_pin(path: Path | None = None) -> Pin:
         raise UserError(f"{path}: not a valid source lock ({err})") from None
 
 
+def version_label(llama_version: str, commit: str | None, fingerprint: str) -> str:
+    """Directory name under builds/: llama.cpp's own version plus the commit (or the file stamps)."""
+    return f"{llama_version}-{commit[:7] if commit else f'local-{fingerprint[:8]}'}"
+
+
+def build_label(build_number: int, state: str, commit: str | None, fingerprint: str) -> str:
+    """`b11312` like upstream's release tags, for a tree that is exactly a commit; else the file stamps."""
+    exact = state in ("pinned", "clean") and commit
+    if exact and build_number:
+        return f"b{build_number}"
+    return commit[:7] if exact and commit else f"local-{fingerprint[:8]}"
+
+
 @dataclass(frozen=True)
 class SourceTree:
     path: Path
@@ -63,6 +83,10 @@ class SourceTree:
     build_number: int
     llama_version: str
     fingerprint: str  # what makes two trees the same source, for the build hash
+    # "pinned" (the verified sdist), "clean" or "dirty" (a git checkout), "vendored" (the sdist extracted
+    # with --vendor: edits are not tracked) or "untracked" (no git, no marker): build_number 0 means unknown
+    state: str = "pinned"
+    commit_time: int | None = None  # seconds since the epoch; a package's file times
 
     @property
     def short_commit(self) -> str:
@@ -70,9 +94,7 @@ class SourceTree:
 
     @property
     def version_label(self) -> str:
-        """Directory name under builds/: llama.cpp's own version plus the commit."""
-        suffix = self.short_commit if self.commit else f"local-{self.fingerprint[:8]}"
-        return f"{self.llama_version}-{suffix}"
+        return version_label(self.llama_version, self.commit, self.fingerprint)
 
     def cmake_defines(self) -> dict[str, str]:
         # Without these, build-info asks git in the source dir and prints "commit unknown",
@@ -87,6 +109,8 @@ class SourceTree:
             "build_number": self.build_number,
             "llama_version": self.llama_version,
             "fingerprint": self.fingerprint,
+            "state": self.state,
+            "commit_time": self.commit_time,
         }
 
 
@@ -158,7 +182,7 @@ def fingerprint_tree(root: Path) -> str:
 # --- safe extraction --------------------------------------------------------------------
 
 
-def _unsafe_reason(member: tarfile.TarInfo, inside: PurePosixPath) -> str | None:
+def unsafe_entry(member: tarfile.TarInfo, inside: PurePosixPath) -> str | None:
     name = PurePosixPath(member.name)
     if name.is_absolute():
         return "absolute path"
@@ -192,7 +216,7 @@ def safe_extract(archive: Path, subdir: str, dest: Path) -> None:
     with tar:
         members = tar.getmembers()
         for member in members:
-            reason = _unsafe_reason(member, PurePosixPath())
+            reason = unsafe_entry(member, PurePosixPath())
             if reason:
                 raise UserError(f"{archive.name}: unsafe entry {member.name!r} ({reason}); refusing to extract")
         tops = {PurePosixPath(m.name).parts[0] for m in members if PurePosixPath(m.name).parts}
@@ -207,7 +231,7 @@ def safe_extract(archive: Path, subdir: str, dest: Path) -> None:
             relative = name.relative_to(inside)
             if relative.parts[0] == ".git":  # a submodule's gitdir pointer into the sdist's own .git
                 continue
-            reason = _unsafe_reason(member, inside)
+            reason = unsafe_entry(member, inside)
             if reason:
                 raise UserError(f"{archive.name}: unsafe entry {member.name!r} ({reason}); refusing to extract")
             member.name = str(relative)
@@ -277,20 +301,36 @@ def pinned_tree(pin: Pin, dirs: Dirs) -> SourceTree:
         build_number=pin.build_number,
         llama_version=pin.llama_version.split("-")[0],
         fingerprint=pin.commit,
+        commit_time=pin.commit_time,
     )
 
 
-def is_synced(tree: SourceTree, pin: Pin) -> bool:
+def vendor_dir() -> Path:
+    """`vendor/llama.cpp` beside the lock file of a buildmgr source checkout (git-ignored)."""
+    lock = resource_path("vendor/llama.cpp.lock.toml")
+    if "_data" in lock.parts:
+        raise UserError("--vendor extracts into a buildmgr source checkout's vendor/; run it from a clone of buildmgr")
+    return lock.parent / "llama.cpp"
+
+
+def read_marker(root: Path) -> dict:
     try:
-        marker = json.loads((tree.path / MARKER).read_text(encoding="utf-8"))
+        marker = json.loads((root / MARKER).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
-    return marker.get("sha256") == pin.sha256
+        return {}
+    return marker if isinstance(marker, dict) else {}
 
 
-def sync_pinned(pin: Pin, dirs: Dirs, archive: Path | None = None) -> SourceTree:
-    """Fetch (unless already there), verify, then extract the pinned tree; idempotent."""
+def is_synced(tree: SourceTree, pin: Pin) -> bool:
+    return read_marker(tree.path).get("sha256") == pin.sha256
+
+
+def sync_pinned(pin: Pin, dirs: Dirs, archive: Path | None = None, target: Path | None = None) -> SourceTree:
+    """Fetch (unless already there), verify, then extract the pinned tree (to `target`, e.g. vendor/llama.cpp, if
+    given); idempotent."""
     tree = pinned_tree(pin, dirs)
+    if target is not None:
+        tree = dataclasses.replace(tree, path=target)
     if archive is not None:
         verify_sdist(archive, pin)  # a file the user hands in is checked every time, synced or not
     if is_synced(tree, pin):
@@ -313,10 +353,12 @@ def sync_pinned(pin: Pin, dirs: Dirs, archive: Path | None = None) -> SourceTree
     with locked(dirs.sources / ".lock"):
         if is_synced(tree, pin):
             return tree
-        staging = Path(tempfile.mkdtemp(dir=dirs.sources, prefix=".extract-"))
+        tree.path.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=tree.path.parent, prefix=".extract-"))
         try:
             safe_extract(archive, pin.subdir, staging / "tree")
-            atomic_write_text(staging / "tree" / MARKER, json.dumps({"sha256": pin.sha256, "commit": pin.commit}))
+            marker = {"sha256": pin.sha256, "commit": pin.commit, "build_number": pin.build_number, "date": pin.date}
+            atomic_write_text(staging / "tree" / MARKER, json.dumps(marker))
             if tree.path.exists():
                 shutil.rmtree(tree.path)
             os.replace(staging / "tree", tree.path)
@@ -336,25 +378,51 @@ def _git(args: list[str], cwd: Path | None = None) -> str:
     return result.stdout.strip()
 
 
-def _git_facts(root: Path) -> tuple[str | None, int, bool]:
-    """(commit, build number, clean) of a git checkout; (None, 0, False) when it is not one."""
+@dataclass(frozen=True)
+class GitFacts:
+    commit: str
+    count: int  # `git rev-list --count HEAD`: upstream's build number
+    clean: bool
+    time: int
+
+
+def _git_facts(root: Path) -> GitFacts | None:
+    """The facts of a git checkout; None when it is not one."""
     if not (root / ".git").exists() or shutil.which("git") is None:
-        return None, 0, False
+        return None
     try:
         commit = _git(["rev-parse", "HEAD"], cwd=root)
         count = int(_git(["rev-list", "--count", "HEAD"], cwd=root))
         clean = _git(["status", "--porcelain", "--untracked-files=no"], cwd=root) == ""
+        time = int(_git(["log", "-1", "--format=%ct", "HEAD"], cwd=root))
     except (UserError, ValueError):
-        return None, 0, False
-    return commit, count, clean
+        return None
+    return GitFacts(commit, count, clean, time)
 
 
 def local_tree(path: Path) -> SourceTree:
     root = path.resolve()
     version = read_llama_version(root)
-    commit, count, clean = _git_facts(root)
-    fingerprint = commit if (commit and clean) else fingerprint_tree(root)
-    return SourceTree(root, f"path:{root}", commit, count, version, fingerprint)
+    git = _git_facts(root)
+    if git is not None:
+        state = "clean" if git.clean else "dirty"
+        fingerprint = git.commit if git.clean else fingerprint_tree(root)
+        return SourceTree(root, f"path:{root}", git.commit, git.count, version, fingerprint, state, git.time)
+    marker = read_marker(root)  # `source sync --vendor` left it: the commit is known, edits are not
+    if isinstance(marker.get("commit"), str) and isinstance(marker.get("build_number"), int):
+        commit_time = int(datetime.fromisoformat(marker["date"]).replace(tzinfo=UTC).timestamp())
+        fingerprint = fingerprint_tree(root)
+        return SourceTree(
+            root,
+            f"path:{root}",
+            marker["commit"],
+            marker["build_number"],
+            version,
+            fingerprint,
+            "vendored",
+            commit_time,
+        )
+    return SourceTree(root, f"path:{root}", None, 0, version, fingerprint_tree(root), "untracked")
 
 
 def _has_commit(clone: Path, ref: str) -> bool:
@@ -405,8 +473,10 @@ def git_tree(url: str, ref: str, dirs: Dirs) -> SourceTree:
             _git(["worktree", "prune"], cwd=clone)
             _git(["worktree", "add", "--quiet", "--detach", "--force", str(worktree), commit], cwd=clone)
     version = read_llama_version(worktree)
-    commit, count, _ = _git_facts(worktree)
-    return SourceTree(worktree, f"git:{url}@{ref}", commit, count, version, commit or fingerprint_tree(worktree))
+    git = _git_facts(worktree)
+    if git is None:
+        raise UserError(f"git worktree {worktree} has no readable HEAD; run 'buildmgr gc' and try again")
+    return SourceTree(worktree, f"git:{url}@{ref}", git.commit, git.count, version, git.commit, "clean", git.time)
 
 
 def resolve_source(spec: SourceSpec, dirs: Dirs) -> SourceTree:

@@ -133,3 +133,33 @@ def moves_with(device_backend: str) -> tuple[str, ...]:
 
 def gib_per_job(backends: tuple[str, ...]) -> float:
     return max(module(name).GIB_PER_JOB for name in backends)
+
+
+def library_source(soname: str) -> str:
+    """Where a library that a build needs comes from, e.g. libvulkan.so.1 → the Vulkan loader (apt libvulkan1)."""
+    for backend in _modules().values():
+        for stem, source in backend.RUNTIME_LIBRARIES.items():
+            if soname.startswith(stem):
+                return source
+    return "a package of your distribution"
+
+
+def unbuildable_in_ci(backends: tuple[str, ...], system: str, loadable: bool) -> str | None:
+    """Why the artifacts workflow cannot build (and smoke-run) these backends on a GPU-less runner of this OS."""
+    for name in backends:
+        backend = module(name)
+        if system not in backend.SYSTEMS:
+            return f"{name} does not build on {system}"
+        if backend.CI_SETUP is None:
+            return f"the artifacts workflow has no step that installs {name}'s toolkit"
+        if backend.DRIVER_LIBRARY and not loadable:
+            return (
+                f"every tool of a non-DL {name} build loads {backend.DRIVER_LIBRARY} at start, which a GPU-less runner "
+                f"lacks, so its smoke run cannot pass; add universal (backends as loadable modules)"
+            )
+    return None
+
+
+def ci_setup(backends: tuple[str, ...]) -> tuple[str, ...]:
+    """The workflow's provisioning steps these backends need, e.g. ('cuda', 'vulkan')."""
+    return tuple(sorted({module(name).CI_SETUP for name in backends} - {"", None}))

@@ -11,6 +11,20 @@ MIN_CMAKE = "3.14"
 GIB_PER_JOB = 2.0
 # Variables that hide, reorder or rename this backend's devices: recorded with every probe.
 ENUMERATION_ENV: tuple[str, ...] = ()
+# Libraries the built files may need from the host (soname stem → where it comes from).
+RUNTIME_LIBRARIES = {
+    "libc.so": "glibc (libc6)",
+    "libm.so": "glibc (libc6)",
+    "ld-linux": "glibc (libc6)",
+    "libgcc_s.so": "apt libgcc-s1",
+    "libstdc++.so": "apt libstdc++6",
+    "libgomp.so": "apt libgomp1 (OpenMP)",
+}
+# Where the artifacts workflow can build it, and the provisioning step it needs ("" none).
+SYSTEMS = ("linux", "macos")
+CI_SETUP = ""
+# A library only a GPU host has, which every tool of a non-DL build loads at start ("": none).
+DRIVER_LIBRARY = ""
 
 
 def inspect(host: Host, deep: bool) -> Report:

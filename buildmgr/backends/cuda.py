@@ -20,6 +20,18 @@ MIN_CMAKE = "3.18"
 GIB_PER_JOB = 4.0  # nvcc on ggml-cuda's template instances
 # Variables that hide, reorder or rename this backend's devices: recorded with every probe.
 ENUMERATION_ENV: tuple[str, ...] = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GGML_CUDA_DEVICES")
+# Libraries the built files may need from the host (soname stem → where it comes from).
+RUNTIME_LIBRARIES = {
+    "libcuda.so": "the NVIDIA driver",
+    "libcudart.so": "the CUDA runtime: apt cuda-cudart-13-0, or pip nvidia-cuda-runtime (add its lib/ to LD_LIBRARY_PATH)",
+    "libcublas.so": "cuBLAS: apt libcublas-13-0, or pip nvidia-cublas (add its lib/ to LD_LIBRARY_PATH)",
+    "libcublasLt.so": "cuBLAS: apt libcublas-13-0, or pip nvidia-cublas (add its lib/ to LD_LIBRARY_PATH)",
+    "libnccl.so": "NCCL: apt libnccl2, or pip nvidia-nccl",
+}
+# Where the artifacts workflow can build it, and the provisioning step it needs ("" none).
+SYSTEMS = ("linux",)
+CI_SETUP = "cuda"
+DRIVER_LIBRARY = "libcuda.so.1"
 _SM = re.compile(r"^(\d{1,2})\.?(\d)([af]?)$")
 # Lowest capability each nvcc major can build, when `nvcc --list-gpu-arch` is not available.
 _LOWEST_BY_MAJOR = {11: 35, 12: 50, 13: 75}
@@ -96,7 +108,12 @@ def supported_archs(nvcc: str, version: str | None) -> tuple[int, ...]:
     archs = parse_gpu_archs(text) if code == 0 else ()
     if archs or version is None:
         return archs
-    lowest = _LOWEST_BY_MAJOR.get(int(version.split(".")[0]), 0)
+    return archs_of_major(int(version.split(".")[0]))
+
+
+def archs_of_major(major: int) -> tuple[int, ...]:
+    """The capabilities a CUDA toolkit of this major version can build (from the lowest it keeps)."""
+    lowest = _LOWEST_BY_MAJOR.get(major, 0)
     return tuple(n for n in range(lowest, 130) if n % 10 in (0, 2, 3, 5, 6, 7, 9))
 
 
@@ -168,3 +185,43 @@ def inspect(host: Host, deep: bool) -> Report:
     if deep and version:
         checks.append(_host_compiler_check(nvcc, host.environ.get("CUDAHOSTCXX") or host.toolchain.cxx.path))
     return Report(tuple(checks), host_defines={"CMAKE_CUDA_COMPILER": nvcc}, versions={"nvcc": version or "?"})
+
+
+def kernel_findings(sass: list[str], ptx: list[str], capabilities: list[str]) -> list[tuple[str, str]]:
+    """(severity, line) per visible GPU whose capability this build has no machine code for.
+
+    SASS for sm_XY runs on X.Y and newer minors of the same major; PTX for compute_XY is JIT-compiled by the driver
+    on any GPU of at least X.Y; with neither, CUDA fails with "no kernel image is available".
+    """
+    have_sass = [int(s.split("_")[1].rstrip("af")) for s in sass]
+    have_ptx = [int(p.split("_")[1].rstrip("af")) for p in ptx]
+    findings = []
+    for capability in capabilities:
+        major, minor = (int(part) for part in capability.split("."))
+        number = major * 10 + minor
+        if any(s // 10 == major and s <= number for s in have_sass):
+            continue
+        jit = [p for p in have_ptx if p <= number]
+        built = ", ".join(sass + ptx) or "no CUDA code"
+        if jit:
+            findings.append(
+                (
+                    "warning",
+                    (
+                        f"CUDA: a GPU of compute capability {capability} has no sm_{number} code in this build ({built}); "
+                        f"the driver will JIT-compile compute_{max(jit)} PTX at first use (a slow first start, cached in "
+                        f"~/.nv/ComputeCache); build with --sm {number} for native code"
+                    ),
+                )
+            )
+        else:
+            findings.append(
+                (
+                    "error",
+                    (
+                        f"CUDA: a GPU of compute capability {capability} can run nothing in this build ({built}): CUDA "
+                        f"would fail with 'no kernel image is available'; build with --sm {number}"
+                    ),
+                )
+            )
+    return findings

@@ -21,6 +21,16 @@ ENUMERATION_ENV: tuple[str, ...] = (
     "CUDA_VISIBLE_DEVICES",
     "GPU_DEVICE_ORDINAL",
 )
+# Libraries the built files may need from the host (soname stem → where it comes from).
+RUNTIME_LIBRARIES = {
+    "libamdhip64.so": "ROCm's HIP runtime (apt hip-runtime-amd)",
+    "libhipblas.so": "ROCm's hipBLAS (apt hipblas)",
+    "librocblas.so": "ROCm's rocBLAS (apt rocblas)",
+}
+# Where the artifacts workflow can build it, and the provisioning step it needs (None: no step for it yet).
+SYSTEMS = ("linux",)
+CI_SETUP = None
+DRIVER_LIBRARY = ""
 MIN_ROCM = Version("6.1")
 ROCM_FIX = (
     "install ROCm >= 6.1 from AMD's repository (Debian 12 itself only packages ROCm 5.x) "
@@ -75,12 +85,32 @@ def inspect(host: Host, deep: bool) -> Report:
     return Report(tuple(checks), defines, {"rocm": str(version)})
 
 
+def visible_targets(environ: dict[str, str]) -> list[str]:
+    """The gfx targets of this host's AMD GPUs, as rocminfo lists them (gfx000 is the CPU agent)."""
+    rocminfo = which("rocminfo", str(Path(environ.get("ROCM_PATH", "/opt/rocm")) / "bin"))
+    found = sorted(set(re.findall(r"\b(gfx[0-9a-f]{3,4})\b", run_text([rocminfo])[1]))) if rocminfo else []
+    return [g for g in found if g != "gfx000"]
+
+
+def kernel_findings(targets: list[str], visible: list[str]) -> list[tuple[str, str]]:
+    """(severity, line) per visible AMD GPU whose gfx target is not compiled in (HIP code objects do not JIT)."""
+    return [
+        (
+            "error",
+            (
+                f"HIP: the {gfx} GPU has no code in this build ({', '.join(targets) or 'none'}): it would fail with "
+                f"'no kernel image is available'; build with --gfx {gfx}"
+            ),
+        )
+        for gfx in visible
+        if gfx not in targets
+    ]
+
+
 def resolve_gfx(text: str | None, environ: dict[str, str]) -> tuple[str, str]:
     """`--gfx`, or this host's GPUs as rocminfo lists them."""
     if text is None:
-        rocminfo = which("rocminfo", str(Path(environ.get("ROCM_PATH", "/opt/rocm")) / "bin"))
-        found = sorted(set(re.findall(r"\b(gfx[0-9a-f]{3,4})\b", run_text([rocminfo])[1]))) if rocminfo else []
-        found = [g for g in found if g != "gfx000"]
+        found = visible_targets(environ)
         if not found:
             raise UserError("no AMD GPU found to build for (rocminfo); name the targets, e.g. --gfx gfx1100,gfx1151")
         text = ",".join(found)

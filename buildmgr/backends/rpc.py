@@ -10,6 +10,11 @@ MIN_CMAKE = "3.14"
 GIB_PER_JOB = 2.0
 # Variables that hide, reorder or rename this backend's devices: recorded with every probe.
 ENUMERATION_ENV: tuple[str, ...] = ()
+RUNTIME_LIBRARIES: dict[str, str] = {}
+# Where the artifacts workflow can build it, and the provisioning step it needs ("" none).
+SYSTEMS = ("linux", "macos")
+CI_SETUP = ""
+DRIVER_LIBRARY = ""
 
 
 def inspect(host: Host, deep: bool) -> Report:

@@ -10,6 +10,16 @@ MIN_CMAKE = "3.14"
 GIB_PER_JOB = 4.0
 # Variables that hide, reorder or rename this backend's devices: recorded with every probe.
 ENUMERATION_ENV: tuple[str, ...] = ("ONEAPI_DEVICE_SELECTOR",)
+# Libraries the built files may need from the host (soname stem → where it comes from).
+RUNTIME_LIBRARIES = {
+    "libsycl.so": "Intel oneAPI's SYCL runtime (source setvars.sh)",
+    "libOpenCL.so": "an OpenCL ICD loader (apt ocl-icd-libopencl1)",
+    "libmkl": "Intel oneMKL (oneAPI)",
+}
+# Where the artifacts workflow can build it, and the provisioning step it needs (None: no step for it yet).
+SYSTEMS = ("linux",)
+CI_SETUP = None
+DRIVER_LIBRARY = ""
 FIX = "install Intel oneAPI Base Toolkit and `source /opt/intel/oneapi/setvars.sh` first"
 
 

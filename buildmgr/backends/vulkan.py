@@ -21,6 +21,14 @@ MIN_CMAKE = "3.19"
 GIB_PER_JOB = 3.0  # ggml-vulkan.cpp and the generated shader sources are large
 # Variables that hide, reorder or rename this backend's devices: recorded with every probe.
 ENUMERATION_ENV: tuple[str, ...] = ("GGML_VK_VISIBLE_DEVICES", "VK_DRIVER_FILES", "VK_ICD_FILENAMES")
+# Libraries the built files may need from the host (soname stem → where it comes from).
+RUNTIME_LIBRARIES = {
+    "libvulkan.so": "the Vulkan loader: apt libvulkan1, plus a driver (mesa-vulkan-drivers or the GPU vendor's)"
+}
+# Where the artifacts workflow can build it, and the provisioning step it needs ("" none).
+SYSTEMS = ("linux",)
+CI_SETUP = "vulkan"
+DRIVER_LIBRARY = ""
 # ggml-vulkan uses vk::LayerSettingEXT, public since 1.3.272; measured: 1.3.239 fails, 1.4.309 works.
 MIN_HEADERS = Version("1.3.272")
 HEADERS_FIX = (

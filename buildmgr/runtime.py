@@ -1,0 +1,216 @@
+"""What a prefix needs from the host that runs it, read from its ELF files (pyelftools), and whether a host has it.
+
+Recorded in every receipt as `runtime`: the glibc and libstdc++ floors (the highest GLIBC_x.y / GLIBCXX_x.y.z symbol
+versions any file needs), the NEEDED libraries the prefix does not ship, and the GPU code compiled in (CUDA SASS and
+PTX from `.nv_fatbin`, HIP targets from `.hip_fatbin`). These are the facts behind "GLIBC_2.38 not found" and
+"no kernel image is available", checked before an artifact is installed on another machine.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+_ELF_MAGIC = b"\x7fELF"
+_FATBIN_MAGIC = 0xBA55ED50
+_FATBIN_PTX, _FATBIN_ELF = 1, 2
+_HIP_TARGET = re.compile(rb"amdgcn-amd-amdhsa--(gfx[0-9a-f]+)")
+_FLOORS = {"glibc": "GLIBC_", "libstdcxx": "GLIBCXX_"}
+
+
+@dataclass(frozen=True)
+class ElfFile:
+    needed: tuple[str, ...]
+    soname: str | None
+    version_needs: tuple[str, ...]  # e.g. GLIBC_2.34, GLIBCXX_3.4.30
+    cuda_sass: tuple[int, ...] = ()
+    cuda_ptx: tuple[int, ...] = ()
+    hip_targets: tuple[str, ...] = ()
+
+
+def fatbin_archs(data: bytes) -> tuple[set[int], set[int]]:
+    """(SASS archs, PTX archs) of every fat binary container in a `.nv_fatbin` section.
+
+    Layout (as cuobjdump reads it): a 16-byte header (magic, version, header size, size of what follows), then
+    entries of `kind u16, version u16, header_size u32, payload_size u64, …, arch u32 at +28`, each followed by its
+    payload.
+    """
+    sass: set[int] = set()
+    ptx: set[int] = set()
+    offset = 0
+    while offset + 16 <= len(data):
+        magic, _, header_size, size = struct.unpack_from("<IHHQ", data, offset)
+        if magic != _FATBIN_MAGIC:
+            offset += 8  # containers are 8-byte aligned; padding between them is skipped
+            continue
+        entry, end = offset + header_size, min(offset + header_size + size, len(data))
+        while entry + 32 <= end:
+            kind, _, entry_header, payload = struct.unpack_from("<HHIQ", data, entry)
+            (arch,) = struct.unpack_from("<I", data, entry + 28)
+            if entry_header == 0:
+                break
+            {_FATBIN_ELF: sass, _FATBIN_PTX: ptx}.get(kind, set()).add(arch)
+            entry += entry_header + payload
+        offset = max(end, offset + 16)
+        offset += -offset % 8
+    return sass, ptx
+
+
+def read_elf(path: Path) -> ElfFile | None:
+    """The facts of one ELF file, or None if it is not one."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.gnuversions import GNUVerNeedSection
+
+    with open(path, "rb") as handle:
+        if handle.read(4) != _ELF_MAGIC:
+            return None
+        handle.seek(0)
+        try:
+            elf = ELFFile(handle)
+            needed: list[str] = []
+            soname = None
+            versions: list[str] = []
+            sass: set[int] = set()
+            ptx: set[int] = set()
+            hip: set[str] = set()
+            for section in elf.iter_sections():
+                if isinstance(section, DynamicSection):
+                    for tag in section.iter_tags():
+                        if tag.entry.d_tag == "DT_NEEDED":
+                            needed.append(tag.needed)
+                        elif tag.entry.d_tag == "DT_SONAME":
+                            soname = tag.soname
+                elif isinstance(section, GNUVerNeedSection):
+                    versions += [aux.name for _, auxes in section.iter_versions() for aux in auxes]
+                elif section.name == ".nv_fatbin":
+                    found_sass, found_ptx = fatbin_archs(section.data())
+                    sass |= found_sass
+                    ptx |= found_ptx
+                elif section.name == ".hip_fatbin":
+                    hip |= {m.decode() for m in _HIP_TARGET.findall(section.data())}
+        except (ELFError, struct.error, ValueError) as err:
+            raise ValueError(f"{path}: unreadable ELF file ({err})") from None
+    return ElfFile(tuple(needed), soname, tuple(versions), tuple(sorted(sass)), tuple(sorted(ptx)), tuple(sorted(hip)))
+
+
+def _version_of(symbol_version: str, prefix: str) -> Version | None:
+    if not symbol_version.startswith(prefix):
+        return None
+    try:
+        return Version(symbol_version.removeprefix(prefix))
+    except InvalidVersion:
+        return None
+
+
+def highest(symbol_versions: list[str] | tuple[str, ...], prefix: str) -> Version | None:
+    found = [v for v in (_version_of(s, prefix) for s in symbol_versions) if v is not None]
+    return max(found, default=None)
+
+
+def scan_prefix(prefix: Path) -> dict[str, object]:
+    """The receipt's `runtime`: what every ELF file of the prefix needs from the host, and its GPU code."""
+    files: dict[str, ElfFile] = {}
+    for path in sorted(prefix.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            facts = read_elf(path)
+            if facts is not None:
+                files[str(path.relative_to(prefix))] = facts
+    shipped = {Path(name).name for name in files} | {f.soname for f in files.values() if f.soname}
+    shipped |= {p.name for p in prefix.rglob("*") if p.is_symlink()}
+    floors: dict[str, object] = {}
+    for key, symbol_prefix in _FLOORS.items():
+        by_file = {name: highest(f.version_needs, symbol_prefix) for name, f in files.items()}
+        top = max((v for v in by_file.values() if v is not None), default=None)
+        floors[key] = str(top) if top else None
+        floors[f"{key}_file"] = next((n for n, v in by_file.items() if v == top), None) if top else None
+    external: dict[str, list[str]] = {}
+    for name, facts in files.items():
+        for library in facts.needed:
+            if library not in shipped:
+                external.setdefault(library, []).append(name)
+    return {
+        "elf_files": len(files),
+        **floors,
+        "needed": dict(sorted(external.items())),
+        "cuda_sass": sorted({f"sm_{a}" for f in files.values() for a in f.cuda_sass}, key=_arch_number),
+        "cuda_ptx": sorted({f"compute_{a}" for f in files.values() for a in f.cuda_ptx}, key=_arch_number),
+        "hip_targets": sorted({t for f in files.values() for t in f.hip_targets}),
+    }
+
+
+def _arch_number(name: str) -> int:
+    return int(name.rsplit("_", 1)[1])
+
+
+# --- the host that would run it -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostLibraries:
+    """Where this host's dynamic loader finds libraries: ldconfig's cache plus LD_LIBRARY_PATH."""
+
+    paths: dict[str, str] = field(default_factory=dict)  # soname → path
+
+    def find(self, soname: str) -> str | None:
+        return self.paths.get(soname)
+
+
+def parse_ldconfig(text: str, machine: str) -> dict[str, str]:
+    """`ldconfig -p` → {soname: path} for this machine's word size and ABI (a 32-bit libfoo is no use)."""
+    wanted = {"x86_64": "x86-64", "aarch64": "AArch64", "arm64": "AArch64"}.get(machine)
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        match = re.match(r"^\s*(\S+)\s+\(([^)]*)\)\s+=>\s+(\S+)", line)
+        if match and (wanted is None or wanted in match.group(2)):
+            found.setdefault(match.group(1), match.group(3))
+    return found
+
+
+def host_libraries(environ: dict[str, str], machine: str) -> HostLibraries:
+    paths: dict[str, str] = {}
+    for directory in environ.get("LD_LIBRARY_PATH", "").split(":"):
+        if directory and os.path.isdir(directory):
+            for name in os.listdir(directory):
+                paths.setdefault(name, os.path.join(directory, name))
+    for ldconfig in ("/sbin/ldconfig", "/usr/sbin/ldconfig"):
+        if os.access(ldconfig, os.X_OK):
+            result = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, check=False)
+            for name, path in parse_ldconfig(result.stdout, machine).items():
+                paths.setdefault(name, path)
+            break
+    return HostLibraries(paths)
+
+
+def host_glibc() -> Version | None:
+    try:
+        return Version(os.confstr("CS_GNU_LIBC_VERSION").split()[-1])
+    except (ValueError, OSError, AttributeError, InvalidVersion, IndexError):
+        return None  # musl, or not Linux
+
+
+def provided_versions(library: str) -> tuple[str, ...]:
+    """The symbol versions a shared library defines (e.g. libstdc++'s GLIBCXX_3.4.30)."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.gnuversions import GNUVerDefSection
+
+    try:
+        with open(library, "rb") as handle:
+            elf = ELFFile(handle)
+            return tuple(
+                aux.name
+                for section in elf.iter_sections()
+                if isinstance(section, GNUVerDefSection)
+                for _, auxes in section.iter_versions()
+                for aux in auxes
+            )
+    except (OSError, ELFError):
+        return ()

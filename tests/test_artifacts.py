@@ -1,0 +1,505 @@
+"""Artifacts: the CI matrix, byte-identical packages, and install-artifact's checks of the archive and the host.
+
+The archives here are made by buildmgr's own `package` from small prefixes, then altered the way a tampered or
+hostile file would be. The real cpu and Vulkan artifacts are built, packaged and installed in test_cpu_build and
+test_vulkan_build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import platform
+import shutil
+import struct
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from conftest import assert_user_error, buildmgr
+
+from buildmgr import artifacts, runtime, store
+from buildmgr.backends import cuda, hip
+from buildmgr.errors import UserError
+from buildmgr.options import all_recipes
+from buildmgr.progress import Reporter
+
+BUILD_ID = "cpu-0123abcd"
+COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
+VERSION_SCRIPT = "#!/bin/sh\necho 'version: 0.5.0-dev (build 11312, commit 0c1e570)'\n"
+
+
+def fake_build(root: Path, tool: str = VERSION_SCRIPT, **runtime_needs) -> store.Build:
+    """A prefix with a receipt of the shape buildmgr writes: enough to package, and to install up to the smoke run."""
+    prefix = root / "prefix"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "lib").mkdir()
+    for name in ("llama-cli", "llama-bench"):
+        (prefix / "bin" / name).write_text(tool)
+        (prefix / "bin" / name).chmod(0o755)
+    (prefix / "lib" / "libllama.so.0.5.0").write_bytes(b"not really a library")
+    os.symlink("libllama.so.0.5.0", prefix / "lib" / "libllama.so.0")
+    (prefix / "LICENSE").write_text("MIT\n")
+    receipt = {
+        "schema": store.RECEIPT_SCHEMA,
+        "id": BUILD_ID,
+        "recipe": {"name": "cpu", "backends": ["CPU"], "arch": "", "resolved_defines": {"GGML_NATIVE": "OFF"}},
+        "source": {
+            "commit": COMMIT,
+            "build_number": 11312,
+            "llama_version": "0.5.0",
+            "fingerprint": COMMIT,
+            "state": "pinned",
+            "commit_time": 1790812800,
+        },
+        "host": {"system": "Linux", "os": "Linux-6", "machine": platform.machine()},
+        "finished": "2026-11-30T00:00:00+00:00",
+        "smoke": {"passed": True, "checks": [], "devices": []},
+        "runtime": {"glibc": None, "libstdcxx": None, "needed": {}, "cuda_sass": [], "cuda_ptx": [], "hip_targets": []}
+        | runtime_needs,
+        "files": store.file_hashes(prefix),
+    }
+    store.write_receipt(prefix, receipt)
+    return store.Build(BUILD_ID, prefix, receipt)
+
+
+def packaged(tmp_path: Path, **kwargs) -> Path:
+    return artifacts.package(fake_build(tmp_path / "src", **kwargs), tmp_path / "dist", {}).archive
+
+
+def repack(archive: Path, change) -> Path:
+    """Rewrite an archive entry by entry through `change(info, data) -> [(info, data)]`, with a matching .sha256."""
+    rows = []
+    with tarfile.open(archive, "r:gz") as tar:
+        for info in tar.getmembers():
+            handle = tar.extractfile(info) if info.isfile() else None
+            rows += change(info, handle.read() if handle else b"")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for info, data in rows:
+            info.size = len(data) if info.isfile() else 0
+            tar.addfile(info, io.BytesIO(data) if info.isfile() else None)
+    archive.write_bytes(buffer.getvalue())
+    archive.with_name(archive.name + ".sha256").write_text(
+        f"{hashlib.sha256(buffer.getvalue()).hexdigest()}  {archive.name}\n"
+    )
+    return archive
+
+
+def install(tmp_env: dict[str, str], archive: Path):
+    return buildmgr(tmp_env, "install-artifact", str(archive))
+
+
+def assert_nothing_installed(tmp_env: dict[str, str]) -> None:
+    data = Path(tmp_env["XDG_DATA_HOME"])
+    assert not data.exists() or not any(p for p in data.rglob("*") if p.is_file() and p.suffix != ".lock")
+
+
+# --- package --------------------------------------------------------------------------------------------------
+
+
+def test_two_packages_of_one_build_are_byte_identical_and_say_nothing_of_where_they_were_made(tmp_path):
+    build = fake_build(tmp_path / "src")
+    first = artifacts.package(build, tmp_path / "a", {})
+    os.utime(build.prefix / "LICENSE", (1, 1))  # a file's own time never reaches the archive
+    second = artifacts.package(build, tmp_path / "b", {})
+    assert first.archive.name == "llama-b11312-bin-linux-cpu-x64.tar.gz" or platform.machine() != "x86_64"
+    assert first.archive.read_bytes() == second.archive.read_bytes()
+    raw = first.archive.read_bytes()
+    assert raw[3] & 0x08 == 0 and struct.unpack("<I", raw[4:8])[0] == 0  # gzip: no file name, mtime 0
+    with tarfile.open(first.archive) as tar:
+        members = tar.getmembers()
+    top = first.archive.name.removesuffix(".tar.gz")
+    assert [m.name for m in members] == sorted(m.name for m in members) and members[0].name == top
+    assert {(m.uid, m.gid, m.uname, m.gname, m.mtime) for m in members} == {(0, 0, "", "", 1790812800)}
+    modes = {m.name.split("/", 1)[-1]: m.mode for m in members if not m.issym()}
+    assert modes["bin/llama-cli"] == 0o755 and modes["LICENSE"] == 0o644 and modes[top] == 0o755
+    assert all(not m.name.startswith("/") and ".." not in m.name for m in members)
+    assert first.checksum.read_text() == f"{first.sha256}  {first.archive.name}\n"
+    check = subprocess.run(
+        ["sha256sum", "-c", first.checksum.name], cwd=first.archive.parent, capture_output=True, check=False
+    )
+    assert check.returncode == 0, check.stderr
+
+
+def test_source_date_epoch_sets_every_entry_time(tmp_path):
+    build = fake_build(tmp_path / "src")
+    archive = artifacts.package(build, tmp_path / "a", {"SOURCE_DATE_EPOCH": "1700000000"}).archive
+    with tarfile.open(archive) as tar:
+        assert {m.mtime for m in tar.getmembers()} == {1700000000}
+    with pytest.raises(UserError, match="SOURCE_DATE_EPOCH"):
+        artifacts.package(build, tmp_path / "b", {"SOURCE_DATE_EPOCH": "yesterday"})
+
+
+def test_the_manifest_lists_every_file_and_sha256sum_can_check_it(tmp_path):
+    archive = packaged(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    with tarfile.open(archive) as tar:
+        tar.extractall(out, filter="data")
+    top = out / archive.name.removesuffix(".tar.gz")
+    listed = {line.split("  ", 1)[1] for line in (top / artifacts.MANIFEST).read_text().splitlines()}
+    files = {str(p.relative_to(top)) for p in top.rglob("*") if p.is_file() and not p.is_symlink()}
+    assert listed == files - {artifacts.MANIFEST}
+    assert subprocess.run(["sha256sum", "--quiet", "-c", artifacts.MANIFEST], cwd=top, check=False).returncode == 0
+
+
+def test_a_prefix_changed_after_its_build_is_not_packaged(tmp_path):
+    build = fake_build(tmp_path / "src")
+    (build.prefix / "bin" / "llama-cli").write_text("#!/bin/sh\necho changed\n")
+    with pytest.raises(Exception, match="no longer matches its receipt"):
+        artifacts.package(build, tmp_path / "dist", {})
+    assert not (tmp_path / "dist").exists() or not any((tmp_path / "dist").iterdir())
+
+
+def test_package_of_a_build_that_does_not_exist_is_one_line(tmp_env, tmp_path):
+    result = buildmgr(tmp_env, "package", "cuda", "-o", str(tmp_path / "dist"))
+    assert_user_error(result, "no installed build 'cuda'")
+    assert not (tmp_path / "dist").exists()
+
+
+# --- install-artifact: the archive -----------------------------------------------------------------------------
+
+
+def test_a_checksum_mismatch_is_refused_before_anything_is_written(tmp_env, tmp_path):
+    archive = packaged(tmp_path)
+    checksum = archive.with_name(archive.name + ".sha256")
+    checksum.write_text("0" * 64 + f"  {archive.name}\n")
+    assert_user_error(install(tmp_env, archive), "checksum mismatch")
+    assert_nothing_installed(tmp_env)
+    checksum.unlink()
+    assert_user_error(install(tmp_env, archive), f"no {checksum.name} beside it")
+
+
+def test_a_tampered_archive_with_a_fresh_checksum_fails_the_manifest(tmp_env, tmp_path):
+    def swap_tool(info, data):
+        return [(info, b"#!/bin/sh\necho pwned\n" if info.name.endswith("bin/llama-cli") else data)]
+
+    archive = repack(packaged(tmp_path), swap_tool)
+    assert_user_error(install(tmp_env, archive), "do not match its MANIFEST.sha256", "bin/llama-cli")
+    assert_nothing_installed(tmp_env)
+
+
+def test_a_manifest_rewritten_to_match_still_disagrees_with_the_receipt(tmp_env, tmp_path):
+    evil = b"#!/bin/sh\necho pwned\n"
+
+    def swap_tool_and_manifest(info, data):
+        if info.name.endswith("bin/llama-cli"):
+            return [(info, evil)]
+        if info.name.endswith(artifacts.MANIFEST):
+            lines = [
+                f"{hashlib.sha256(evil).hexdigest()}  bin/llama-cli" if line.endswith("  bin/llama-cli") else line
+                for line in data.decode().splitlines()
+            ]
+            return [(info, ("\n".join(lines) + "\n").encode())]
+        return [(info, data)]
+
+    archive = repack(packaged(tmp_path), swap_tool_and_manifest)
+    assert_user_error(install(tmp_env, archive), "do not match its receipt", "bin/llama-cli")
+    assert_nothing_installed(tmp_env)
+
+
+@pytest.mark.parametrize(
+    ("entry", "why"),
+    [
+        ("../escape", "'..' in path"),
+        ("/etc/evil", "absolute path"),
+    ],
+)
+def test_entries_that_leave_the_tree_are_refused(tmp_env, tmp_path, entry, why):
+    def add_entry(info, data):
+        rows = [(info, data)]
+        if info.name.endswith(artifacts.MANIFEST):
+            rows.append((tarfile.TarInfo(entry), b"x"))
+        return rows
+
+    archive = repack(packaged(tmp_path), add_entry)
+    assert_user_error(install(tmp_env, archive), "unsafe entry", why)
+    assert_nothing_installed(tmp_env)
+    assert not (tmp_path / "escape").exists()
+
+
+def test_a_link_that_leaves_the_tree_is_refused(tmp_env, tmp_path):
+    def add_link(info, data):
+        rows = [(info, data)]
+        if info.name.endswith(artifacts.MANIFEST):
+            link = tarfile.TarInfo(info.name.rsplit("/", 1)[0] + "/lib/libc.so.6")
+            link.type, link.linkname = tarfile.SYMTYPE, "../../../../lib/x86_64-linux-gnu/libc.so.6"
+            rows.append((link, b""))
+        return rows
+
+    archive = repack(packaged(tmp_path), add_link)
+    assert_user_error(install(tmp_env, archive), "unsafe entry", "leaves the tree")
+    assert_nothing_installed(tmp_env)
+
+
+def test_an_archive_without_a_receipt_is_not_an_artifact(tmp_env, tmp_path):
+    def drop_receipt(info, data):
+        return [] if info.name.endswith(store.RECEIPT) else [(info, data)]
+
+    archive = repack(packaged(tmp_path), drop_receipt)
+    assert_user_error(install(tmp_env, archive), f"no {store.RECEIPT}")
+    assert_nothing_installed(tmp_env)
+
+
+def test_a_receipt_that_would_place_the_build_outside_the_data_dir_is_refused(tmp_env, tmp_path):
+    def hostile_id(info, data):
+        if not info.name.endswith(store.RECEIPT):
+            return [(info, data)]
+        receipt = json.loads(data) | {"id": "../../../../tmp/owned"}
+        return [(info, json.dumps(receipt).encode())]
+
+    def fix_manifest(info, data):  # the attacker also rewrites the manifest: the receipt's shape still fails
+        return [(info, data)]
+
+    archive = packaged(tmp_path)
+    repack(archive, hostile_id)
+    with tarfile.open(archive) as tar:
+        receipt_bytes = next(tar.extractfile(m).read() for m in tar.getmembers() if m.name.endswith(store.RECEIPT))
+
+    def matching_manifest(info, data):
+        if not info.name.endswith(artifacts.MANIFEST):
+            return [(info, data)]
+        lines = [
+            f"{hashlib.sha256(receipt_bytes).hexdigest()}  {store.RECEIPT}" if line.endswith(store.RECEIPT) else line
+            for line in data.decode().splitlines()
+        ]
+        return [(info, ("\n".join(lines) + "\n").encode())]
+
+    repack(archive, matching_manifest)
+    assert_user_error(install(tmp_env, archive), "is not a buildmgr receipt")
+    assert_nothing_installed(tmp_env)
+    assert not Path("/tmp/owned").exists()
+
+
+def test_a_smoke_failure_on_this_host_installs_nothing_and_leaves_no_staging(tmp_env, tmp_path):
+    archive = packaged(tmp_path, tool="#!/bin/sh\nexit 3\n")
+    result = install(tmp_env, archive)
+    assert result.returncode == 1, result.stderr
+    assert "smoke run failed" in result.stderr and "Traceback" not in result.stderr
+    assert json.loads(buildmgr(tmp_env, "list", "--json").stdout)["builds"] == []
+    staging = Path(tmp_env["XDG_DATA_HOME"]) / "buildmgr" / "builds" / ".staging"
+    assert not staging.exists() or not any(staging.iterdir())
+
+
+# --- install-artifact: the host ---------------------------------------------------------------------------------
+
+
+def test_a_glibc_newer_than_this_hosts_blocks_the_install_with_the_file_that_needs_it(tmp_env, tmp_path):
+    archive = packaged(tmp_path, glibc="99.1", glibc_file="bin/llama-cli")
+    result = install(tmp_env, archive)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"this host's glibc is {runtime.host_glibc()}, and bin/llama-cli needs GLIBC_99.1" in result.stderr
+    assert_nothing_installed(tmp_env)
+
+
+def test_a_missing_library_is_named_with_where_it_comes_from(tmp_path):
+    receipt = fake_build(
+        tmp_path, needed={"libvulkan.so.1": ["lib/libggml-vulkan.so"], "libnope.so.9": ["bin/x"]}
+    ).receipt
+    findings = artifacts.host_findings(receipt, {"LD_LIBRARY_PATH": ""}, platform.machine())
+    by_library = {line.split(" ", 1)[0]: (severity, line) for severity, line in findings}
+    assert by_library["libnope.so.9"][0] == "error" and "nothing runs without it" in by_library["libnope.so.9"][1]
+    if runtime.host_libraries({}, platform.machine()).find("libvulkan.so.1") is None:
+        assert "apt libvulkan1" in by_library["libvulkan.so.1"][1]
+    else:
+        assert "libvulkan.so.1" not in by_library
+
+
+def test_a_library_needed_only_by_a_loadable_backend_module_is_a_warning(tmp_path):
+    build = fake_build(tmp_path, needed={"libcuda.so.1": ["lib/libggml-cuda.so"]})
+    receipt = build.receipt | {"recipe": build.receipt["recipe"] | {"resolved_defines": {"GGML_BACKEND_DL": "ON"}}}
+    findings = artifacts.host_findings(receipt, {"LD_LIBRARY_PATH": ""}, platform.machine())
+    if runtime.host_libraries({}, platform.machine()).find("libcuda.so.1") is None:
+        assert findings == [("warning", findings[0][1])] and "that backend will not load" in findings[0][1]
+    non_dl = artifacts.host_findings(build.receipt, {"LD_LIBRARY_PATH": ""}, platform.machine())
+    assert all(severity == "error" for severity, line in non_dl if "libcuda.so.1" in line)
+
+
+def test_an_artifact_for_another_cpu_is_refused(tmp_path):
+    receipt = fake_build(tmp_path).receipt
+    other = "aarch64" if platform.machine() == "x86_64" else "x86_64"
+    assert artifacts.host_findings(receipt, {}, other)[0][0] == "error"
+
+
+def test_cuda_kernels_sass_runs_on_newer_minors_ptx_jits_upward_and_nothing_else_runs():
+    assert cuda.kernel_findings(["sm_80"], [], ["8.6"]) == []
+    [(severity, line)] = cuda.kernel_findings(["sm_80"], ["compute_80"], ["9.0"])
+    assert severity == "warning" and "JIT-compile compute_80" in line
+    [(severity, line)] = cuda.kernel_findings(["sm_90"], ["compute_90"], ["8.6"])
+    assert severity == "error" and "no kernel image is available" in line and "--sm 86" in line
+    assert cuda.kernel_findings(["sm_86", "sm_90"], [], ["8.9", "9.0"]) == []
+    assert hip.kernel_findings(["gfx1100"], ["gfx1100"]) == []
+    assert hip.kernel_findings(["gfx1100"], ["gfx1151"])[0][0] == "error"
+
+
+def test_the_h200_artifacts_recorded_what_cuobjdump_lists():
+    """On the H200 (2026-11-30): the --sm 80 build has sm_80 SASS and compute_80 PTX; cuobjdump agrees."""
+    fixtures = Path(__file__).parent / "fixtures" / "h200x2" / "artifacts"
+    for tag, arch in (("cuda-sm80", "80"), ("cuda+vulkan-sm90", "90")):
+        needs = json.loads((fixtures / f"runtime-{tag}.json").read_text())["runtime"]
+        assert needs["cuda_sass"] == [f"sm_{arch}"] and needs["cuda_ptx"] == [f"compute_{arch}"]
+        assert f"sm_{arch}" in (fixtures / f"cuobjdump-{tag}.txt").read_text()
+    installed = json.loads((fixtures / "install-cuda-sm80.json").read_text())
+    assert "JIT-compile compute_80" in installed["warnings"][0]
+
+
+# --- ELF facts --------------------------------------------------------------------------------------------------
+
+
+def _fatbin(entries: list[tuple[int, int]]) -> bytes:
+    body = b""
+    for kind, arch in entries:
+        payload = b"\0" * 24
+        header = struct.pack("<HHIQ", kind, 0x0101, 64, len(payload)) + b"\0" * 12 + struct.pack("<I", arch)
+        body += header.ljust(64, b"\0") + payload
+    return struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(body)) + body
+
+
+def test_fatbin_entries_give_sass_and_ptx_archs_across_containers():
+    data = _fatbin([(2, 80), (1, 80)]) + b"\0" * 8 + _fatbin([(2, 90)])
+    assert runtime.fatbin_archs(data) == ({80, 90}, {80})
+    assert runtime.fatbin_archs(b"\0" * 64) == (set(), set())
+
+
+@pytest.mark.skipif(not os.environ.get("BUILDMGR_TEST_CUDA_HOME"), reason="run ci/test.sh to provision nvcc")
+def test_archs_read_from_a_real_nvcc_library_are_the_ones_compiled(tmp_path):
+    nvcc = Path(os.environ["BUILDMGR_TEST_CUDA_HOME"]) / "bin" / "nvcc"
+    (tmp_path / "k.cu").write_text("__global__ void k(int *x) { *x = 1; }\nvoid launch(int *x) { k<<<1, 1>>>(x); }\n")
+    command = [str(nvcc), "-shared", "-Xcompiler", "-fPIC", str(tmp_path / "k.cu"), "-o", str(tmp_path / "libk.so")]
+    command += ["-gencode", "arch=compute_75,code=sm_75", "-gencode", "arch=compute_90,code=[sm_90,compute_90]"]
+    subprocess.run(command, check=True, capture_output=True)
+    (tmp_path / "prefix" / "lib").mkdir(parents=True)
+    shutil.copy(tmp_path / "libk.so", tmp_path / "prefix" / "lib")
+    needs = runtime.scan_prefix(tmp_path / "prefix")
+    assert needs["cuda_sass"] == ["sm_75", "sm_90"] and needs["cuda_ptx"] == ["compute_90"]
+
+
+def test_glibc_floor_and_needed_libraries_come_from_the_elf_files(tmp_path):
+    (tmp_path / "prefix" / "bin").mkdir(parents=True)
+    shutil.copy(shutil.which("sha256sum"), tmp_path / "prefix" / "bin")
+    needs = runtime.scan_prefix(tmp_path / "prefix")
+    assert "libc.so.6" in needs["needed"] and needs["needed"]["libc.so.6"] == ["bin/sha256sum"]
+    from packaging.version import Version
+
+    assert Version("2.2") <= Version(needs["glibc"]) <= runtime.host_glibc()
+
+
+def test_ldconfig_lines_of_another_abi_are_not_this_hosts_libraries():
+    text = (
+        "\tlibvulkan.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libvulkan.so.1\n"
+        "\tlibfoo.so.2 (libc6) => /lib/i386-linux-gnu/libfoo.so.2\n"
+    )
+    assert runtime.parse_ldconfig(text, "x86_64") == {"libvulkan.so.1": "/lib/x86_64-linux-gnu/libvulkan.so.1"}
+
+
+# --- matrix -----------------------------------------------------------------------------------------------------
+
+
+def known(tmp_path: Path):
+    from buildmgr.config import Dirs
+
+    return all_recipes(Dirs(tmp_path / "d", tmp_path / "c", tmp_path / "cfg"))
+
+
+def test_matrix_fans_out_per_arch_and_leaves_out_what_cannot_build_with_a_reason(tmp_path):
+    request = artifacts.MatrixRequest(("cpu", "universal+cuda+vulkan", "metal", "hip", "cuda"), sm=("86,89", "90"))
+    entries, skipped = artifacts.matrix(request, known(tmp_path), 11312, COMMIT)
+    names = [e["artifact"] for e in entries]
+    assert names == [
+        "llama-b11312-bin-linux-cpu-x64.tar.gz",
+        "llama-b11312-bin-linux-cuda-universal-vulkan-sm86_89-x64.tar.gz",
+        "llama-b11312-bin-linux-cuda-universal-vulkan-sm90-x64.tar.gz",
+    ]
+    cuda_entry = entries[1]
+    assert cuda_entry["args"] == ["build", "cuda+universal+vulkan", "--sm", "86,89"]
+    assert cuda_entry["container"].startswith("nvidia/cuda:") and cuda_entry["setup"] == "cuda,vulkan"
+    assert len({e["ccache_key"] for e in entries}) == len(entries)
+    reasons = {s["recipe"]: s["reason"] for s in skipped}
+    assert reasons.pop("metal") == "Metal does not build on linux"
+    assert reasons.pop("hip") == "it has HIP: name the targets with --gfx"
+    assert "loads libcuda.so.1 at start, which a GPU-less runner lacks" in reasons.pop("cuda")
+    assert reasons == {}
+
+
+def test_matrix_names_match_what_package_makes(tmp_path):
+    [entry], _ = artifacts.matrix(artifacts.MatrixRequest(("cpu",)), known(tmp_path), 11312, COMMIT)
+    build = fake_build(tmp_path)
+    assert artifacts.receipt_stem(build.receipt) + ".tar.gz" == entry["artifact"] or platform.machine() != "x86_64"
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["nope"], "unknown recipe 'nope'"),
+        (["universal+cuda", "--sm", "61"], "cannot build compute capability 61"),
+        (["universal+cuda", "--sm", "native"], "a CI runner has none"),
+        (["universal+cuda", "--sm", "eighty"], "is not a CUDA compute capability"),
+        (["hip", "--gfx", "gfx12"], "gfx12"),
+        (["metal"], "nothing in this matrix can be built"),
+    ],
+)
+def test_matrix_bad_input_is_one_line(tmp_env, args, fragment):
+    assert_user_error(buildmgr(tmp_env, "matrix", *args), fragment)
+
+
+def test_matrix_for_github_is_one_line_of_json_and_reasons_go_to_stderr(tmp_env):
+    result = buildmgr(tmp_env, "matrix", "cpu", "cuda", "--format", "github")
+    assert result.returncode == 0, result.stderr
+    [line] = result.stdout.splitlines()
+    assert [e["recipe"] for e in json.loads(line)["include"]] == ["cpu"]
+    assert "left out cuda on linux/x64: it has CUDA: name the capabilities with --sm" in result.stderr
+
+
+# --- CI output ---------------------------------------------------------------------------------------------------
+
+
+def test_github_groups_go_to_stderr_so_stdout_stays_json(capsys):
+    reporter = Reporter(github=True, in_ci=True)
+    with reporter.phase("configure"):
+        pass
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "::group::configure" in captured.err and "::endgroup::" in captured.err
+
+
+# --- the workflow ------------------------------------------------------------------------------------------------
+
+WORKFLOW = Path(__file__).parent.parent / "ci" / "workflows" / "artifacts.yml"
+
+
+def test_the_workflow_is_valid_for_github_actions():
+    result = subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows", str(WORKFLOW)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    audit = subprocess.run(
+        [str(Path(sys.executable).parent / "zizmor"), "--offline", "--no-progress", str(WORKFLOW)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+def test_the_workflow_matrix_comes_from_buildmgr_matrix_and_uses_only_keys_it_prints(tmp_env):
+    import re
+
+    import yaml
+
+    workflow = yaml.safe_load(WORKFLOW.read_text())
+    steps = workflow["jobs"]["matrix"]["steps"]
+    assert any("buildmgr matrix" in step.get("run", "") and "--format github" in step.get("run", "") for step in steps)
+    build = workflow["jobs"]["build"]
+    assert "fromJSON(needs.matrix.outputs.matrix)" in str(build["strategy"]["matrix"])
+    result = buildmgr(tmp_env, "matrix", "cpu", "vulkan", "universal+cuda+vulkan", "--sm", "90", "--format", "github")
+    printed = set().union(*(entry.keys() for entry in json.loads(result.stdout)["include"]))
+    used = set(re.findall(r"(?<![\w.])matrix\.(\w+)", WORKFLOW.read_text()))
+    assert used and used <= printed, used - printed
