@@ -346,6 +346,87 @@ def test_a_handed_archive_is_verified_even_when_the_tree_is_synced(env, first_bu
     assert_user_error(buildmgr(env, "source", "sync", "--archive", str(fake)), "does not match the lock's 832db069")
 
 
+def test_version_prints_the_build_number_like_upstream_binaries(env, first_build):
+    receipt = receipt_of(env)
+    assert receipt["source"]["build_number"] == 11312 and receipt["source"]["state"] == "pinned"
+    versions = [c["detail"] for c in receipt["smoke"]["checks"] if c["command"][1] == "--version"]
+    assert versions and all(f"(build 11312, commit {COMMIT})" in line for line in versions)
+
+
+def test_the_receipt_has_the_documented_shape(env, first_build):
+    from test_spec import documented_receipt_fields
+
+    receipt = receipt_of(env)
+    assert set(receipt) <= documented_receipt_fields() and receipt["schema"] == 1
+    for part in ("source", "runtime", "host", "smoke", "ccache"):
+        assert set(receipt[part]) <= documented_receipt_fields(), part
+
+
+def test_runtime_needs_are_what_the_elf_files_say(env, first_build):
+    from packaging.version import Version
+
+    from buildmgr import runtime
+
+    prefix = Path(buildmgr(env, "which", "cpu").stdout.strip())
+    needs = receipt_of(env)["runtime"]
+    dynamic = subprocess.run(
+        ["readelf", "-dW", str(prefix / "bin" / "llama-cli")], capture_output=True, text=True, check=True
+    )
+    needed = {line.split("[")[1].rstrip("]") for line in dynamic.stdout.splitlines() if "(NEEDED)" in line}
+    shipped = {p.name for p in (prefix / "lib").iterdir()}
+    assert {n for n in needed if n not in shipped} <= set(needs["needed"]) and "libc.so.6" in needs["needed"]
+    assert not set(needs["needed"]) & shipped
+    assert "bin/llama-cli" in needs["needed"]["libc.so.6"]
+    versions = subprocess.run(
+        ["readelf", "-VW", str(prefix / needs["glibc_file"])], capture_output=True, text=True, check=True
+    )
+    assert f"GLIBC_{needs['glibc']}" in versions.stdout
+    assert Version(needs["glibc"]) <= runtime.host_glibc()
+    assert needs["cuda_sass"] == needs["cuda_ptx"] == needs["hip_targets"] == []
+
+
+def test_matrix_then_package_then_install_artifact_into_a_fresh_data_dir(env, first_build, tmp_path):
+    [entry] = json.loads(buildmgr(env, "matrix", "cpu", "--format", "github").stdout)["include"]
+    again = json.loads(buildmgr(env, *entry["args"], "--json").stdout)
+    assert again["up_to_date"], "the matrix's arguments are the ones that built this cpu build"
+    packages = [
+        json.loads(buildmgr(env, "package", again["id"], "-o", str(tmp_path / d), "--json").stdout) for d in "ab"
+    ]
+    archive = Path(packages[0]["archive"])
+    assert archive.name == entry["artifact"]
+    assert archive.read_bytes() == Path(packages[1]["archive"]).read_bytes()
+    assert packages[0]["smoke_passed"] and packages[0]["glibc"] == receipt_of(env)["runtime"]["glibc"]
+
+    fresh = make_env(tmp_path / "fresh")
+    installed = buildmgr(fresh, "install-artifact", str(archive), "--json")
+    assert installed.returncode == 0, installed.stderr
+    result = json.loads(installed.stdout)
+    assert result["id"] == again["id"] and not result["already_installed"]
+    assert [b["id"] for b in json.loads(buildmgr(fresh, "list", "--json").stdout)["builds"]] == [again["id"]]
+    version = buildmgr(fresh, "run", "cpu", "--", "llama-cli", "--version")
+    assert f"(build 11312, commit {COMMIT})" in version.stdout + version.stderr
+    receipt = receipt_of(fresh)
+    assert receipt["installed_from"]["sha256"] == packages[0]["sha256"] and receipt["installed_from"]["smoke"]["passed"]
+    assert {k: v for k, v in receipt.items() if k != "installed_from"} == receipt_of(env)
+    assert again["id"] in json.loads(buildmgr(fresh, "devices", "--json").stdout)["builds"]
+    repeat = json.loads(buildmgr(fresh, "install-artifact", str(archive), "--json").stdout)
+    assert repeat["already_installed"]
+
+
+def test_the_vendored_tree_is_the_pin_and_builds_as_a_local_source(env, first_build):
+    from buildmgr import source
+
+    sdist = Path(env["XDG_CACHE_HOME"]) / "buildmgr" / "downloads" / "llama_cpp_python-0.3.36.tar.gz"
+    synced = buildmgr(env, "source", "sync", "--vendor", "--archive", str(sdist))
+    assert synced.returncode == 0, synced.stderr
+    vendored = source.vendor_dir()
+    tree = source.local_tree(vendored)
+    assert (tree.commit, tree.build_number, tree.state) == (source.load_pin().commit, 11312, "vendored")
+    configured = buildmgr(env, "build", "--source", str(vendored), "--configure-only", "--json")
+    assert configured.returncode == 0, configured.stderr
+    assert json.loads(configured.stdout)["id"] != receipt_of(env)["id"]  # file stamps, not the commit, are its identity
+
+
 def test_remove_then_gc(env, first_build):
     prefix = Path(buildmgr(env, "which", "cpu").stdout.strip())
     assert buildmgr(env, "remove", "cpu").returncode == 0

@@ -34,3 +34,21 @@ def test_every_device_field_is_documented():
 def test_every_enumeration_variable_is_documented():
     section = SPEC.split("### Enumeration environment")[1].split("###")[0]
     assert set(enumeration_variables()) == set(re.findall(r"`([A-Z][A-Z_]+)`", section))
+
+
+def documented_receipt_fields() -> set[str]:
+    """Every name in backticks in the receipt table: its fields, and the fields of its parts."""
+    table = SPEC.split("## Receipt: `buildmgr-receipt.json`")[1].split("\n## ")[0]
+    return set(re.findall(r"`(\w+)`", table))
+
+
+def test_every_matrix_entry_field_is_documented(tmp_path):
+    from buildmgr import artifacts
+    from buildmgr.config import Dirs
+    from buildmgr.options import all_recipes
+
+    known = all_recipes(Dirs(tmp_path / "d", tmp_path / "c", tmp_path / "cfg"))
+    request = artifacts.MatrixRequest(("cpu", "universal+cuda+vulkan"), sm=("90",))
+    entries, _ = artifacts.matrix(request, known, 11312, "0c1e57098bba43ac29e6e3b677cdceebdd22334f")
+    section = SPEC.split("**matrix** entries")[1].split("\n\n")[0]
+    assert set(entries[0]) | set(entries[1]) <= set(re.findall(r"`(\w+)`", section))

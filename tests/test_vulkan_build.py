@@ -186,3 +186,20 @@ def test_a_model_s_weights_are_placed_from_its_header(root, built):
     assert_user_error(
         buildmgr(env, "check", "vulkan", "--model", str(not_gguf), "--", "llama-cli"), "is not a GGUF model"
     )
+
+
+def test_the_vulkan_artifact_installs_into_a_fresh_data_dir_and_runs_on_lavapipe(root, built, tmp_path):
+    [entry] = json.loads(buildmgr(env_with(root), "matrix", "vulkan", "--format", "github").stdout)["include"]
+    assert entry["args"] == ["build", "vulkan"] and entry["setup"] == "vulkan"
+    packaged = buildmgr(env_with(root), "package", "vulkan", "-o", str(tmp_path / "dist"), "--json")
+    assert packaged.returncode == 0, packaged.stderr
+    result = json.loads(packaged.stdout)
+    archive = Path(result["archive"])
+    assert archive.name == entry["artifact"] and "libvulkan.so.1" in result["needed"]
+    fresh = env_with(tmp_path / "fresh", GGML_VK_VISIBLE_DEVICES="0")
+    installed = buildmgr(fresh, "install-artifact", str(archive), "--json")
+    assert installed.returncode == 0, installed.stderr
+    assert json.loads(installed.stdout)["devices"] == ["Vulkan0"]
+    prefix = Path(buildmgr(fresh, "which", "vulkan").stdout.strip())
+    receipt = json.loads((prefix / "buildmgr-receipt.json").read_text())
+    assert receipt["installed_from"]["smoke"]["devices"] == ["Vulkan0"] and receipt["installed_from"]["smoke"]["passed"]
