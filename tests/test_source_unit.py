@@ -1,4 +1,6 @@
 import io
+import shutil
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -100,3 +102,28 @@ def test_read_llama_version(tmp_path: Path):
         'project("llama.cpp" C CXX)\nset(LLAMA_VERSION_MAJOR 0)\nset(LLAMA_VERSION_MINOR 5)\nset(LLAMA_VERSION_PATCH 1)\n'
     )
     assert read_llama_version(tmp_path) == "0.5.1"
+
+
+def test_a_git_checkout_gives_upstreams_build_number_and_a_dirty_tree_says_so(tmp_path: Path):
+    from conftest import write_fake_tree
+
+    from buildmgr.source import build_label, local_tree
+
+    root = write_fake_tree(tmp_path / "llama.cpp", "int main(void) { return 0; }\n")
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    for message in ("one", "two"):
+        (root / "tool.c").write_text(f"/* {message} */ int main(void) {{ return 0; }}\n")
+        subprocess.run([*git, "add", "-A"], check=True)
+        subprocess.run([*git, "commit", "-qm", message], check=True)
+    tree = local_tree(root)
+    assert (tree.build_number, tree.state, tree.fingerprint) == (2, "clean", tree.commit)
+    assert isinstance(tree.commit_time, int)
+    assert build_label(tree.build_number, tree.state, tree.commit, tree.fingerprint) == "b2"
+    (root / "tool.c").write_text("int main(void) { return 1; }\n")
+    dirty = local_tree(root)
+    assert dirty.state == "dirty" and dirty.fingerprint != dirty.commit
+    assert build_label(dirty.build_number, dirty.state, dirty.commit, dirty.fingerprint).startswith("local-")
+    shutil.rmtree(root / ".git")
+    untracked = local_tree(root)
+    assert (untracked.commit, untracked.build_number, untracked.state) == (None, 0, "untracked")
