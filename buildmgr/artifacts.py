@@ -15,7 +15,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import tarfile
 import tempfile
 from dataclasses import dataclass
@@ -501,8 +500,7 @@ def install(dirs: Dirs, artifact: Artifact, findings: list[tuple[str, str]], rep
         store.drop_stale_staging(dirs, build_id)
         dirs.logs.mkdir(parents=True, exist_ok=True)
         log = dirs.logs / f"install-{build_id}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
-        staging = store.new_staging(dirs, build_id)
-        try:
+        with store.staged(dirs, build_id) as staging:
             with reporter.phase("extract"):
                 extract(artifact, staging)
                 if store.file_hashes(staging) != receipt["files"]:  # the file changed since it was checked
@@ -520,10 +518,5 @@ def install(dirs: Dirs, artifact: Artifact, findings: list[tuple[str, str]], rep
                     "log": str(log),
                 }
             }
-            store.write_receipt(staging, installed)
-            store.publish(staging, prefix)
-            staging = None
-        finally:
-            if staging is not None:
-                shutil.rmtree(staging, ignore_errors=True)
+            store.publish(staging, prefix, installed)
     return Installed(store.Build(build_id, prefix, installed), False, warnings)

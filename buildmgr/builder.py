@@ -234,7 +234,6 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter, rebuild: bool = Fal
         reporter.say(
             f"building [bold]{plan.build_id}[/] from {plan.source.origin} ({plan.source.short_commit}); log: {log}"
         )
-        staging = None
         try:
             env = build_env(plan, dirs, build_dir, statslog)
             reply = _configure(plan, dirs, reporter, log, env)
@@ -252,41 +251,37 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter, rebuild: bool = Fal
                 with reporter.ninja_bar() as feed:
                     if _run_logged(command, log, env, feed) != 0:
                         raise _fail("build failed", log)
-            staging = store.new_staging(dirs, plan.build_id)
-            with reporter.phase("install"):
-                install_targets(reply, plan.source.path, build_dir, targets, staging)
-                if (plan.source.path / "LICENSE").is_file():  # a package of the prefix carries it, like upstream's
-                    shutil.copy2(plan.source.path / "LICENSE", staging / "LICENSE")
-                needs = _runtime_needs(staging, log)
-            with reporter.phase("smoke"):
-                result = prove_runs(staging, plan.source.short_commit, dirs, log, reporter)
-            receipt = {
-                "schema": store.RECEIPT_SCHEMA,
-                "id": plan.build_id,
-                "buildmgr": __version__,
-                "recipe": plan.recipe.to_json() | {"resolved_defines": dict(plan.defines), "arch": plan.arch.label},
-                "host_defines": plan.host_defines,
-                "backend_versions": plan.backend_versions,
-                "source": plan.source.to_json(),
-                "toolchain": plan.toolchain.to_json(),
-                "host": _host(),
-                "jobs": plan.jobs,
-                "started": started,
-                "finished": _now(),
-                "seconds": round(time.monotonic() - clock, 3),
-                "phases": dict(reporter.timings),
-                "ccache": parse_ccache_statslog(statslog.read_text()) if statslog.exists() else None,
-                "smoke": result.to_json(),
-                "runtime": needs,
-                "log": str(log),
-                "files": store.file_hashes(staging),
-            }
-            store.write_receipt(staging, receipt)
-            store.publish(staging, prefix)
-            staging = None
+            with store.staged(dirs, plan.build_id) as staging:
+                with reporter.phase("install"):
+                    install_targets(reply, plan.source.path, build_dir, targets, staging)
+                    if (plan.source.path / "LICENSE").is_file():  # a package of the prefix carries it, like upstream's
+                        shutil.copy2(plan.source.path / "LICENSE", staging / "LICENSE")
+                    needs = _runtime_needs(staging, log)
+                with reporter.phase("smoke"):
+                    result = prove_runs(staging, plan.source.short_commit, dirs, log, reporter)
+                receipt = {
+                    "schema": store.RECEIPT_SCHEMA,
+                    "id": plan.build_id,
+                    "buildmgr": __version__,
+                    "recipe": plan.recipe.to_json() | {"resolved_defines": dict(plan.defines), "arch": plan.arch.label},
+                    "host_defines": plan.host_defines,
+                    "backend_versions": plan.backend_versions,
+                    "source": plan.source.to_json(),
+                    "toolchain": plan.toolchain.to_json(),
+                    "host": _host(),
+                    "jobs": plan.jobs,
+                    "started": started,
+                    "finished": _now(),
+                    "seconds": round(time.monotonic() - clock, 3),
+                    "phases": dict(reporter.timings),
+                    "ccache": parse_ccache_statslog(statslog.read_text()) if statslog.exists() else None,
+                    "smoke": result.to_json(),
+                    "runtime": needs,
+                    "log": str(log),
+                    "files": store.file_hashes(staging),
+                }
+                store.publish(staging, prefix, receipt)
         finally:
-            if staging is not None:
-                shutil.rmtree(staging, ignore_errors=True)
             statslog.unlink(missing_ok=True)
     reporter.say(f"[green]built[/] {plan.build_id} → {prefix}")
     return store.Build(plan.build_id, prefix, receipt)

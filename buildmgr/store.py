@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import json
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,6 +97,16 @@ def new_staging(dirs: Dirs, build_id: str) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def staged(dirs: Dirs, build_id: str) -> Iterator[Path]:
+    """A fresh staging dir for a build the caller holds the lock of; gone afterwards unless it was published."""
+    path = new_staging(dirs, build_id)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)  # a published staging dir no longer exists
+
+
 def drop_stale_staging(dirs: Dirs, build_id: str) -> None:
     """Staging dirs of this build id; only for a caller that holds the build's lock (so none of them is live)."""
     for path in dirs.staging.glob(f"{build_id}.*") if dirs.staging.is_dir() else ():
@@ -105,9 +117,10 @@ def write_receipt(staging: Path, receipt: dict) -> None:
     atomic_write_text(staging / RECEIPT, json.dumps(receipt, indent=2, sort_keys=True) + "\n")
 
 
-def publish(staging: Path, prefix: Path) -> None:
-    """Make a complete staging dir the prefix in one step. An older prefix is swapped out atomically
+def publish(staging: Path, prefix: Path, receipt: dict) -> None:
+    """Write the receipt, then make the complete staging dir the prefix in one step. An older prefix is swapped out atomically
     (renameat2 RENAME_EXCHANGE), so there is no moment without a whole build, and then deleted from staging."""
+    write_receipt(staging, receipt)
     fsync_tree(staging)
     prefix.parent.mkdir(parents=True, exist_ok=True)
     if prefix.exists():

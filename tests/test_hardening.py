@@ -77,12 +77,12 @@ def test_replacing_a_prefix_has_no_moment_without_it(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "rename", crash_after_first_rename)
     try:
-        store.publish(staging, prefix)
+        store.publish(staging, prefix, {"schema": store.RECEIPT_SCHEMA})
     except KeyboardInterrupt:
         pass
     assert (prefix / "bin").is_dir(), "the prefix vanished"
     monkeypatch.undo()
-    store.publish(staging, prefix) if staging.exists() else None
+    store.publish(staging, prefix, {"schema": store.RECEIPT_SCHEMA}) if staging.exists() else None
     assert (prefix / "bin" / "new").read_text() == "new" and not (prefix / "bin" / "old").exists()
     assert not staging.exists() and not list(prefix.parent.glob(".*"))
 
@@ -187,7 +187,7 @@ def test_every_installed_file_reaches_the_disk_before_the_build_appears(tmp_path
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "rename", rename)
-    store.publish(staging, tmp_path / "builds" / "v" / "cpu-66666666")
+    store.publish(staging, tmp_path / "builds" / "v" / "cpu-66666666", {"schema": store.RECEIPT_SCHEMA})
     assert (tmp_path / "builds" / "v" / "cpu-66666666" / "bin" / "llama-cli").read_text() == "tool"
 
 
