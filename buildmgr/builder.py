@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from buildmgr import __version__, proof, runtime, source, store
+from buildmgr import __version__, compile_cache, proof, runtime, source, store
 from buildmgr.cmake import Reply, read_reply, request_reply
 from buildmgr.config import Dirs
 from buildmgr.diagnose import diagnose
@@ -42,20 +42,6 @@ def error_excerpt(lines: list[str], limit: int = TAIL_LINES) -> tuple[str, ...]:
     return tuple(line.rstrip() for line in lines[-limit:])
 
 
-def parse_ccache_statslog(text: str) -> dict[str, int]:
-    """Per-build counts from ccache's stats log: one '# file' record per compilation."""
-    counts = {"hits": 0, "misses": 0, "uncacheable": 0}
-    for record in text.split("# ")[1:]:
-        fields = set(record.split("\n")[1:])
-        if fields & {"direct_cache_hit", "preprocessed_cache_hit"}:
-            counts["hits"] += 1
-        elif "cache_miss" in fields:
-            counts["misses"] += 1
-        else:
-            counts["uncacheable"] += 1
-    return counts
-
-
 def _run_logged(cmd: list[str], log: Path, env: dict[str, str], feed: Callable[[str], None] | None = None) -> int:
     with open(log, "a", encoding="utf-8", buffering=1) as handle:  # line-buffered: `tail -f` works
         handle.write(f"$ {shlex.join(cmd)}\n")
@@ -75,8 +61,12 @@ def _fail(message: str, log: Path) -> BuildFailed:
     return BuildFailed(message, log=log, tail=error_excerpt(text.splitlines()), hints=tuple(diagnose(text)))
 
 
-def build_env(plan: BuildPlan, dirs: Dirs, build_dir: Path, statslog: Path) -> dict[str, str]:
+def build_env(
+    plan: BuildPlan, dirs: Dirs, build_dir: Path, statslog: Path, remote: compile_cache.Remote | None = None
+) -> dict[str, str]:
     env = dict(os.environ)
+    if remote is not None:
+        env["CCACHE_REMOTE_STORAGE"] = remote.for_ccache
     env.update(
         {
             "CCACHE_DIR": str(dirs.ccache),
@@ -235,7 +225,10 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter, rebuild: bool = Fal
             f"building [bold]{plan.build_id}[/] from {plan.source.origin} ({plan.source.short_commit}); log: {log}"
         )
         try:
-            env = build_env(plan, dirs, build_dir, statslog)
+            remote = (
+                compile_cache.usable_remote(plan.remote_cache, reporter.warn) if plan.toolchain.ccache.found else None
+            )
+            env = build_env(plan, dirs, build_dir, statslog, remote)
             reply = _configure(plan, dirs, reporter, log, env)
             targets = _targets(plan, reply)
             with reporter.phase("build", f"{', '.join(plan.targets)} with -j{plan.jobs}", spinner=False):
@@ -274,7 +267,7 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter, rebuild: bool = Fal
                     "finished": _now(),
                     "seconds": round(time.monotonic() - clock, 3),
                     "phases": dict(reporter.timings),
-                    "ccache": parse_ccache_statslog(statslog.read_text()) if statslog.exists() else None,
+                    "ccache": compile_cache.parse_statslog(statslog.read_text()) if statslog.exists() else None,
                     "smoke": result.to_json(),
                     "runtime": needs,
                     "log": str(log),
@@ -283,5 +276,5 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter, rebuild: bool = Fal
                 store.publish(staging, prefix, receipt)
         finally:
             statslog.unlink(missing_ok=True)
-    reporter.say(f"[green]built[/] {plan.build_id} → {prefix}")
+    reporter.say(f"[green]built[/] {plan.build_id} → {prefix}; {compile_cache.summary(receipt['ccache'])}")
     return store.Build(plan.build_id, prefix, receipt)

@@ -74,7 +74,13 @@ def cmd_build(args: argparse.Namespace, dirs: Dirs) -> int:
         _err().print(f"up to date: {build_plan.build_id} ({prefix}); --rebuild to build again")
     else:
         if not build_plan.toolchain.ccache.found:
-            _err().print("[yellow]ccache not found: building without a compile cache (apt-get install ccache)[/]")
+            from buildmgr.toolchain import INSTALL_HINTS
+
+            _err().print(
+                f"ccache not found: building without a compile cache ({INSTALL_HINTS['ccache']})",
+                style="yellow",
+                markup=False,
+            )
         build = builder.execute(build_plan, dirs, Reporter(), rebuild=args.rebuild)
         devices = _probe_after_build(dirs, build)
     if args.json:
@@ -241,11 +247,18 @@ def cmd_gc(args: argparse.Namespace, dirs: Dirs) -> int:
     return 0
 
 
+def _host(dirs: Dirs):
+    from buildmgr.config import Settings
+    from buildmgr.options import host_facts
+
+    return host_facts(ccache=Settings.load(dirs, dict(os.environ)).ccache)
+
+
 def cmd_recipes(args: argparse.Namespace, dirs: Dirs) -> int:
     from buildmgr import backends, toolchain
-    from buildmgr.options import all_recipes, host_facts
+    from buildmgr.options import all_recipes
 
-    host = host_facts()
+    host = _host(dirs)
     rows = []
     for recipe in all_recipes(dirs, warn=lambda m: _err().print(m, markup=False, style="yellow")).values():
         report = backends.inspect(recipe.backends, host, deep=False)
@@ -264,9 +277,8 @@ def cmd_recipes(args: argparse.Namespace, dirs: Dirs) -> int:
 
 def cmd_doctor(args: argparse.Namespace, dirs: Dirs) -> int:
     from buildmgr import backends, toolchain
-    from buildmgr.options import host_facts
 
-    host = host_facts()
+    host = _host(dirs)
     checks = [
         backends.Check(
             "build",
@@ -504,6 +516,40 @@ def cmd_install_artifact(args: argparse.Namespace, dirs: Dirs) -> int:
     return 0
 
 
+def cmd_cache(args: argparse.Namespace, dirs: Dirs) -> int:
+    from buildmgr import compile_cache, toolchain
+    from buildmgr.config import Settings
+
+    settings = Settings.load(dirs, dict(os.environ))
+    ccache = toolchain.ccache_path(settings.ccache)
+    if ccache is None:
+        raise UserError(f"no ccache to ask: {toolchain.INSTALL_HINTS['ccache']}")
+    environ = dict(os.environ) | {"CCACHE_DIR": str(dirs.ccache)}
+    stats = compile_cache.totals(ccache, environ)
+    hits = stats.get("direct_cache_hit", 0) + stats.get("preprocessed_cache_hit", 0)
+    compiled = hits + stats.get("cache_miss", 0)
+    result = {
+        "ccache": ccache,
+        "dir": str(dirs.ccache),
+        "remote": settings.remote_cache,
+        "hits": hits,
+        "misses": stats.get("cache_miss", 0),
+        "hit_rate": round(hits / compiled, 3) if compiled else None,
+        "local_hits": stats.get("local_storage_hit", 0),
+        "remote_hits": stats.get("remote_storage_hit", 0),
+        "remote_misses": stats.get("remote_storage_miss", 0),
+        "remote_errors": stats.get("remote_storage_error", 0),
+        "size_kib": stats.get("cache_size_kibibyte", 0),
+        "files": stats.get("files_in_cache", 0),
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    for key, value in result.items():
+        _out().print(f"{key:14} {'' if value is None else value}", markup=False)
+    return 0
+
+
 def cmd_source(args: argparse.Namespace, dirs: Dirs) -> int:
     from buildmgr import source
 
@@ -648,6 +694,11 @@ def _parser() -> argparse.ArgumentParser:
         help="with sync: extract the verified tree into this checkout's vendor/llama.cpp (build it with --source)",
     )
     p.set_defaults(func=cmd_source)
+
+    p = sub.add_parser("cache", help="the compile cache: totals of hits and misses, local and remote")
+    p.add_argument("action", choices=("stats",))
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_cache)
 
     p = sub.add_parser("matrix", help="a GitHub Actions matrix of builds for CI runners: fromJSON() ready")
     p.add_argument("recipes", nargs="*", metavar="RECIPE", help="recipes or '+' combinations (default: every recipe)")

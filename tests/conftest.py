@@ -50,6 +50,21 @@ def assert_user_error(result: subprocess.CompletedProcess[str], *fragments: str)
         assert fragment in lines[0], lines[0]
 
 
+# A tool that passes the smoke run: --version, --list-devices, and llama-bench's JSON for the tiny model.
+WORKS = r"""
+#include <stdio.h>
+#include <string.h>
+int main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--version")) { fprintf(stderr, "version: 9 (fake)\n"); return 0; }
+        if (!strcmp(argv[i], "--list-devices")) { printf("Available devices:\n  (none)\n"); return 0; }
+        if (!strcmp(argv[i], "-m")) { printf("[{\"n_prompt\": 16, \"n_gen\": 0, \"avg_ts\": 1.0, \"devices\": \"none\"}]\n"); return 0; }
+    }
+    return 0;
+}
+"""
+
+
 @pytest.fixture
 def tmp_env(tmp_path: Path) -> dict[str, str]:
     return make_env(tmp_path)

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from buildmgr.builder import configure_command, error_excerpt, parse_ccache_statslog
+from buildmgr.builder import configure_command, error_excerpt
 from buildmgr.errors import UserError
 from buildmgr.plan import default_jobs, make_plan, parse_jobs
 from buildmgr.recipes import Recipe
@@ -29,12 +29,6 @@ def test_error_excerpt_starts_at_first_failure():
     assert error_excerpt(lines) == ("FAILED: a.o", "a.c:1: error: boom", "ninja: build stopped")
     assert error_excerpt(["x"] * 30 + ["CMake Error at X:1", "detail"])[:1] == ("CMake Error at X:1",)
     assert error_excerpt([str(i) for i in range(50)], limit=3) == ("47", "48", "49")
-
-
-def test_ccache_statslog_counts_hits_misses_and_uncacheable():
-    text = "# a.c\ncache_miss\ndirect_cache_miss\n# b.c\ndirect_cache_hit\nlocal_storage_hit\n# c.c\npreprocessed_cache_hit\n# d.c\ncalled_for_link\n"
-    assert parse_ccache_statslog(text) == {"hits": 2, "misses": 1, "uncacheable": 1}
-    assert parse_ccache_statslog("") == {"hits": 0, "misses": 0, "uncacheable": 0}
 
 
 def test_configure_command_sets_launchers_rpath_and_source_commit():

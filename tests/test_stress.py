@@ -10,21 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import buildmgr, make_env, write_fake_tree
+from conftest import WORKS, buildmgr, make_env, write_fake_tree
 
 # A tool that passes buildmgr's smoke run: --version, --list-devices, and llama-bench's JSON.
-WORKS = r"""
-#include <stdio.h>
-#include <string.h>
-int main(int argc, char **argv) {
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--version")) { fprintf(stderr, "version: 9 (fake)\n"); return 0; }
-        if (!strcmp(argv[i], "--list-devices")) { printf("Available devices:\n  (none)\n"); return 0; }
-        if (!strcmp(argv[i], "-m")) { printf("[{\"n_prompt\": 16, \"n_gen\": 0, \"avg_ts\": 1.0, \"devices\": \"none\"}]\n"); return 0; }
-    }
-    return 0;
-}
-"""
 PHASES = ("▸ configure", "▸ build", "▸ smoke")
 
 
