@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import tarfile
 import tempfile
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from buildmgr.backends import cuda, hip
 from buildmgr.config import Dirs
 from buildmgr.errors import BuildFailed, UserError
 from buildmgr.fsutil import atomic_write_text, fsync_file, sha256_file, umask_mode
+from buildmgr.options import BuildRequest
 from buildmgr.recipes import Recipe
 from buildmgr.source import build_label, unsafe_entry, version_label
 
@@ -520,3 +522,98 @@ def install(dirs: Dirs, artifact: Artifact, findings: list[tuple[str, str]], rep
             }
             store.publish(staging, prefix, installed)
     return Installed(store.Build(build_id, prefix, installed), False, warnings)
+
+
+# --- verify: rebuild from the receipt and compare ---------------------------------------------------------------
+
+
+def request_from_receipt(receipt: dict, known: dict, pinned_commit: str) -> BuildRequest:
+    """The `build` that made this receipt: recipe, arch flags, extra -D and source. UserError if it cannot be asked."""
+    from buildmgr.recipes import BASE_DEFINES, compose
+
+    source = receipt["source"]
+    origin = str(source.get("origin", ""))
+    if origin.startswith("pypi:"):
+        if source["commit"] != pinned_commit:
+            raise UserError(
+                f"built from llama.cpp {source['commit'][:7]}, and this buildmgr pins {pinned_commit[:7]}: "
+                f"verify with buildmgr {receipt.get('buildmgr', '?')}, which made it"
+            )
+        location = None
+    elif origin.startswith("git:") and source["commit"]:
+        location = f"{origin.removeprefix('git:').rsplit('@', 1)[0]}@{source['commit']}"
+    else:
+        raise UserError(f"built from {origin or 'an unknown source'}: verify needs the pinned source or a git URL")
+    recipe = compose(receipt["recipe"]["name"], known)
+    resolved = dict(receipt["recipe"]["resolved_defines"])
+    cuda_archs = resolved.pop("CMAKE_CUDA_ARCHITECTURES", None)
+    hip_targets = resolved.pop("GPU_TARGETS", None)
+    implied = dict(BASE_DEFINES) | dict(recipe.defines)
+    extra = {
+        key: value
+        for key, value in resolved.items()
+        if implied.get(key) != value and key not in ("LLAMA_BUILD_COMMIT", "LLAMA_BUILD_NUMBER")
+    }
+    return BuildRequest(
+        recipe.name,
+        sm=",".join(a.removesuffix("-real") for a in cuda_archs.split(";")) if cuda_archs else None,
+        gfx=",".join(hip_targets.split(";")) if hip_targets else None,
+        source=location,
+        defines=tuple(f"{key}={value}" for key, value in sorted(extra.items())),
+    )
+
+
+def identity_differences(receipt: dict, plan) -> list[str]:
+    """Why a rebuild here would not be the build in the receipt: tool versions, backend versions, defines."""
+    found = []
+    for name, tool in plan.toolchain.tools().items():
+        theirs = receipt["toolchain"].get(name, {}).get("version")
+        if name != "ccache" and theirs != tool.version:
+            found.append(f"{name} is {tool.version or 'missing'} here, {theirs or 'missing'} in the receipt")
+    for name, version in sorted(set(plan.backend_versions.items()) ^ set(receipt["backend_versions"].items())):
+        found.append(f"{name} {version} differs")
+    if dict(plan.defines) != receipt["recipe"]["resolved_defines"]:
+        found.append("the resolved CMake defines differ")
+    return found or ["the source or the targets differ"]
+
+
+@dataclass(frozen=True)
+class Verification:
+    build_id: str
+    files: int
+    differ: tuple[str, ...]
+    ccache: dict | None
+
+
+def verify(dirs: Dirs, artifact: Artifact, environ: dict[str, str], reporter: Reporter, cold: bool) -> Verification:
+    """Build again what the receipt says, in a scratch data and cache dir, without the remote compile cache (its
+    entries could be the artifact's own), and compare every installed file. `cold` also leaves the local cache out."""
+    import dataclasses
+    import uuid
+
+    from buildmgr import builder, source
+    from buildmgr.options import all_recipes, resolve
+
+    receipt = artifact.receipt
+    pin = source.load_pin()
+    request = request_from_receipt(receipt, all_recipes(dirs, receipt["recipe"]["name"], reporter.warn), pin.commit)
+    scratch = dirs.cache / "verify" / f"{receipt['id']}-{uuid.uuid4().hex[:8]}"
+    work = Dirs(scratch / "data", scratch / "cache", dirs.config, scratch / "ccache" if cold else dirs.ccache)
+    try:
+        if request.source is None:  # the pinned tree this user already synced (and verified), read only
+            synced = source.pinned_tree(pin, dirs)
+            if source.is_synced(synced, pin):
+                work.sources.mkdir(parents=True)
+                os.symlink(synced.path, source.pinned_tree(pin, work).path)
+        plan = resolve(request, work, {k: v for k, v in environ.items() if k != "BUILDMGR_REMOTE_CACHE"}, reporter.warn)
+        if plan.build_id != receipt["id"]:
+            raise UserError(
+                f"this host cannot rebuild {receipt['id']} identically (it would be {plan.build_id}): "
+                + "; ".join(identity_differences(receipt, plan))
+            )
+        rebuilt = builder.execute(dataclasses.replace(plan, remote_cache=None), work, reporter)
+        theirs, ours = receipt["files"], rebuilt.receipt["files"]
+        differ = tuple(sorted(name for name in set(theirs) | set(ours) if theirs.get(name) != ours.get(name)))
+        return Verification(receipt["id"], len(theirs), differ, rebuilt.receipt["ccache"])
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

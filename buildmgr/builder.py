@@ -61,17 +61,45 @@ def _fail(message: str, log: Path) -> BuildFailed:
     return BuildFailed(message, log=log, tail=error_excerpt(text.splitlines()), hints=tuple(diagnose(text)))
 
 
+@dataclass(frozen=True)
+class BuildTree:
+    """`<cache>/build-trees/<id>/`: `build/` and `src`, a link to the source. Every compile runs in `build/` and
+    (through ccache's base dir) names its source `../src/…`, the same on every machine: cache entries are shared
+    across data dirs and hosts, and `-ffile-prefix-map` turns it into `ggml/src/…` in the binaries."""
+
+    root: Path
+
+    @property
+    def build(self) -> Path:
+        return self.root / "build"
+
+    @property
+    def src(self) -> Path:
+        return self.root / "src"
+
+    def link(self, source: Path) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        if self.src.is_symlink() and os.readlink(self.src) == str(source):
+            return
+        temporary = self.root / f".src.{os.getpid()}"
+        temporary.unlink(missing_ok=True)
+        os.symlink(source, temporary)
+        os.replace(temporary, self.src)
+
+
 def build_env(
-    plan: BuildPlan, dirs: Dirs, build_dir: Path, statslog: Path, remote: compile_cache.Remote | None = None
+    plan: BuildPlan, dirs: Dirs, tree: BuildTree, statslog: Path, remote: compile_cache.Remote | None = None
 ) -> dict[str, str]:
     env = dict(os.environ)
     if remote is not None:
         env["CCACHE_REMOTE_STORAGE"] = remote.for_ccache
+    if plan.source.commit_time is not None:  # __DATE__ and __TIME__, where a file uses them
+        env.setdefault("SOURCE_DATE_EPOCH", str(plan.source.commit_time))
     env.update(
         {
             "CCACHE_DIR": str(dirs.ccache),
             # Paths under the base dir are made relative, so every build dir hits the same entries.
-            "CCACHE_BASEDIR": os.path.commonpath([plan.source.path, build_dir]),
+            "CCACHE_BASEDIR": str(tree.root),
             "CCACHE_NOHASHDIR": "1",
             "CCACHE_STATSLOG": str(statslog),
             "NINJA_STATUS": "[%f/%t] ",
@@ -80,17 +108,28 @@ def build_env(
     return env
 
 
-def configure_command(plan: BuildPlan, build_dir: Path) -> list[str]:
+def reproducible_defines(tree: BuildTree) -> dict[str, str]:
+    """No path of this host in the binaries: source paths in assert and abort messages read `ggml/src/…`.
+
+    With ccache the compiler sees `../src/…` (its base dir makes paths relative), without it absolute paths, and
+    CMake's unity sources include absolute paths unless told to be relocatable. ccache keeps hitting across data
+    dirs with these maps (it rewrites the ones under its base dir before hashing)."""
+    maps = ("../src/=", f"{tree.src}/=", f"{tree.build}/=")
+    flags = " ".join(f"-ffile-prefix-map={m}" for m in maps)
+    return {"CMAKE_C_FLAGS_INIT": flags, "CMAKE_CXX_FLAGS_INIT": flags, "CMAKE_UNITY_BUILD_RELOCATABLE": "ON"}
+
+
+def configure_command(plan: BuildPlan, tree: BuildTree) -> list[str]:
     tools = plan.toolchain
-    defines = dict(plan.defines) | plan.host_defines | RPATH_DEFINES
+    defines = dict(plan.defines) | plan.host_defines | RPATH_DEFINES | reproducible_defines(tree)
     if tools.ccache.found:
         defines |= {f"CMAKE_{lang}_COMPILER_LAUNCHER": str(tools.ccache.path) for lang in LAUNCHER_LANGUAGES}
     return [
         str(tools.cmake.path),
         "-S",
-        str(plan.source.path),
+        str(tree.src),
         "-B",
-        str(build_dir),
+        str(tree.build),
         "-G",
         "Ninja",
         f"-DCMAKE_MAKE_PROGRAM={tools.ninja.path}",
@@ -171,16 +210,18 @@ def _log_paths(plan: BuildPlan, dirs: Dirs) -> tuple[Path, Path]:
     return dirs.logs / f"{plan.build_id}-{stamp}.log", dirs.logs / f"{plan.build_id}-{stamp}.ccache-stats"
 
 
-def _configure(plan: BuildPlan, dirs: Dirs, reporter: Reporter, log: Path, env: dict[str, str]) -> Reply:
-    build_dir = dirs.build_trees / plan.build_id
+def _configure(
+    plan: BuildPlan, tree: BuildTree, dirs: Dirs, reporter: Reporter, log: Path, env: dict[str, str]
+) -> Reply:
     with reporter.phase("fetch"):
         source.materialize(plan.source, dirs)
     with reporter.phase("configure"):
-        build_dir.mkdir(parents=True, exist_ok=True)
-        request_reply(build_dir)
-        if _run_logged(configure_command(plan, build_dir), log, env) != 0:
+        tree.link(plan.source.path)
+        tree.build.mkdir(parents=True, exist_ok=True)
+        request_reply(tree.build)
+        if _run_logged(configure_command(plan, tree), log, env) != 0:
             raise _fail("configure failed", log)
-        reply = read_reply(build_dir)
+        reply = read_reply(tree.build)
         _prove_backends(plan, reply, log)
     return reply
 
@@ -192,17 +233,17 @@ def _targets(plan: BuildPlan, reply: Reply) -> tuple[str, ...]:
 
 def configure_only(plan: BuildPlan, dirs: Dirs, reporter: Reporter) -> Configured:
     """Preflight, configure and proof without compiling: minutes of nvcc saved when a flag is wrong."""
-    build_dir = dirs.build_trees / plan.build_id
+    tree = BuildTree(dirs.build_trees / plan.build_id)
     log, statslog = _log_paths(plan, dirs)
     with locked(store.build_lock(dirs, plan.build_id)):
         reporter.say(f"configuring [bold]{plan.build_id}[/] from {plan.source.origin}; log: {log}")
         try:
-            reply = _configure(plan, dirs, reporter, log, build_env(plan, dirs, build_dir, statslog))
+            reply = _configure(plan, tree, dirs, reporter, log, build_env(plan, dirs, tree, statslog))
         finally:
             statslog.unlink(missing_ok=True)
     targets = _targets(plan, reply)
-    reporter.say(f"[green]configured[/] {plan.build_id} in {build_dir}: {', '.join(plan.recipe.backends)} proven")
-    return Configured(build_dir, log, targets)
+    reporter.say(f"[green]configured[/] {plan.build_id} in {tree.build}: {', '.join(plan.recipe.backends)} proven")
+    return Configured(tree.build, log, targets)
 
 
 def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter, rebuild: bool = False) -> store.Build:
@@ -212,7 +253,7 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter, rebuild: bool = Fal
     is used, not compiled a second time (unless `rebuild`).
     """
     prefix = plan.prefix(dirs.builds)
-    build_dir = dirs.build_trees / plan.build_id
+    tree = BuildTree(dirs.build_trees / plan.build_id)
     with locked(store.build_lock(dirs, plan.build_id)):
         finished = None if rebuild else store.read_receipt(prefix)
         if finished is not None:
@@ -228,14 +269,14 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter, rebuild: bool = Fal
             remote = (
                 compile_cache.usable_remote(plan.remote_cache, reporter.warn) if plan.toolchain.ccache.found else None
             )
-            env = build_env(plan, dirs, build_dir, statslog, remote)
-            reply = _configure(plan, dirs, reporter, log, env)
+            env = build_env(plan, dirs, tree, statslog, remote)
+            reply = _configure(plan, tree, dirs, reporter, log, env)
             targets = _targets(plan, reply)
             with reporter.phase("build", f"{', '.join(plan.targets)} with -j{plan.jobs}", spinner=False):
                 command = [
                     str(plan.toolchain.cmake.path),
                     "--build",
-                    str(build_dir),
+                    str(tree.build),
                     "-j",
                     str(plan.jobs),
                     "--target",
@@ -246,7 +287,7 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter, rebuild: bool = Fal
                         raise _fail("build failed", log)
             with store.staged(dirs, plan.build_id) as staging:
                 with reporter.phase("install"):
-                    install_targets(reply, plan.source.path, build_dir, targets, staging)
+                    install_targets(reply, plan.source.path, tree.build, targets, staging)
                     if (plan.source.path / "LICENSE").is_file():  # a package of the prefix carries it, like upstream's
                         shutil.copy2(plan.source.path / "LICENSE", staging / "LICENSE")
                     needs = _runtime_needs(staging, log)

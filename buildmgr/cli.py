@@ -516,6 +516,36 @@ def cmd_install_artifact(args: argparse.Namespace, dirs: Dirs) -> int:
     return 0
 
 
+def cmd_verify(args: argparse.Namespace, dirs: Dirs) -> int:
+    from buildmgr import artifacts, compile_cache
+    from buildmgr.progress import Reporter
+
+    artifact = artifacts.open_artifact(args.file)
+    ensure_writable(dirs.cache, "set XDG_CACHE_HOME to a writable directory")
+    where = "without any compile cache" if args.cold else f"with the local compile cache only ({dirs.ccache})"
+    _err().print(f"rebuilding {artifact.receipt['id']} from its receipt, {where}", markup=False)
+    result = artifacts.verify(dirs, artifact, dict(os.environ), Reporter(), args.cold)
+    if args.json:
+        print(
+            json.dumps(
+                {"id": result.build_id, "files": result.files, "differ": list(result.differ), "ccache": result.ccache},
+                indent=2,
+            )
+        )
+    if result.differ:
+        raise BuildFailed(
+            f"{args.file.name} is not what its receipt builds: {len(result.differ)} of {result.files} files differ: "
+            + ", ".join(result.differ)
+        )
+    _err().print(
+        f"verified: all {result.files} files of {args.file.name} are what its receipt builds here; "
+        f"{compile_cache.summary(result.ccache)}",
+        markup=False,
+        style="green",
+    )
+    return 0
+
+
 def cmd_cache(args: argparse.Namespace, dirs: Dirs) -> int:
     from buildmgr import compile_cache, toolchain
     from buildmgr.config import Settings
@@ -694,6 +724,12 @@ def _parser() -> argparse.ArgumentParser:
         help="with sync: extract the verified tree into this checkout's vendor/llama.cpp (build it with --source)",
     )
     p.set_defaults(func=cmd_source)
+
+    p = sub.add_parser("verify", help="rebuild an artifact from its receipt here and compare every file")
+    p.add_argument("file", type=Path, help="llama-…-bin-….tar.gz with its .sha256 beside it")
+    p.add_argument("--cold", action="store_true", help="compile everything: no local compile cache either")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("cache", help="the compile cache: totals of hits and misses, local and remote")
     p.add_argument("action", choices=("stats",))

@@ -21,6 +21,7 @@ class Dirs:
     data: Path
     cache: Path
     config: Path
+    compile_cache: Path | None = None  # another build's ccache dir, e.g. the user's for `verify`
 
     @classmethod
     def from_environment(cls) -> Dirs:
@@ -73,6 +74,8 @@ class Dirs:
     @property
     def ccache(self) -> Path:
         # A user's own CCACHE_DIR wins: their cache is shared with their other builds.
+        if self.compile_cache is not None:
+            return self.compile_cache
         configured = os.environ.get("CCACHE_DIR")
         return Path(configured) if configured else self.cache / "ccache"
 

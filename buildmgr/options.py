@@ -98,6 +98,9 @@ OWNED_DEFINES = {
     "LLAMA_BUILD_NUMBER": "it comes from the source",
     "GGML_CCACHE": "buildmgr runs ccache itself",
     "CMAKE_MAKE_PROGRAM": "buildmgr builds with its own ninja",
+    "CMAKE_C_FLAGS_INIT": "buildmgr maps source paths for reproducible binaries; pass CFLAGS in the environment",
+    "CMAKE_CXX_FLAGS_INIT": "buildmgr maps source paths for reproducible binaries; pass CXXFLAGS in the environment",
+    "CMAKE_UNITY_BUILD_RELOCATABLE": "buildmgr sets it for reproducible binaries",
     **{f"CMAKE_{lang}_COMPILER_LAUNCHER": "buildmgr runs ccache itself" for lang in ("C", "CXX", "CUDA", "HIP")},
     **{key: "buildmgr sets the $ORIGIN RPATH the prefix relies on" for key in RPATH_DEFINES},
 }

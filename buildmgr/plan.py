@@ -29,6 +29,11 @@ RPATH_DEFINES = {
 )
 
 
+# Bumped when how buildmgr compiles changes the binaries without changing a define (2: build trees with a src/ link
+# and -ffile-prefix-map; 3: relocatable unity sources, so no path of this host is in them).
+BUILD_LAYOUT = 3
+
+
 def default_jobs(cores: int, available_gib: float, gib_per_job: float) -> int:
     """As many jobs as cores, but never more than memory allows (at least one)."""
     return max(1, min(cores, int(available_gib // gib_per_job)))
@@ -86,6 +91,7 @@ def make_plan(
     resolved = tuple(sorted(defines.items()))
     versions = dict(sorted((backend_versions or {}).items()))
     identity = {
+        "layout": BUILD_LAYOUT,
         "source": source.fingerprint,
         "defines": resolved,
         "targets": recipe.targets,

@@ -503,3 +503,82 @@ def test_the_workflow_matrix_comes_from_buildmgr_matrix_and_uses_only_keys_it_pr
     printed = set().union(*(entry.keys() for entry in json.loads(result.stdout)["include"]))
     used = set(re.findall(r"(?<![\w.])matrix\.(\w+)", WORKFLOW.read_text()))
     assert used and used <= printed, used - printed
+
+
+# --- verify ------------------------------------------------------------------------------------------------------
+
+NONCE_TREE = """\
+string(RANDOM LENGTH 16 nonce)
+add_compile_definitions(NONCE="${nonce}")
+"""
+
+
+def git_tree(root: Path, nondeterministic: bool) -> str:
+    """The fake llama.cpp tree as a git repository; with a nonce that every configure draws anew, if asked."""
+    from conftest import WORKS, write_fake_tree
+
+    tool = WORKS.replace('"version: 9 (fake)\\n"', '"version: 9 (%s, commit %s)\\n", NONCE, COMMIT')
+    tree = write_fake_tree(root, tool)
+    cmakelists = tree / "CMakeLists.txt"
+    nonce = (NONCE_TREE if nondeterministic else 'add_compile_definitions(NONCE="fixed")\n') + (
+        'add_compile_definitions(COMMIT="${LLAMA_BUILD_COMMIT}")\n'
+    )
+    cmakelists.write_text(cmakelists.read_text().replace("add_subdirectory(ggml)", nonce + "add_subdirectory(ggml)"))
+    git = ["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for command in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "one"]):
+        subprocess.run([*git, *command], check=True)
+    return f"{tree}@main"
+
+
+def package_of(env: dict[str, str], tmp_path: Path, source: str) -> Path:
+    built = buildmgr(env, "build", "--source", source, "--json")
+    assert built.returncode == 0, built.stderr
+    packaged = buildmgr(env, "package", json.loads(built.stdout)["id"], "-o", str(tmp_path / "dist"), "--json")
+    assert packaged.returncode == 0, packaged.stderr
+    return Path(json.loads(packaged.stdout)["archive"])
+
+
+def test_verify_rebuilds_a_git_artifact_and_finds_it_identical(tmp_env, tmp_path):
+    archive = package_of(tmp_env, tmp_path, git_tree(tmp_path / "src", nondeterministic=False))
+    result = buildmgr(tmp_env, "verify", str(archive), "--cold", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["differ"] == [] and report["files"] == 4
+    # cold: cpu.c and tool.c compiled afresh; the only hits are tool.c's repeats (one per tool) within this rebuild
+    assert report["ccache"]["misses"] >= 2 and report["ccache"]["hits"] <= 3
+    assert not list((Path(tmp_env["XDG_CACHE_HOME"]) / "buildmgr" / "verify").iterdir())  # scratch removed
+
+
+def test_verify_of_a_build_that_does_not_reproduce_lists_the_files_that_differ(tmp_env, tmp_path):
+    archive = package_of(tmp_env, tmp_path, git_tree(tmp_path / "src", nondeterministic=True))
+    result = buildmgr(tmp_env, "verify", str(archive), "--cold")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    line = next(line for line in result.stderr.splitlines() if "is not what its receipt builds" in line)
+    assert "bin/llama-cli" in line and "bin/llama-bench" in line
+
+
+def test_verify_of_something_that_is_not_an_artifact_is_one_line(tmp_env, tmp_path):
+    bogus = tmp_path / "llama-b1-bin-linux-cpu-x64.tar.gz"
+    bogus.write_bytes(b"not a tar")
+    bogus.with_name(bogus.name + ".sha256").write_text(f"{hashlib.sha256(b'not a tar').hexdigest()}  {bogus.name}\n")
+    assert_user_error(buildmgr(tmp_env, "verify", str(bogus)), "not a readable .tar.gz")
+    assert_user_error(buildmgr(tmp_env, "verify", str(tmp_path / "none.tar.gz")), "no such artifact file")
+
+
+def test_verify_needs_a_source_it_can_fetch_again(tmp_path):
+    from buildmgr.config import Dirs
+
+    known_recipes = all_recipes(Dirs(tmp_path / "d", tmp_path / "c", tmp_path / "cfg"))
+    receipt = fake_build(tmp_path).receipt
+    receipt["recipe"]["resolved_defines"] = {"GGML_NATIVE": "OFF", "CMAKE_CUDA_ARCHITECTURES": "86-real;89"}
+    pinned = receipt | {"source": receipt["source"] | {"origin": "pypi:llama-cpp-python==0.3.36"}}
+    request = artifacts.request_from_receipt(
+        pinned | {"recipe": pinned["recipe"] | {"name": "cuda"}}, known_recipes, COMMIT
+    )
+    assert (request.recipe, request.sm, request.source) == ("cuda", "86,89", None)
+    assert "GGML_NATIVE=OFF" in request.defines
+    with pytest.raises(UserError, match="this buildmgr pins 1234567"):
+        artifacts.request_from_receipt(pinned, known_recipes, "1234567" + COMMIT[7:])
+    local = receipt | {"source": receipt["source"] | {"origin": "path:/home/me/llama.cpp"}}
+    with pytest.raises(UserError, match="verify needs the pinned source or a git URL"):
+        artifacts.request_from_receipt(local, known_recipes, COMMIT)

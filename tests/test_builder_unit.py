@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from buildmgr.builder import configure_command, error_excerpt
+from buildmgr.builder import BuildTree, configure_command, error_excerpt
 from buildmgr.errors import UserError
 from buildmgr.plan import default_jobs, make_plan, parse_jobs
 from buildmgr.recipes import Recipe
@@ -33,13 +33,13 @@ def test_error_excerpt_starts_at_first_failure():
 
 def test_configure_command_sets_launchers_rpath_and_source_commit():
     plan = make_plan(RECIPE, SOURCE, toolchain(), 2)
-    command = configure_command(plan, Path("/b"))
+    command = configure_command(plan, BuildTree(Path("/t")))
     assert command[:8] == [
         "/opt/cmake",
         "-S",
-        "/src/llama.cpp",
+        "/t/src",
         "-B",
-        "/b",
+        "/t/build",
         "-G",
         "Ninja",
         "-DCMAKE_MAKE_PROGRAM=/opt/ninja",
@@ -57,7 +57,7 @@ def test_configure_command_sets_launchers_rpath_and_source_commit():
         assert flag in command
     assert not any(
         "LAUNCHER" in arg
-        for arg in configure_command(make_plan(RECIPE, SOURCE, toolchain(ccache=False), 2), Path("/b"))
+        for arg in configure_command(make_plan(RECIPE, SOURCE, toolchain(ccache=False), 2), BuildTree(Path("/t")))
     )
 
 
@@ -98,7 +98,7 @@ def test_generated_flags_for_hip_and_cuda_arches():
         {"rocm": "6.2.0"},
         {"CMAKE_HIP_COMPILER": "/opt/rocm/llvm/bin/clang"},
     )
-    command = configure_command(plan, Path("/b"))
+    command = configure_command(plan, BuildTree(Path("/t")))
     assert {
         "-DGGML_HIP=ON",
         "-DGPU_TARGETS=gfx1100;gfx1151",
@@ -134,6 +134,6 @@ def test_generated_flags_for_hip_and_cuda_arches():
         2,
         Arch((("CMAKE_CUDA_ARCHITECTURES", "86-real;89"),), "sm86_89"),
     )
-    command = configure_command(cuda, Path("/b"))
+    command = configure_command(cuda, BuildTree(Path("/t")))
     assert {"-DGGML_CUDA=ON", "-DGGML_VULKAN=ON", "-DCMAKE_CUDA_ARCHITECTURES=86-real;89"} <= set(command)
     assert cuda.build_id.startswith("cuda+vulkan-sm86_89-")

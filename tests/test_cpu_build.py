@@ -413,6 +413,25 @@ def test_matrix_then_package_then_install_artifact_into_a_fresh_data_dir(env, fi
     assert repeat["already_installed"]
 
 
+def test_no_path_of_this_host_is_in_the_binaries(env, first_build):
+    prefix = Path(buildmgr(env, "which", "cpu").stdout.strip())
+    for library in (prefix / "lib").glob("*.so.*"):
+        data = library.read_bytes()
+        for root in (env["XDG_DATA_HOME"], env["XDG_CACHE_HOME"], "build-trees", "../src/"):
+            assert root.encode() not in data, (library.name, root)
+    assert b"ggml/src/ggml-backend.cpp" in next((prefix / "lib").glob("libggml-base.so.*")).read_bytes()
+
+
+def test_a_cold_rebuild_from_the_receipt_in_another_data_dir_is_byte_identical(env, first_build, tmp_path):
+    """`verify --cold` compiles every file again, with an empty compile cache, in a scratch data dir."""
+    packaged = json.loads(buildmgr(env, "package", "cpu", "-o", str(tmp_path), "--json").stdout)
+    verified = buildmgr(env, "verify", packaged["archive"], "--cold", "--json")
+    assert verified.returncode == 0, verified.stderr[-3000:]
+    report = json.loads(verified.stdout)
+    assert report["differ"] == [] and report["files"] == len(receipt_of(env)["files"])
+    assert report["ccache"]["misses"] >= 150  # compiled, not served from a cache
+
+
 def test_the_vendored_tree_is_the_pin_and_builds_as_a_local_source(env, first_build):
     from buildmgr import source
 
