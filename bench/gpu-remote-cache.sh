@@ -28,6 +28,6 @@ for variant in "cpu" "cuda+vulkan --sm 90 -D GGML_CUDA_FA=OFF"; do
         cp "$(XDG_DATA_HOME=$root/data python3 -m buildmgr which "$tag")/buildmgr-receipt.json" "$out/receipt-$tag-$side.json"
     done
 done
-/tmp/redis/usr/bin/redis-cli -p 6380 info memory | grep used_memory_human >"$out/redis.txt"
-/tmp/redis/usr/bin/redis-cli -p 6380 dbsize >>"$out/redis.txt"
+LD_LIBRARY_PATH=/tmp/redis/usr/lib/x86_64-linux-gnu /tmp/redis/usr/bin/redis-cli -p 6380 info memory | grep used_memory_human >"$out/redis.txt"
+LD_LIBRARY_PATH=/tmp/redis/usr/lib/x86_64-linux-gnu /tmp/redis/usr/bin/redis-cli -p 6380 dbsize >>"$out/redis.txt"
 echo done >"$out/finished"
