@@ -47,13 +47,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def cmd_build(args: argparse.Namespace, dirs: Dirs) -> int:
-    from buildmgr import builder, store
+    from buildmgr import store
     from buildmgr.options import BuildRequest, resolve
-    from buildmgr.progress import Reporter
 
     request = BuildRequest(args.recipe, args.sm, args.gfx, args.source, args.jobs, tuple(args.define))
     build_plan = resolve(request, dirs, warn=lambda m: _err().print(m, markup=False, style="yellow"))
     if args.configure_only:
+        from buildmgr import builder
+        from buildmgr.progress import Reporter
+
         configured = builder.configure_only(build_plan, dirs, Reporter())
         if args.json:
             print(
@@ -81,6 +83,9 @@ def cmd_build(args: argparse.Namespace, dirs: Dirs) -> int:
                 style="yellow",
                 markup=False,
             )
+        from buildmgr import builder  # a no-op never imports the pipeline (nor rich's progress, nor the File API)
+        from buildmgr.progress import Reporter
+
         build = builder.execute(build_plan, dirs, Reporter(), rebuild=args.rebuild)
         devices = _probe_after_build(dirs, build)
     if args.json:
@@ -576,7 +581,7 @@ def cmd_cache(args: argparse.Namespace, dirs: Dirs) -> int:
         print(json.dumps(result, indent=2))
         return 0
     for key, value in result.items():
-        _out().print(f"{key:14} {'' if value is None else value}", markup=False)
+        _out().print(f"{key:14} {'none' if value is None else value}", markup=False)
     return 0
 
 

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
+import importlib.util
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from packaging.specifiers import SpecifierSet
-from scikit_build_core.file_api.model.codemodel import Configuration
-from scikit_build_core.file_api.query import stateless_query
-from scikit_build_core.file_api.reply import load_reply_dir
-from scikit_build_core.program_search import best_program, get_cmake_programs, get_ninja_programs
+# scikit-build-core is imported where it is used: a no-op build never needs it (about 50 ms of start-up).
+if TYPE_CHECKING:
+    from scikit_build_core.file_api.model.codemodel import Configuration
 
 
 @dataclass(frozen=True)
@@ -21,35 +20,47 @@ class Program:
 
 
 def _best(programs, minimum: str) -> Program | None:
+    from packaging.specifiers import SpecifierSet
+    from scikit_build_core.program_search import best_program
+
     found = best_program(programs, version=SpecifierSet(f">={minimum}"))
     return Program(found.path, str(found.version)) if found and found.version else None
 
 
 def find_cmake(minimum: str) -> Program | None:
     """The first cmake (PyPI's first, then PATH) at least `minimum`."""
+    from scikit_build_core.program_search import get_cmake_programs
+
     return _best(get_cmake_programs(), minimum)
 
 
 def find_ninja(minimum: str) -> Program | None:
+    from scikit_build_core.program_search import get_ninja_programs
+
     return _best(get_ninja_programs(), minimum)
 
 
+def _wheel_module(package: str) -> Path | None:
+    """The cmake or ninja wheel's `__init__.py`, found without importing it (cmake's import alone costs 30 ms):
+    installing, upgrading or removing the wheel rewrites it, so its stamp stands for the wheel's binary."""
+    spec = importlib.util.find_spec(package)
+    return Path(spec.origin) if spec is not None and spec.origin else None
+
+
 def candidate_paths() -> list[Path]:
-    """Every cmake and ninja that find_cmake/find_ninja may pick: if none changed, neither did the result."""
+    """What stands for every cmake and ninja find_cmake/find_ninja may pick: if none changed, neither did the result."""
     candidates = [Path(shutil.which(name) or "") for name in ("cmake3", "cmake", "ninja-build", "ninja")]
-    with contextlib.suppress(ImportError):
-        from cmake import CMAKE_BIN_DIR
-
-        candidates.append(Path(CMAKE_BIN_DIR) / "cmake")
-    with contextlib.suppress(ImportError):
-        from ninja import BIN_DIR
-
-        candidates.append(Path(BIN_DIR) / "ninja")
+    for package in ("cmake", "ninja"):
+        module = _wheel_module(package)
+        if module is not None:
+            candidates.append(module)
     return [path for path in candidates if path.name]
 
 
 def request_reply(build_dir: Path) -> None:
     """Ask the next configure to write codemodel and cache replies."""
+    from scikit_build_core.file_api.query import stateless_query
+
     stateless_query(build_dir)
 
 
@@ -61,6 +72,8 @@ class Reply:
 
 
 def read_reply(build_dir: Path) -> Reply:
+    from scikit_build_core.file_api.reply import load_reply_dir
+
     index = load_reply_dir(build_dir / ".cmake" / "api" / "v1" / "reply")
     codemodel, cache = index.reply.codemodel_v2, index.reply.cache_v2
     if codemodel is None or cache is None:
