@@ -8,6 +8,7 @@ path into a space, and upstream never puts one in a name.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
@@ -611,9 +612,13 @@ def verify(dirs: Dirs, artifact: Artifact, environ: dict[str, str], reporter: Re
                 f"this host cannot rebuild {receipt['id']} identically (it would be {plan.build_id}): "
                 + "; ".join(identity_differences(receipt, plan))
             )
+        where = "without any compile cache" if cold else f"with the local compile cache only ({dirs.ccache})"
+        reporter.say(f"rebuilding {receipt['id']} from its receipt, {where}")
         rebuilt = builder.execute(dataclasses.replace(plan, remote_cache=None), work, reporter)
         theirs, ours = receipt["files"], rebuilt.receipt["files"]
         differ = tuple(sorted(name for name in set(theirs) | set(ours) if theirs.get(name) != ours.get(name)))
         return Verification(receipt["id"], len(theirs), differ, rebuilt.receipt["ccache"])
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        with contextlib.suppress(OSError):  # another verify may be using it
+            scratch.parent.rmdir()

@@ -527,8 +527,6 @@ def cmd_verify(args: argparse.Namespace, dirs: Dirs) -> int:
 
     artifact = artifacts.open_artifact(args.file)
     ensure_writable(dirs.cache, "set XDG_CACHE_HOME to a writable directory")
-    where = "without any compile cache" if args.cold else f"with the local compile cache only ({dirs.ccache})"
-    _err().print(f"rebuilding {artifact.receipt['id']} from its receipt, {where}", markup=False)
     result = artifacts.verify(dirs, artifact, dict(os.environ), Reporter(), args.cold)
     if args.json:
         print(

@@ -546,7 +546,7 @@ def test_verify_rebuilds_a_git_artifact_and_finds_it_identical(tmp_env, tmp_path
     assert report["differ"] == [] and report["files"] == 4
     # cold: cpu.c and tool.c compiled afresh; the only hits are tool.c's repeats (one per tool) within this rebuild
     assert report["ccache"]["misses"] >= 2 and report["ccache"]["hits"] <= 3
-    assert not list((Path(tmp_env["XDG_CACHE_HOME"]) / "buildmgr" / "verify").iterdir())  # scratch removed
+    assert not (Path(tmp_env["XDG_CACHE_HOME"]) / "buildmgr" / "verify").exists()  # scratch removed
 
 
 def test_verify_of_a_build_that_does_not_reproduce_lists_the_files_that_differ(tmp_env, tmp_path):
@@ -582,3 +582,14 @@ def test_verify_needs_a_source_it_can_fetch_again(tmp_path):
     local = receipt | {"source": receipt["source"] | {"origin": "path:/home/me/llama.cpp"}}
     with pytest.raises(UserError, match="verify needs the pinned source or a git URL"):
         artifacts.request_from_receipt(local, known_recipes, COMMIT)
+
+
+def test_verify_on_a_host_whose_toolchain_differs_says_what_differs(tmp_env, tmp_path):
+    archive = package_of(tmp_env, tmp_path, git_tree(tmp_path / "src", nondeterministic=False))
+    other_cc = tmp_path / "bin" / "cc"
+    other_cc.parent.mkdir()
+    other_cc.write_text('#!/bin/sh\n[ "$1" = --version ] && { echo "othercc 99.1"; exit 0; }\nexec gcc "$@"\n')
+    other_cc.chmod(0o755)
+    result = buildmgr(tmp_env | {"CC": str(other_cc)}, "verify", str(archive))
+    assert_user_error(result, "cannot rebuild", "cc is othercc 99.1 here")
+    assert not (Path(tmp_env["XDG_CACHE_HOME"]) / "buildmgr" / "verify").exists()
