@@ -42,6 +42,11 @@ _GZIP_LEVEL = 6  # what `tar -czf` uses: level 9 is slower for about 1 % less
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,200}$")
 
 
+def cpu_arch_of(machine: str) -> str:
+    """`x86_64`/`amd64` → `x64`, `aarch64`/`arm64` → `arm64`; anything else as it is, lower case."""
+    return CPU_ARCH.get(machine.lower(), machine.lower())
+
+
 def artifact_stem(label: str, system: str, recipe: str, arch: str, cpu_arch: str) -> str:
     return "-".join(part for part in ("llama", label, "bin", system, recipe.replace("+", "-"), arch, cpu_arch) if part)
 
@@ -183,7 +188,7 @@ def receipt_stem(receipt: dict) -> str:
     source, host = receipt["source"], receipt["host"]
     system = SYSTEM.get(host.get("system") or host["os"].split("-")[0], host.get("system", "unknown").lower())
     label = build_label(source["build_number"], source.get("state", "pinned"), source["commit"], source["fingerprint"])
-    cpu_arch = CPU_ARCH.get(host["machine"].lower(), host["machine"].lower())
+    cpu_arch = cpu_arch_of(host["machine"])
     return artifact_stem(label, system, receipt["recipe"]["name"], receipt["recipe"].get("arch", ""), cpu_arch)
 
 
@@ -415,7 +420,7 @@ def host_findings(receipt: dict, environ: dict[str, str], machine: str) -> list[
     needs = receipt["runtime"]
     findings: list[tuple[str, str]] = []
     built_on = receipt["host"]["machine"].lower()
-    if CPU_ARCH.get(built_on, built_on) != CPU_ARCH.get(machine.lower(), machine.lower()):
+    if cpu_arch_of(built_on) != cpu_arch_of(machine):
         findings.append(("error", f"built for {built_on}, and this host is {machine}"))
         return findings
     glibc = runtime.host_glibc()
@@ -501,8 +506,7 @@ def install(dirs: Dirs, artifact: Artifact, findings: list[tuple[str, str]], rep
         if existing is not None and existing.get("files") == receipt["files"]:
             return Installed(store.Build(build_id, prefix, existing), True, warnings)
         store.drop_stale_staging(dirs, build_id)
-        dirs.logs.mkdir(parents=True, exist_ok=True)
-        log = dirs.logs / f"install-{build_id}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
+        log = store.run_log(dirs, f"install-{build_id}")
         with store.staged(dirs, build_id) as staging:
             with reporter.phase("extract"):
                 extract(artifact, staging)

@@ -205,9 +205,8 @@ class Configured:
 
 
 def _log_paths(plan: BuildPlan, dirs: Dirs) -> tuple[Path, Path]:
-    dirs.logs.mkdir(parents=True, exist_ok=True)
-    stamp = f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"  # chosen under the lock: one log per run
-    return dirs.logs / f"{plan.build_id}-{stamp}.log", dirs.logs / f"{plan.build_id}-{stamp}.ccache-stats"
+    log = store.run_log(dirs, plan.build_id)
+    return log, log.with_suffix(".ccache-stats")
 
 
 def _configure(

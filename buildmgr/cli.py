@@ -557,24 +557,8 @@ def cmd_cache(args: argparse.Namespace, dirs: Dirs) -> int:
     ccache = toolchain.ccache_path(settings.ccache)
     if ccache is None:
         raise UserError(f"no ccache to ask: {toolchain.INSTALL_HINTS['ccache']}")
-    environ = dict(os.environ) | {"CCACHE_DIR": str(dirs.ccache)}
-    stats = compile_cache.totals(ccache, environ)
-    hits = stats.get("direct_cache_hit", 0) + stats.get("preprocessed_cache_hit", 0)
-    compiled = hits + stats.get("cache_miss", 0)
-    result = {
-        "ccache": ccache,
-        "dir": str(dirs.ccache),
-        "remote": settings.remote_cache,
-        "hits": hits,
-        "misses": stats.get("cache_miss", 0),
-        "hit_rate": round(hits / compiled, 3) if compiled else None,
-        "local_hits": stats.get("local_storage_hit", 0),
-        "remote_hits": stats.get("remote_storage_hit", 0),
-        "remote_misses": stats.get("remote_storage_miss", 0),
-        "remote_errors": stats.get("remote_storage_error", 0),
-        "size_kib": stats.get("cache_size_kibibyte", 0),
-        "files": stats.get("files_in_cache", 0),
-    }
+    result = {"ccache": ccache, "dir": str(dirs.ccache), "remote": settings.remote_cache}
+    result |= compile_cache.totals(ccache, str(dirs.ccache), dict(os.environ))
     if args.json:
         print(json.dumps(result, indent=2))
         return 0

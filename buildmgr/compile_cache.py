@@ -120,6 +120,23 @@ def parse_print_stats(text: str) -> dict[str, int]:
     return stats
 
 
-def totals(ccache: str, environ: dict[str, str]) -> dict[str, int]:
-    result = subprocess.run([ccache, "--print-stats"], capture_output=True, text=True, env=environ, check=False)
-    return parse_print_stats(result.stdout) if result.returncode == 0 else {}
+def totals(ccache: str, cache_dir: str, environ: dict[str, str]) -> dict[str, int | float | None]:
+    """The cache's totals, in the receipt's terms (hits, misses, local and remote), plus its size."""
+    command = [ccache, "--print-stats"]
+    result = subprocess.run(
+        command, capture_output=True, text=True, env=environ | {"CCACHE_DIR": cache_dir}, check=False
+    )
+    stats = parse_print_stats(result.stdout) if result.returncode == 0 else {}
+    hits = stats.get("direct_cache_hit", 0) + stats.get("preprocessed_cache_hit", 0)
+    compiled = hits + stats.get("cache_miss", 0)
+    return {
+        "hits": hits,
+        "misses": stats.get("cache_miss", 0),
+        "hit_rate": round(hits / compiled, 3) if compiled else None,
+        "local_hits": stats.get("local_storage_hit", 0),
+        "remote_hits": stats.get("remote_storage_hit", 0),
+        "remote_misses": stats.get("remote_storage_miss", 0),
+        "remote_errors": stats.get("remote_storage_error", 0),
+        "size_kib": stats.get("cache_size_kibibyte", 0),
+        "files": stats.get("files_in_cache", 0),
+    }

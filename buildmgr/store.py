@@ -11,6 +11,7 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from buildmgr.config import Dirs
@@ -89,6 +90,12 @@ def file_hashes(prefix: Path) -> dict[str, str]:
         elif path.is_file() and path.name != RECEIPT:
             hashes[relative] = sha256_file(path)
     return hashes
+
+
+def run_log(dirs: Dirs, name: str, suffix: str = ".log") -> Path:
+    """`<cache>/logs/<name>-<UTC stamp>-<pid><suffix>`: chosen under the build's lock, so one log per run."""
+    dirs.logs.mkdir(parents=True, exist_ok=True)
+    return dirs.logs / f"{name}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{os.getpid()}{suffix}"
 
 
 def new_staging(dirs: Dirs, build_id: str) -> Path:
