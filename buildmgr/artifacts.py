@@ -424,6 +424,10 @@ def host_findings(receipt: dict, environ: dict[str, str], machine: str) -> list[
         findings.append(("error", f"built for {built_on}, and this host is {machine}"))
         return findings
     glibc = runtime.host_glibc()
+    if needs.get("glibc") and glibc is None:
+        findings.append(
+            ("warning", f"this host's glibc version is unknown (musl?); GLIBC_{needs['glibc']} is not checked")
+        )
     if needs.get("glibc") and glibc is not None and glibc < Version(needs["glibc"]):
         findings.append(
             (

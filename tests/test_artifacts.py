@@ -593,3 +593,10 @@ def test_verify_on_a_host_whose_toolchain_differs_says_what_differs(tmp_env, tmp
     result = buildmgr(tmp_env | {"CC": str(other_cc)}, "verify", str(archive))
     assert_user_error(result, "cannot rebuild", "cc is othercc 99.1 here")
     assert not (Path(tmp_env["XDG_CACHE_HOME"]) / "buildmgr" / "verify").exists()
+
+
+def test_a_host_whose_glibc_cannot_be_read_is_told_the_floor_was_not_checked(tmp_path, monkeypatch):
+    receipt = fake_build(tmp_path, glibc="2.34", glibc_file="bin/llama-cli").receipt
+    monkeypatch.setattr(runtime, "host_glibc", lambda: None)
+    findings = artifacts.host_findings(receipt, {"LD_LIBRARY_PATH": ""}, platform.machine())
+    assert ("warning", "this host's glibc version is unknown (musl?); GLIBC_2.34 is not checked") in findings
