@@ -62,6 +62,7 @@ def cmd_build(args: argparse.Namespace, dirs: Dirs) -> int:
                 json.dumps(
                     {
                         "id": build_plan.build_id,
+                        "prefix": str(build_plan.prefix(dirs.builds)),
                         "build_dir": str(configured.build_dir),
                         "log": str(configured.log),
                         "targets": list(configured.targets),

@@ -64,6 +64,10 @@ class Dirs:
         return self.cache / "toolchain.json"
 
     @property
+    def preflight_cache(self) -> Path:
+        return self.cache / "preflight.json"
+
+    @property
     def git(self) -> Path:
         return self.cache / "git"
 

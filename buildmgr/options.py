@@ -74,11 +74,22 @@ def check_arch_flags(recipe: Recipe, request: BuildRequest) -> None:
         )
 
 
-def resolve_arch(recipe: Recipe, request: BuildRequest, environ: dict[str, str]) -> Arch:
+def resolve_arch(recipe: Recipe, request: BuildRequest, host: backends.Host, memo: backends.Memo) -> Arch:
+    """--sm / --gfx → defines. A named --sm is remembered with nvcc's stamps; 'native' asks the GPUs every time."""
     has_cuda, has_hip = "CUDA" in recipe.backends, "ROCm" in recipe.backends
+    environ = host.environ
     defines: list[tuple[str, str]] = []
     labels: list[str] = []
-    if has_cuda:
+    if has_cuda and request.sm is not None and request.sm.strip() != "native":
+        value, label = memo.recall(
+            ["--sm", request.sm, backends.stamps(cuda.inputs(host))],
+            lambda: cuda.resolve_sm(request.sm, environ),
+            list,
+            tuple,
+        )
+        defines.append(("CMAKE_CUDA_ARCHITECTURES", value))
+        labels.append(label)
+    elif has_cuda:
         value, label = cuda.resolve_sm(request.sm, environ)
         defines.append(("CMAKE_CUDA_ARCHITECTURES", value))
         labels.append(label)
@@ -124,14 +135,15 @@ def resolve(request: BuildRequest, dirs: Dirs, environ: dict[str, str] | None = 
     gib_per_job = backends.gib_per_job(recipe.backends)
     jobs = parse_jobs(request.jobs, os.cpu_count() or 1, available_gib(), gib_per_job)
     toolchain.require(host.toolchain, recipe.tools, recipe.name)
-    report = backends.inspect(recipe.backends, host)
+    memo = backends.Memo.load(dirs.preflight_cache)
+    report = backends.inspect(recipe.backends, host, memo=memo)
     if report.failures:
         raise UserError(
             f"cannot build {recipe.name} here: "
             + "; ".join(c.line() for c in report.failures)
             + " ('buildmgr doctor' shows every check)"
         )
-    arch = resolve_arch(recipe, request, host.environ)
+    arch = resolve_arch(recipe, request, host, memo)
     local = source.resolve_source(spec, dirs) if spec.kind == "path" else None  # read only: checked before any write
     hint = "set XDG_DATA_HOME / XDG_CACHE_HOME to a writable directory"
     ensure_writable(dirs.data, hint)
@@ -143,5 +155,6 @@ def resolve(request: BuildRequest, dirs: Dirs, environ: dict[str, str] | None = 
     else:
         tree = source.resolve_source(spec, dirs)
     toolchain.remember(host.toolchain, dirs.toolchain_cache)
+    memo.save(dirs.preflight_cache)
     plan = make_plan(recipe, tree, host.toolchain, jobs, arch, report.versions, report.host_defines)
     return dataclasses.replace(plan, remote_cache=settings.remote_cache)

@@ -1,4 +1,6 @@
+import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -113,3 +115,77 @@ def test_a_toolkit_without_cublas_stops_at_preflight(tmp_path, tmp_env):
     env = {k: v for k, v in tmp_env.items() if k not in ("CUDA_HOME", "CUDAToolkit_ROOT", "CUDA_PATH")}
     assert_user_error(buildmgr(env, "build", "cuda", "--sm", "75"), "CUDA: cuBLAS: not in", "libcublas-dev")
     assert not (tmp_path / "data").exists() and not (tmp_path / "cache").exists()
+
+
+FAKE_NVCC = """#!{python}
+import pathlib, sys
+with open({log!r}, "a") as log:
+    log.write(" ".join(sys.argv[1:]) + "\\n")
+if "--version" in sys.argv:
+    print("Cuda compilation tools, release 13.0, V13.0.88")
+elif "--list-gpu-arch" in sys.argv:
+    print("compute_75\\ncompute_90")
+elif "-o" in sys.argv:
+    pathlib.Path(sys.argv[sys.argv.index("-o") + 1]).write_bytes(b"")
+"""
+
+
+def fake_cuda_host(tmp_path: Path) -> tuple[Host, Path, Path]:
+    """A toolkit whose nvcc writes each of its runs to a log, with cuBLAS beside it."""
+    from buildmgr.toolchain import Tool, Toolchain
+
+    toolkit, log = tmp_path / "cuda", tmp_path / "nvcc-runs"
+    (toolkit / "bin").mkdir(parents=True)
+    (toolkit / "include").mkdir()
+    (toolkit / "lib64").mkdir()
+    (toolkit / "include" / "cublas_v2.h").write_text("")
+    (toolkit / "lib64" / "libcublas.so.13").write_text("")
+    nvcc = toolkit / "bin" / "nvcc"
+    nvcc.write_text(FAKE_NVCC.format(python=sys.executable, log=str(log)))
+    nvcc.chmod(0o755)
+    tools = Toolchain(Tool("cmake"), Tool("ninja"), Tool("cc"), Tool("c++", "/usr/bin/c++", "c++ 12"), Tool("ccache"))
+    return Host({"CUDA_HOME": str(toolkit), "PATH": "/usr/bin:/bin"}, "Linux", "x86_64", tools), nvcc, log
+
+
+def preflight(host: Host, memo_file: Path, sm: str = "90"):
+    from types import SimpleNamespace
+
+    from buildmgr.backends import Memo, inspect
+    from buildmgr.options import BuildRequest, resolve_arch
+
+    memo = Memo.load(memo_file)
+    report = inspect(("CUDA",), host, memo=memo)
+    arch = resolve_arch(SimpleNamespace(backends=("CUDA",)), BuildRequest("cuda", sm=sm), host, memo)
+    memo.save(memo_file)
+    return report, arch
+
+
+def runs(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_cuda_preflight_is_remembered_until_nvcc_changes(tmp_path):
+    """A GPU no-op starts no program: nvcc's answers are kept while its file (and cuBLAS's) stay the same."""
+    host, nvcc, log = fake_cuda_host(tmp_path)
+    memo_file = tmp_path / "preflight.json"
+    first = preflight(host, memo_file)
+    assert len(runs(log)) == 4  # --version twice (inspect, --sm), --list-gpu-arch, the host-compiler probe
+    assert first[1].defines == (("CMAKE_CUDA_ARCHITECTURES", "90"),) and first[0].versions == {"nvcc": "13.0"}
+    assert preflight(host, memo_file) == first
+    assert len(runs(log)) == 4
+    assert preflight(host, memo_file, sm="75")[1].label == "sm75"  # another --sm is asked for once
+    assert len(runs(log)) == 6
+    stat = nvcc.stat()
+    os.utime(nvcc, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))  # an upgraded toolkit
+    assert preflight(host, memo_file) == first
+    assert len(runs(log)) == 10
+
+
+def test_a_failed_cuda_preflight_is_never_remembered(tmp_path):
+    host, _, log = fake_cuda_host(tmp_path)
+    memo_file = tmp_path / "preflight.json"
+    (tmp_path / "cuda" / "include" / "cublas_v2.h").unlink()
+    for _ in range(2):
+        report, _arch = preflight(host, memo_file)
+        assert [c.what for c in report.failures] == ["cuBLAS"]
+    assert sum(line == "--version" for line in runs(log)) == 3  # inspect both times; --sm's answer was kept

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -96,3 +98,30 @@ def test_cuda_plus_vulkan_configures_both_backends(root):
     cache = cmake_cache(Path(configured["build_dir"]))
     assert (cache["GGML_CUDA"], cache["GGML_VULKAN"]) == ("ON", "ON")
     assert cache["CMAKE_CUDA_ARCHITECTURES"] == "75-real;86"
+
+
+NO_PROGRAMS = """
+import subprocess, sys
+def refuse(self, args, *rest, **kwargs):
+    raise AssertionError(f"the no-op started {args!r}")
+subprocess.Popen.__init__ = refuse
+from buildmgr.cli import main
+sys.exit(main(["build", "cuda", "--sm", "75", "--json"]))
+"""
+
+
+def test_the_cuda_no_op_starts_no_program(root, configured):
+    """Not nvcc --version, not --list-gpu-arch, not the host-compiler probe: remembered from the first preflight."""
+    from buildmgr.store import RECEIPT, RECEIPT_SCHEMA
+
+    prefix = Path(configured["prefix"])
+    prefix.mkdir(parents=True)
+    try:
+        (prefix / RECEIPT).write_text(json.dumps({"schema": RECEIPT_SCHEMA, "id": configured["id"]}))
+        result = subprocess.run(
+            [sys.executable, "-c", NO_PROGRAMS], env=cuda_env(root), capture_output=True, text=True, check=False
+        )
+    finally:
+        shutil.rmtree(prefix)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout) == {"id": configured["id"], "prefix": str(prefix), "up_to_date": True}

@@ -6,16 +6,22 @@ Backend names are the ones llama.cpp prints (`CUDA0`, `Vulkan0`, `ROCm0` …).
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from buildmgr.errors import UserError
 
 if TYPE_CHECKING:  # the device commands read backend facts without paying for the toolchain's imports
+    from pathlib import Path
+
     from buildmgr.toolchain import Toolchain
 
 
@@ -43,6 +49,17 @@ class Report:
     def failures(self) -> list[Check]:
         return [c for c in self.checks if not c.ok]
 
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "checks": [asdict(c) for c in self.checks],
+            "host_defines": self.host_defines,
+            "versions": self.versions,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Report:
+        return cls(tuple(Check(**c) for c in data["checks"]), dict(data["host_defines"]), dict(data["versions"]))
+
 
 @dataclass(frozen=True)
 class Host:
@@ -52,6 +69,67 @@ class Host:
     system: str
     machine: str
     toolchain: Toolchain
+
+
+T = TypeVar("T")
+
+
+def stamps(paths: tuple[str, ...]) -> list[list[Any]]:
+    """Path, size and mtime of each file: while these stay, so does what running or reading them said."""
+    found: list[list[Any]] = []
+    for path in paths:
+        try:
+            stat = os.stat(path)
+        except OSError:
+            found.append([path, None])
+            continue
+        found.append([path, os.path.realpath(path), stat.st_size, stat.st_mtime_ns])
+    return found
+
+
+@dataclass
+class Memo:
+    """Preflight facts that cost a program run (nvcc --version, --list-gpu-arch, a compile probe), kept while the
+    files behind them stay, so a no-op build of a GPU recipe starts no program. `doctor` never uses it."""
+
+    entries: dict[str, Any] = field(default_factory=dict)
+    changed: bool = False
+    LIMIT = 64  # entries; the oldest go first
+
+    @classmethod
+    def load(cls, path: Path) -> Memo:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return cls()
+        return cls(data) if isinstance(data, dict) else cls()
+
+    def recall(
+        self,
+        key: list[Any],
+        compute: Callable[[], T],
+        encode: Callable[[T], Any],
+        decode: Callable[[Any], T],
+        keep: Callable[[T], bool] = lambda _: True,
+    ) -> T:
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+        if digest in self.entries:
+            try:
+                return decode(self.entries[digest])
+            except (KeyError, TypeError, ValueError):
+                pass  # written by another buildmgr version: compute again
+        value = compute()
+        if keep(value):
+            self.entries[digest] = encode(value)
+            self.changed = True
+        return value
+
+    def save(self, path: Path) -> None:
+        from buildmgr.fsutil import atomic_write_text
+
+        if self.changed:
+            kept = dict(list(self.entries.items())[-self.LIMIT :])
+            atomic_write_text(path, json.dumps(kept))
 
 
 def run_text(command: list[str], timeout: float = 60) -> tuple[int, str]:
@@ -86,17 +164,30 @@ def known_backends() -> tuple[str, ...]:
     return tuple(_modules())
 
 
-def inspect(backends: tuple[str, ...], host: Host, deep: bool = True) -> Report:
-    """Preflight every backend of a recipe. `deep` also compiles a probe (nvcc) where that is the only proof."""
+def inspect(backends: tuple[str, ...], host: Host, deep: bool = True, memo: Memo | None = None) -> Report:
+    """Preflight every backend of a recipe. `deep` also compiles a probe (nvcc) where that is the only proof.
+
+    With a memo, a backend that runs programs (it names their files in `inputs`) is not asked again while those
+    files stay; a report with a failure is never kept, so a fix is seen at once."""
     checks: list[Check] = []
     defines: dict[str, str] = {}
     versions: dict[str, str] = {}
     for name in backends:
-        report = module(name).inspect(host, deep)
+        backend = module(name)
+        if memo is not None and hasattr(backend, "inputs"):
+            report = memo.recall(
+                ["inspect", name, deep, stamps(backend.inputs(host))],
+                functools.partial(backend.inspect, host, deep),
+                Report.to_json,
+                Report.from_json,
+                keep=lambda r: not r.failures,
+            )
+        else:
+            report = backend.inspect(host, deep)
         checks.extend(report.checks)
         defines.update(report.host_defines)
         versions.update(report.versions)
-        minimum = module(name).MIN_CMAKE
+        minimum = backend.MIN_CMAKE
         cmake = host.toolchain.cmake
         if cmake.found and _older(cmake.version, minimum):
             checks.append(

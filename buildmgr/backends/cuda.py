@@ -136,14 +136,33 @@ def _host_compiler_check(nvcc: str, cxx: str | None) -> Check:
     )
 
 
-def _cublas_check(toolkit: Path) -> Check:
-    """ggml-cuda links cuBLAS; a toolkit without it fails configure with 'CUDA::cublas ... not found'."""
+def _cublas_files(toolkit: Path) -> tuple[list[Path], list[Path]]:
     libraries = [
         p
         for pattern in ("lib64/libcublas.so*", "targets/*/lib/libcublas.so*", "lib/libcublas.so*")
         for p in toolkit.glob(pattern)
     ]
     headers = [p for pattern in ("include/cublas_v2.h", "targets/*/include/cublas_v2.h") for p in toolkit.glob(pattern)]
+    return libraries, headers
+
+
+def _host_compiler(host: Host) -> str | None:
+    return host.environ.get("CUDAHOSTCXX") or host.toolchain.cxx.path
+
+
+def inputs(host: Host) -> tuple[str, ...]:
+    """The files behind what inspect() and resolve_sm() find: nvcc, its host compiler and cuBLAS."""
+    nvcc = find_nvcc(host.environ)
+    if nvcc is None:
+        return ()
+    libraries, headers = _cublas_files(Path(nvcc).resolve().parent.parent)
+    compiler = _host_compiler(host)
+    return (nvcc, *([compiler] if compiler else []), *map(str, libraries + headers))
+
+
+def _cublas_check(toolkit: Path) -> Check:
+    """ggml-cuda links cuBLAS; a toolkit without it fails configure with 'CUDA::cublas ... not found'."""
+    libraries, headers = _cublas_files(toolkit)
     ok = bool(libraries and headers)
     return Check(
         NAME,
@@ -183,7 +202,7 @@ def inspect(host: Host, deep: bool) -> Report:
     ]
     checks.append(_cublas_check(Path(nvcc).resolve().parent.parent))
     if deep and version:
-        checks.append(_host_compiler_check(nvcc, host.environ.get("CUDAHOSTCXX") or host.toolchain.cxx.path))
+        checks.append(_host_compiler_check(nvcc, _host_compiler(host)))
     return Report(tuple(checks), host_defines={"CMAKE_CUDA_COMPILER": nvcc}, versions={"nvcc": version or "?"})
 
 

@@ -61,8 +61,20 @@ def parse_rocm_version(text: str) -> Version | None:
         return None
 
 
+def _rocm(host: Host) -> Path:
+    return Path(host.environ.get("ROCM_PATH", "/opt/rocm"))
+
+
+def inputs(host: Host) -> tuple[str, ...]:
+    """The files behind what inspect() finds: hipconfig, the hipBLAS/rocBLAS CMake packages and ROCm's clang."""
+    rocm = _rocm(host)
+    hipconfig = which("hipconfig", str(rocm / "bin"))
+    packages = [str(rocm / "lib" / "cmake" / package) for package in ("hipblas", "rocblas")]
+    return (*([hipconfig] if hipconfig else []), *packages, str(rocm / "llvm" / "bin" / "clang"))
+
+
 def inspect(host: Host, deep: bool) -> Report:
-    rocm = Path(host.environ.get("ROCM_PATH", "/opt/rocm"))
+    rocm = _rocm(host)
     hipconfig = which("hipconfig", str(rocm / "bin"))
     if hipconfig is None:
         return Report((Check(NAME, "ROCm (hipconfig)", False, f"not found in {rocm}/bin or PATH", ROCM_FIX),))

@@ -23,10 +23,18 @@ DRIVER_LIBRARY = ""
 FIX = "install Intel oneAPI Base Toolkit and `source /opt/intel/oneapi/setvars.sh` first"
 
 
-def inspect(host: Host, deep: bool) -> Report:
+def _compilers(host: Host) -> tuple[str | None, str | None]:
     root = host.environ.get("ONEAPI_ROOT", "/opt/intel/oneapi")
-    icx = which("icx", f"{root}/compiler/latest/bin")
-    icpx = which("icpx", f"{root}/compiler/latest/bin")
+    return which("icx", f"{root}/compiler/latest/bin"), which("icpx", f"{root}/compiler/latest/bin")
+
+
+def inputs(host: Host) -> tuple[str, ...]:
+    """The files behind what inspect() finds: the oneAPI compilers."""
+    return tuple(path for path in _compilers(host) if path)
+
+
+def inspect(host: Host, deep: bool) -> Report:
+    icx, icpx = _compilers(host)
     if not (icx and icpx):
         return Report((Check(NAME, "icx/icpx (oneAPI DPC++)", False, "not found", FIX),))
     _, text = run_text([icpx, "--version"])
