@@ -1,7 +1,8 @@
 """A no-op `buildmgr build` (the prefix exists), two checkouts side by side in one run: before and after a change.
 
-Usage: python bench/noop_startup.py BEFORE_DIR AFTER_DIR [RUNS]   (XDG_* must point at dirs where the build exists;
-BEFORE_DIR is e.g. a `git worktree` of the previous commit). Alternates the two, so machine noise hits both alike.
+Usage: python bench/noop_startup.py BEFORE_DIR AFTER_DIR [RUNS] [-- BUILD ARGS…]   (XDG_* must point at dirs where
+the build exists; BEFORE_DIR is e.g. a `git worktree` of the previous commit; BUILD ARGS default to none, i.e. cpu).
+Alternates the two, so machine noise hits both alike.
 """
 
 from __future__ import annotations
@@ -14,15 +15,22 @@ import time
 
 
 def main() -> None:
-    before, after = sys.argv[1], sys.argv[2]
-    runs = int(sys.argv[3]) if len(sys.argv) > 3 else 15
+    split = sys.argv.index("--") if "--" in sys.argv else len(sys.argv)
+    args, build_args = sys.argv[1:split], sys.argv[split + 1 :]
+    before, after = args[0], args[1]
+    runs = int(args[2]) if len(args) > 2 else 15
     times: dict[str, list[float]] = {before: [], after: []}
     for _ in range(runs):
         for checkout in (before, after):
             env = dict(os.environ) | {"PYTHONPATH": checkout}
             start = time.perf_counter()
             result = subprocess.run(
-                [sys.executable, "-m", "buildmgr", "build"], env=env, capture_output=True, text=True, check=False
+                [sys.executable, "-m", "buildmgr", "build", *build_args],
+                env=env,
+                cwd="/",  # `-m` puts the working directory first on sys.path: it must not hold a checkout
+                capture_output=True,
+                text=True,
+                check=False,
             )
             times[checkout].append(time.perf_counter() - start)
             if "up to date" not in result.stderr:
