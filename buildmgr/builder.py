@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from buildmgr import __version__, compile_cache, proof, runtime, source, store
+from buildmgr.backends import glslc_cache
 from buildmgr.cmake import Reply, read_reply, request_reply
 from buildmgr.config import Dirs
 from buildmgr.diagnose import diagnose
@@ -93,6 +94,8 @@ def build_env(
     env = dict(os.environ)
     if remote is not None:
         env["CCACHE_REMOTE_STORAGE"] = remote.for_ccache
+    if plan.toolchain.ccache.found:  # CMake's default launcher, for projects that configure during the build
+        env |= {f"CMAKE_{lang}_COMPILER_LAUNCHER": str(plan.toolchain.ccache.path) for lang in ("C", "CXX")}
     if plan.source.commit_time is not None:  # __DATE__ and __TIME__, where a file uses them
         env.setdefault("SOURCE_DATE_EPOCH", str(plan.source.commit_time))
     env.update(
@@ -102,10 +105,23 @@ def build_env(
             "CCACHE_BASEDIR": str(tree.root),
             "CCACHE_NOHASHDIR": "1",
             "CCACHE_STATSLOG": str(statslog),
+            glslc_cache.STATSLOG_ENV: str(shader_statslog(statslog)),
             "NINJA_STATUS": "[%f/%t] ",
         }
     )
     return env
+
+
+def shader_statslog(statslog: Path) -> Path:
+    return statslog.with_suffix(".shader-stats")
+
+
+def shader_launcher(plan: BuildPlan, tree: BuildTree, dirs: Dirs) -> dict[str, str]:
+    """glslc behind the shader cache, where the recipe compiles shaders."""
+    glslc = plan.host_defines.get("Vulkan_GLSLC_EXECUTABLE")
+    if glslc is None:
+        return {}
+    return {"Vulkan_GLSLC_EXECUTABLE": str(glslc_cache.launcher(tree.root, glslc, dirs.shader_cache))}
 
 
 def reproducible_defines(tree: BuildTree) -> dict[str, str]:
@@ -119,9 +135,9 @@ def reproducible_defines(tree: BuildTree) -> dict[str, str]:
     return {"CMAKE_C_FLAGS_INIT": flags, "CMAKE_CXX_FLAGS_INIT": flags, "CMAKE_UNITY_BUILD_RELOCATABLE": "ON"}
 
 
-def configure_command(plan: BuildPlan, tree: BuildTree) -> list[str]:
+def configure_command(plan: BuildPlan, tree: BuildTree, launchers: dict[str, str] | None = None) -> list[str]:
     tools = plan.toolchain
-    defines = dict(plan.defines) | plan.host_defines | RPATH_DEFINES | reproducible_defines(tree)
+    defines = dict(plan.defines) | plan.host_defines | RPATH_DEFINES | reproducible_defines(tree) | (launchers or {})
     if tools.ccache.found:
         defines |= {f"CMAKE_{lang}_COMPILER_LAUNCHER": str(tools.ccache.path) for lang in LAUNCHER_LANGUAGES}
     return [
@@ -174,6 +190,12 @@ def prove_runs(staging: Path, short_commit: str, dirs: Dirs, log: Path, reporter
     )
 
 
+def _shader_counts(statslog: Path) -> dict[str, int] | None:
+    """Shader compiles served by the shader cache (hit), compiled and stored (miss), or run as given (direct)."""
+    path = shader_statslog(statslog)
+    return glslc_cache.counts(path.read_text(encoding="ascii")) if path.exists() else None
+
+
 def _runtime_needs(staging: Path, log: Path) -> dict[str, object]:
     try:
         return runtime.scan_prefix(staging)
@@ -218,7 +240,7 @@ def _configure(
         tree.link(plan.source.path)
         tree.build.mkdir(parents=True, exist_ok=True)
         request_reply(tree.build)
-        if _run_logged(configure_command(plan, tree), log, env) != 0:
+        if _run_logged(configure_command(plan, tree, shader_launcher(plan, tree, dirs)), log, env) != 0:
             raise _fail("configure failed", log)
         reply = read_reply(tree.build)
         _prove_backends(plan, reply, log)
@@ -240,6 +262,7 @@ def configure_only(plan: BuildPlan, dirs: Dirs, reporter: Reporter) -> Configure
             reply = _configure(plan, tree, dirs, reporter, log, build_env(plan, dirs, tree, statslog))
         finally:
             statslog.unlink(missing_ok=True)
+            shader_statslog(statslog).unlink(missing_ok=True)
     targets = _targets(plan, reply)
     reporter.say(f"[green]configured[/] {plan.build_id} in {tree.build}: {', '.join(plan.recipe.backends)} proven")
     return Configured(tree.build, log, targets)
@@ -308,6 +331,7 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter, rebuild: bool = Fal
                     "seconds": round(time.monotonic() - clock, 3),
                     "phases": dict(reporter.timings),
                     "ccache": compile_cache.parse_statslog(statslog.read_text()) if statslog.exists() else None,
+                    "shader_cache": _shader_counts(statslog),
                     "smoke": result.to_json(),
                     "runtime": needs,
                     "log": str(log),
@@ -316,5 +340,6 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter, rebuild: bool = Fal
                 store.publish(staging, prefix, receipt)
         finally:
             statslog.unlink(missing_ok=True)
+            shader_statslog(statslog).unlink(missing_ok=True)
     reporter.say(f"[green]built[/] {plan.build_id} → {prefix}; {compile_cache.summary(receipt['ccache'])}")
     return store.Build(plan.build_id, prefix, receipt)

@@ -64,6 +64,10 @@ class Dirs:
         return self.cache / "toolchain.json"
 
     @property
+    def shader_cache(self) -> Path:
+        return self.cache / "shader-cache"
+
+    @property
     def preflight_cache(self) -> Path:
         return self.cache / "preflight.json"
 

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -146,15 +147,21 @@ def bench_check(tool: Path, model: Path, env: dict[str, str], extra_args: tuple[
 
 
 def smoke_run(prefix: Path, short_commit: str, model: Path) -> SmokeResult:
-    """--version of every tool, then llama-bench on the CPU and on every device the build lists here."""
+    """--version of every tool, then llama-bench on the CPU and on every device the build lists here.
+
+    The runs are independent (each its own process, each device its own bench), so they run side by side: the smoke
+    run of a many-device build takes about as long as its slowest device, not their sum."""
     env = dict(os.environ)  # the user's own, LD_LIBRARY_PATH included: RPATH wins over it
     bindir = prefix / "bin"
-    checks = [version_check(bindir / name, short_commit, env) for name in VERSIONED_TOOLS if (bindir / name).exists()]
     bench = bindir / "llama-bench"
+    tools = [bindir / name for name in VERSIONED_TOOLS if (bindir / name).exists()]
     devices: tuple[str, ...] = ()
-    if bench.exists():
-        listed = probe_build(prefix, env)
-        devices = tuple(d.name for d in listed.devices if d.backend not in UNBENCHED_BACKENDS)
-        checks.append(bench_check(bench, model, env, ("-dev", "none")))
-        checks.extend(bench_check(bench, model, env, ("-dev", name)) for name in devices)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        versions = [pool.submit(version_check, tool, short_commit, env) for tool in tools]
+        benches = []
+        if bench.exists():
+            listed = probe_build(prefix, env)
+            devices = tuple(d.name for d in listed.devices if d.backend not in UNBENCHED_BACKENDS)
+            benches = [pool.submit(bench_check, bench, model, env, ("-dev", name)) for name in ("none", *devices)]
+        checks = [future.result() for future in versions + benches]
     return SmokeResult(bool(checks) and all(c.passed for c in checks), tuple(checks), devices)

@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -173,7 +174,7 @@ def _collect_idle(paths: list[Path], lock: Path, removed: list[Path]) -> None:
 
 def gc(dirs: Dirs) -> list[Path]:
     """Remove staging dirs of builds no longer running, leftovers of interrupted renames, extractions, downloads
-    and clones, and orphan build trees."""
+    and clones, orphan build trees, and shaders no build used for 30 days."""
     removed: list[Path] = []
     if dirs.staging.is_dir():
         for path in dirs.staging.iterdir():
@@ -194,4 +195,6 @@ def gc(dirs: Dirs) -> list[Path]:
                 if idle:  # a busy lock is a build in progress: its tree stays
                     shutil.rmtree(tree, ignore_errors=True)
                     removed.append(tree)
-    return removed
+    from buildmgr.backends import glslc_cache  # not on a no-op's import path
+
+    return removed + glslc_cache.prune(dirs.shader_cache, time.time())

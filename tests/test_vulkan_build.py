@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -203,3 +204,18 @@ def test_the_vulkan_artifact_installs_into_a_fresh_data_dir_and_runs_on_lavapipe
     prefix = Path(buildmgr(fresh, "which", "vulkan").stdout.strip())
     receipt = json.loads((prefix / "buildmgr-receipt.json").read_text())
     assert receipt["installed_from"]["smoke"]["devices"] == ["Vulkan0"] and receipt["installed_from"]["smoke"]["passed"]
+
+
+def test_a_fresh_build_tree_takes_every_shader_from_the_shader_cache(root, built):
+    """The first build compiled each shader variant and stored it; a rebuild in a new tree compiles none, and its
+    files are byte-identical and still run on lavapipe."""
+    prefix = Path(buildmgr(env_with(root), "which", "vulkan").stdout.strip())
+    first = json.loads((prefix / "buildmgr-receipt.json").read_text())
+    assert first["shader_cache"]["miss"] > 1000 and first["shader_cache"]["hit"] == 0
+    shutil.rmtree(root / "cache" / "buildmgr" / "build-trees" / first["id"])
+    rebuilt = buildmgr(env_with(root, GGML_VK_VISIBLE_DEVICES="0"), "build", "vulkan", "--rebuild")
+    assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
+    second = json.loads((prefix / "buildmgr-receipt.json").read_text())
+    assert second["shader_cache"]["hit"] == first["shader_cache"]["miss"] and second["shader_cache"]["miss"] == 0
+    assert second["files"] == first["files"]
+    assert second["smoke"]["devices"] == ["Vulkan0"] and second["smoke"]["passed"]

@@ -1,0 +1,189 @@
+"""A content-addressed cache of glslc's outputs: the ccache of ggml-vulkan's shaders.
+
+ggml-vulkan's vulkan-shaders-gen runs glslc once per shader variant (about 1,100 at the pin), and ccache cannot serve
+them, so a warm rebuild spent most of its time there. Given to CMake as `Vulkan_GLSLC_EXECUTABLE`, this launcher keys
+each compile by glslc's stamp, its flags, the shader's name and the text of the shader and of every file it includes
+(found by following `#include` lines, whichever `#if` they sit under). A hit copies the stored SPIR-V and writes the
+depfile if one was asked for; anything it does not understand (`-o -`, `-I`, several inputs) runs glslc unchanged.
+
+It runs as its own small process per shader, so it imports little beyond os and hashlib (start-up is the cost of a
+hit).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+
+TYPE_CHECKING = False  # typing itself costs each shader's start-up
+if TYPE_CHECKING:
+    from pathlib import Path
+
+# Flags whose meaning this launcher cannot key on: glslc runs unchanged.
+_PASS_THROUGH = ("-M", "-E", "-S", "-I", "-c", "--show-limits")
+STATSLOG_ENV = "BUILDMGR_SHADER_STATSLOG"  # one word per compile: hit, miss or direct
+
+
+def parse(args: list[str]) -> tuple[list[str], str, str, str | None] | None:
+    """glslc's arguments → (flags, input, output, depfile), or None when the call is not one this launcher caches.
+
+    `-MD -MF FILE` is understood: the launcher writes the depfile itself on a hit."""
+    flags: list[str] = []
+    inputs: list[str] = []
+    output = depfile = None
+    items = iter(args)
+    for arg in items:
+        if arg == "-o":
+            output = next(items, None)
+        elif arg == "-MF":
+            depfile = next(items, None)
+        elif arg == "-MD":
+            continue
+        elif arg.startswith(_PASS_THROUGH):
+            return None
+        elif arg.startswith("-"):
+            flags.append(arg)
+        else:
+            inputs.append(arg)
+    if len(inputs) != 1 or output in (None, "-") or (depfile is None) != ("-MD" not in args):
+        return None
+    return flags, inputs[0], output, depfile
+
+
+def _included(text: bytes) -> list[str]:
+    """Names in `#include "x"` / `#include <x>` lines (no regex: this runs once per shader, start-up counts)."""
+    names = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(b"#") and stripped[1:].lstrip().startswith(b"include"):
+            rest = stripped[1:].lstrip()[len(b"include") :].strip()
+            if rest[:1] in (b'"', b"<"):
+                close = rest.find(b'"' if rest[:1] == b'"' else b">", 1)
+                if close > 1:
+                    names.append(rest[1:close].decode(errors="surrogateescape"))
+    return names
+
+
+def sources(shader: str) -> dict[str, bytes] | None:
+    """The shader and every file it includes, transitively, whichever `#if` they sit under; None if one is missing."""
+    found: dict[str, bytes] = {}
+    pending = [os.path.normpath(shader)]
+    while pending:
+        path = pending.pop()
+        if path in found:
+            continue
+        try:
+            with open(path, "rb") as handle:
+                found[path] = handle.read()
+        except OSError:
+            return None
+        pending.extend(os.path.normpath(os.path.join(os.path.dirname(path), n)) for n in _included(found[path]))
+    return found
+
+
+def key(glslc: str, flags: list[str], shader: str, texts: dict[str, bytes]) -> str:
+    stat = os.stat(glslc)
+    digest = hashlib.sha256(f"{os.path.realpath(glslc)}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
+    for part in [*flags, os.path.basename(shader)]:
+        digest.update(part.encode(errors="surrogateescape") + b"\0")
+    base = os.path.dirname(os.path.normpath(shader))
+    for path in sorted(texts):
+        text = texts[path]
+        name = os.path.relpath(path, base).encode(errors="surrogateescape")
+        digest.update(name + b"\0" + str(len(text)).encode() + b"\0" + text)
+    return digest.hexdigest()
+
+
+def _copy_atomically(source: str, destination: str) -> None:
+    import shutil
+
+    temporary = os.path.join(os.path.dirname(destination) or ".", f".{os.path.basename(destination)}.{os.getpid()}.tmp")
+    shutil.copyfile(source, temporary)
+    os.replace(temporary, destination)
+
+
+def _write_depfile(depfile: str, output: str, texts: dict[str, bytes]) -> None:
+    """What glslc's -MD writes: the output, then every source it read (an unused #if branch's include is listed too:
+    a needless rebuild at worst, never a missed one)."""
+    escaped = [path.replace(" ", "\\ ") for path in texts]
+    with open(depfile, "w", encoding="utf-8", errors="surrogateescape") as handle:
+        handle.write(f"{output.replace(' ', chr(92) + ' ')}: {' '.join(escaped)}\n")
+
+
+def _log(word: str) -> None:
+    statslog = os.environ.get(STATSLOG_ENV)
+    if statslog:
+        with open(statslog, "a", encoding="ascii") as log:
+            log.write(word + "\n")
+
+
+def run(glslc: str, cache: str, args: list[str]) -> int:
+    request = parse(args)
+    texts = sources(request[1]) if request else None
+    if request is None or texts is None:
+        import subprocess
+
+        _log("direct")
+        return subprocess.run([glslc, *args], check=False).returncode
+    flags, shader, output, depfile = request
+    digest = key(glslc, flags, shader, texts)
+    entry = os.path.join(cache, digest[:2], digest)
+    if os.path.isfile(entry):
+        _copy_atomically(entry, output)
+        if depfile:
+            _write_depfile(depfile, output, texts)
+        os.utime(entry)  # last use, for prune()
+        _log("hit")
+        return 0
+    import subprocess
+
+    result = subprocess.run([glslc, *args], capture_output=True, check=False)
+    sys.stdout.buffer.write(result.stdout)
+    sys.stderr.buffer.write(result.stderr)
+    _log("miss")
+    if result.returncode == 0 and not result.stderr and os.path.isfile(output):  # a warning is shown again next time
+        os.makedirs(os.path.dirname(entry), exist_ok=True)
+        _copy_atomically(output, entry)
+    return result.returncode
+
+
+def launcher(directory: Path, glslc: str, cache: Path) -> Path:
+    """Write the program CMake is given as glslc: this Python, this file alone (not the package: each import costs
+    every shader), the real glslc and the cache."""
+    path = directory / "glslc-cached"
+    text = (
+        f"#!{sys.executable} -S\n"
+        "import sys\n"
+        f"sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
+        "from glslc_cache import run\n"
+        f"sys.exit(run({glslc!r}, {str(cache)!r}, sys.argv[1:]))\n"
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        temporary.write_text(text, encoding="utf-8")
+        temporary.chmod(0o755)
+        os.replace(temporary, path)
+    return path
+
+
+UNUSED_DAYS = 30
+
+
+def prune(cache: Path, now: float, days: int = UNUSED_DAYS) -> list[Path]:
+    """Remove the entries no build used for `days`: the cache would otherwise keep every source version's shaders."""
+    removed = []
+    for entry in sorted(cache.glob("??/*")):
+        try:
+            if now - entry.stat().st_mtime > days * 86400:
+                entry.unlink()
+                removed.append(entry)
+        except OSError:
+            continue  # taken by another gc
+    return removed
+
+
+def counts(statslog_text: str) -> dict[str, int]:
+    words = statslog_text.split()
+    return {word: words.count(word) for word in ("hit", "miss", "direct")}
