@@ -190,6 +190,11 @@ def prove_runs(staging: Path, short_commit: str, dirs: Dirs, log: Path, reporter
     )
 
 
+def _drop_statslogs(statslog: Path) -> None:
+    statslog.unlink(missing_ok=True)
+    shader_statslog(statslog).unlink(missing_ok=True)
+
+
 def _shader_counts(statslog: Path) -> dict[str, int] | None:
     """Shader compiles served by the shader cache (hit), compiled and stored (miss), or run as given (direct)."""
     path = shader_statslog(statslog)
@@ -261,8 +266,7 @@ def configure_only(plan: BuildPlan, dirs: Dirs, reporter: Reporter) -> Configure
         try:
             reply = _configure(plan, tree, dirs, reporter, log, build_env(plan, dirs, tree, statslog))
         finally:
-            statslog.unlink(missing_ok=True)
-            shader_statslog(statslog).unlink(missing_ok=True)
+            _drop_statslogs(statslog)
     targets = _targets(plan, reply)
     reporter.say(f"[green]configured[/] {plan.build_id} in {tree.build}: {', '.join(plan.recipe.backends)} proven")
     return Configured(tree.build, log, targets)
@@ -339,7 +343,6 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter, rebuild: bool = Fal
                 }
                 store.publish(staging, prefix, receipt)
         finally:
-            statslog.unlink(missing_ok=True)
-            shader_statslog(statslog).unlink(missing_ok=True)
+            _drop_statslogs(statslog)
     reporter.say(f"[green]built[/] {plan.build_id} → {prefix}; {compile_cache.summary(receipt['ccache'])}")
     return store.Build(plan.build_id, prefix, receipt)

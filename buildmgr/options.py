@@ -80,7 +80,7 @@ def resolve_arch(recipe: Recipe, request: BuildRequest, host: backends.Host, mem
     environ = host.environ
     defines: list[tuple[str, str]] = []
     labels: list[str] = []
-    if has_cuda and request.sm is not None and request.sm.strip() != "native":
+    if has_cuda and not cuda.asks_the_gpus(request.sm):
         value, label = memo.recall(
             ["--sm", request.sm, backends.stamps(cuda.inputs(host))],
             lambda: cuda.resolve_sm(request.sm, environ),

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from buildmgr import cmake
+from buildmgr.backends import stamps
 from buildmgr.errors import UserError
 from buildmgr.fsutil import atomic_write_text
 
@@ -96,17 +97,9 @@ def ccache_path(choice: str) -> str | None:
 
 def programs_fingerprint(ccache: str = "bundled") -> str:
     """Path, size and mtime of every program detect() would run: while these stay, so do the versions."""
-    stamps = []
     programs = [shutil.which(c) or c for c in _compilers()] + [ccache_path(ccache) or f"ccache:{ccache}"]
-    for path in [*map(str, cmake.candidate_paths()), *programs]:
-        real = os.path.realpath(path)
-        try:
-            stat = os.stat(real)
-        except OSError:
-            stamps.append([path, None])
-            continue
-        stamps.append([path, real, stat.st_size, stat.st_mtime_ns])
-    return hashlib.sha256(json.dumps(stamps).encode()).hexdigest()
+    paths = (*map(str, cmake.candidate_paths()), *programs)
+    return hashlib.sha256(json.dumps(stamps(paths)).encode()).hexdigest()
 
 
 def _load(cache_file: Path, fingerprint: str) -> Toolchain | None:

@@ -82,6 +82,11 @@ def visible_capabilities(environ: dict[str, str]) -> list[str]:
     return sorted({ln.strip() for ln in text.splitlines() if re.match(r"^\d+\.\d+$", ln.strip())}) if code == 0 else []
 
 
+def asks_the_gpus(text: str | None) -> bool:
+    """No --sm, or --sm native: the answer depends on the GPUs present, not only on files."""
+    return text is None or text.strip() == "native"
+
+
 def resolve_sm(text: str | None, environ: dict[str, str]) -> tuple[str, str]:
     """`--sm` (or its absence, or 'native') → concrete capabilities, so the build id says what was built.
 
@@ -92,7 +97,7 @@ def resolve_sm(text: str | None, environ: dict[str, str]) -> tuple[str, str]:
         raise UserError("--sm needs nvcc: install the CUDA toolkit and set CUDA_HOME")
     _, version_text = run_text([nvcc, "--version"])
     version = parse_nvcc_version(version_text) or "?"
-    if text is None or text.strip() == "native":
+    if asks_the_gpus(text):
         capabilities = visible_capabilities(environ)
         if not capabilities:
             raise UserError(

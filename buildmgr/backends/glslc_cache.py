@@ -46,7 +46,7 @@ def parse(args: list[str]) -> tuple[list[str], str, str, str | None] | None:
             flags.append(arg)
         else:
             inputs.append(arg)
-    if len(inputs) != 1 or output in (None, "-") or (depfile is None) != ("-MD" not in args):
+    if len(inputs) != 1 or output in (None, "-") or ("-MD" in args) != (depfile is not None):
         return None
     return flags, inputs[0], output, depfile
 
@@ -159,12 +159,11 @@ def launcher(directory: Path, glslc: str, cache: Path) -> Path:
         "from glslc_cache import run\n"
         f"sys.exit(run({glslc!r}, {str(cache)!r}, sys.argv[1:]))\n"
     )
-    directory.mkdir(parents=True, exist_ok=True)
     if not path.is_file() or path.read_text(encoding="utf-8") != text:
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temporary.write_text(text, encoding="utf-8")
-        temporary.chmod(0o755)
-        os.replace(temporary, path)
+        from buildmgr.fsutil import atomic_write_text  # in buildmgr's process, never a shader's
+
+        atomic_write_text(path, text)
+        path.chmod(0o755)
     return path
 
 
