@@ -98,6 +98,36 @@ def test_a_failed_compile_shows_glslcs_error_and_is_not_stored(tmp_path):
 
 
 @needs_glslc
+def test_a_call_it_does_not_cache_is_glslc_itself(tmp_path):
+    """`-o -` (CMake's probes) runs glslc in the launcher's place: the same bytes on stdout, the same exit status."""
+    statslog = tmp_path / "stats"
+    launcher = glslc_cache.launcher(tmp_path / "tree", GLSLC, tmp_path / "cache")
+    shader = shaders(tmp_path / "src")
+    args = ["-fshader-stage=compute", "--target-env=vulkan1.2", str(shader), "-o", "-", "-DSCALE=2"]
+    env = dict(os.environ) | {glslc_cache.STATSLOG_ENV: str(statslog)}
+    through = subprocess.run([str(launcher), *args], env=env, capture_output=True, check=False)
+    direct = subprocess.run([GLSLC, *args], capture_output=True, check=False)
+    assert through.returncode == direct.returncode == 0
+    assert through.stdout == direct.stdout and through.stdout.startswith(b"\x03\x02\x23\x07")  # SPIR-V's magic
+    failed = subprocess.run([str(launcher), *args[:-1]], env=env, capture_output=True, check=False)  # SCALE undefined
+    assert failed.returncode == subprocess.run([GLSLC, *args[:-1]], capture_output=True, check=False).returncode != 0
+    assert words(statslog) == ["direct", "direct"]
+
+
+@needs_glslc
+def test_a_compile_with_a_warning_shows_it_and_is_not_stored(tmp_path):
+    cache, statslog = tmp_path / "cache", tmp_path / "stats"
+    launcher = glslc_cache.launcher(tmp_path / "tree", GLSLC, cache)
+    shader = shaders(tmp_path / "src", include="#define VALUE_TYPE float\n#extension GL_EXT_no_such_thing : warn\n")
+    for _ in range(2):
+        result = compile_through(launcher, shader, tmp_path / "out.spv", statslog, "-DSCALE=2")
+        assert result.returncode == 0 and "warning" in result.stderr, result.stderr
+        assert (tmp_path / "out.spv").read_bytes()[:4] == b"\x03\x02\x23\x07"
+    assert words(statslog) == ["miss", "miss"]
+    assert not any(path.is_file() for path in cache.rglob("*"))
+
+
+@needs_glslc
 def test_a_hit_writes_the_depfile_that_glslc_wrote(tmp_path):
     """vulkan-shaders-gen asks for a depfile on one variant per shader and ninja reads it: a hit must write it too."""
     statslog = tmp_path / "stats"
