@@ -74,7 +74,8 @@ def cmd_build(args: argparse.Namespace, dirs: Dirs) -> int:
     prefix = build_plan.prefix(dirs.builds)
     up_to_date = not args.rebuild and store.read_receipt(prefix) is not None
     if up_to_date:
-        _err().print(f"up to date: {build_plan.build_id} ({prefix}); --rebuild to build again")
+        # plain text: importing rich would be a sixth of the no-op
+        print(f"up to date: {build_plan.build_id} ({prefix}); --rebuild to build again", file=sys.stderr)
     else:
         if not build_plan.toolchain.ccache.found:
             from buildmgr.toolchain import INSTALL_HINTS

@@ -11,20 +11,41 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
+def _still_there(handle, lock_file: Path) -> bool:
+    """True if the path still names the file this handle locked: gc may unlink an idle lock file, and a process that
+    was waiting on it would otherwise hold a lock that nobody else can see."""
+    try:
+        return os.stat(lock_file).st_ino == os.fstat(handle.fileno()).st_ino
+    except FileNotFoundError:
+        return False
+
+
 @contextlib.contextmanager
 def locked(lock_file: Path, wait: bool = True) -> Iterator[bool]:
     """Hold an exclusive advisory lock for the block. With wait=False, yields False if it is busy."""
     lock_file.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_file, "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
+    while True:
+        with open(lock_file, "a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            if not _still_there(handle, lock_file):
+                continue  # removed while this process waited: lock the file that is there now
+            try:
+                yield True
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
             return
-        try:
-            yield True
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def remove_if_idle(lock_file: Path) -> bool:
+    """Delete a lock file that no process holds, holding it meanwhile so that no one takes it in between."""
+    with locked(lock_file, wait=False) as idle:
+        if idle:
+            lock_file.unlink()
+        return idle
 
 
 def umask_mode() -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from buildmgr.config import Dirs
 from buildmgr.errors import UserError
-from buildmgr.fsutil import atomic_write_text, fsync_tree, locked, sha256_file
+from buildmgr.fsutil import atomic_write_text, fsync_tree, locked, remove_if_idle, sha256_file
 
 RECEIPT = "buildmgr-receipt.json"
 RECEIPT_SCHEMA = 1
@@ -174,7 +174,7 @@ def _collect_idle(paths: list[Path], lock: Path, removed: list[Path]) -> None:
 
 def gc(dirs: Dirs) -> list[Path]:
     """Remove staging dirs of builds no longer running, leftovers of interrupted renames, extractions, downloads
-    and clones, orphan build trees, and shaders no build used for 30 days."""
+    and clones, orphan build trees, lock files of builds not running, and shaders no build used for 30 days."""
     removed: list[Path] = []
     if dirs.staging.is_dir():
         for path in dirs.staging.iterdir():
@@ -195,6 +195,9 @@ def gc(dirs: Dirs) -> list[Path]:
                 if idle:  # a busy lock is a build in progress: its tree stays
                     shutil.rmtree(tree, ignore_errors=True)
                     removed.append(tree)
+    for lock in sorted((dirs.data / "locks").glob("*.lock")):  # one per build id ever built, else kept forever
+        if remove_if_idle(lock):
+            removed.append(lock)
     from buildmgr.backends import glslc_cache  # not on a no-op's import path
 
     return removed + glslc_cache.prune(dirs.shader_cache, time.time())

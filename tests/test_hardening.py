@@ -246,8 +246,66 @@ def test_gc_goes_by_the_locks_not_by_process_ids(tmp_env):
         (path / "sub").mkdir(parents=True)
     with locked(store.build_lock(dirs, "cpu-88888888")):
         removed = store.gc(dirs)
-    assert set(removed) == {orphan, extract, download, clone}
+    assert {p for p in removed if p.suffix != ".lock"} == {orphan, extract, download, clone}
     assert running.exists() and not any(p.exists() for p in removed)
+
+
+def test_gc_removes_the_lock_files_of_builds_not_running(tmp_env):
+    from buildmgr.fsutil import locked
+
+    dirs = dirs_of(tmp_env)
+    for build_id in ("cpu-11111111", "cpu-22222222"):  # builds that finished: their lock files stay behind
+        with locked(store.build_lock(dirs, build_id)):
+            pass
+    with locked(store.build_lock(dirs, "cpu-33333333")):
+        removed = store.gc(dirs)
+        assert [p.name for p in (dirs.data / "locks").iterdir()] == ["cpu-33333333.lock"]
+    assert {"cpu-11111111.lock", "cpu-22222222.lock"} <= {p.name for p in removed}
+
+
+HOLD_THE_LOCK = """
+import json, sys, time
+from pathlib import Path
+from buildmgr.fsutil import locked
+with locked(Path(sys.argv[1])):
+    start = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process on the host
+    time.sleep(1.5)
+    Path(sys.argv[2]).write_text(json.dumps([start, time.monotonic()]))
+"""
+
+
+def waits_on(inode: int) -> bool:
+    """/proc/locks shows a process blocked on a flock as a `->` line naming the file's inode."""
+    return any("->" in line and line.split()[6].endswith(f":{inode}") for line in Path("/proc/locks").open())
+
+
+def test_a_lock_file_that_gc_removes_while_a_process_waits_on_it_still_excludes(tmp_path):
+    """The worst interleaving, for real: gc holds an idle lock file and unlinks it while a build waits on it; after
+    gc lets go, that build and a newcomer (who creates the file again) must not both hold the lock."""
+    import fcntl
+    import subprocess
+    import sys
+    import time
+
+    lock = tmp_path / "locks" / "cpu-1.lock"
+    lock.parent.mkdir()
+    env = dict(os.environ) | {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+
+    def holder(name: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", HOLD_THE_LOCK, str(lock), str(tmp_path / name)], env=env)
+
+    with open(lock, "a") as handle:  # gc's side
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        waiter = holder("waiter.json")
+        deadline = time.monotonic() + 30
+        while not waits_on(os.fstat(handle.fileno()).st_ino):
+            assert time.monotonic() < deadline and waiter.poll() is None, "the waiter never blocked on the lock"
+            time.sleep(0.05)
+        lock.unlink()
+    newcomer = holder("newcomer.json")
+    assert waiter.wait(timeout=60) == 0 and newcomer.wait(timeout=60) == 0
+    first, second = (json.loads((tmp_path / name).read_text()) for name in ("waiter.json", "newcomer.json"))
+    assert first[1] <= second[0] or second[1] <= first[0], f"both held the lock at once: {first} {second}"
 
 
 def every_path(root: Path) -> list[str]:

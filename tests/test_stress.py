@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 from conftest import WORKS, buildmgr, make_env, write_fake_tree
 
-# A tool that passes buildmgr's smoke run: --version, --list-devices, and llama-bench's JSON.
-PHASES = ("▸ configure", "▸ build", "▸ smoke")
+# Where each kill lands: just after the line that starts a phase. "✓ smoke" is the last line before buildmgr hashes
+# the staged files, fsyncs them and renames the staging dir into place (publishing).
+PHASES = ("▸ configure", "▸ build", "▸ install", "▸ smoke", "✓ smoke")
+# 48 MiB of initialised data per tool makes installing and publishing take long enough for the kill to land in them.
+BALLAST = "char ballast[48 << 20] = {1};\n"
 
 
 def listed(env) -> list[str]:
@@ -34,7 +37,7 @@ def start(env, *args) -> subprocess.Popen:
 
 @pytest.mark.parametrize("phase", PHASES)
 def test_kill_9_in_any_phase_leaves_no_half_build_and_the_next_run_finishes(tmp_path, phase):
-    tree = write_fake_tree(tmp_path / "src", WORKS)
+    tree = write_fake_tree(tmp_path / "src", BALLAST + WORKS)
     env = make_env(tmp_path)
     process = start(env, "build", "--source", str(tree))
     seen = ""
@@ -54,6 +57,8 @@ def test_kill_9_in_any_phase_leaves_no_half_build_and_the_next_run_finishes(tmp_
     for prefix in visible:  # a build is whole or absent
         assert (prefix / "buildmgr-receipt.json").exists(), f"half a build is visible: {prefix}"
     assert len(listed(env)) == len(visible)
+    if phase in ("▸ install", "✓ smoke"):  # killed between staging and publishing: the staging dir is what is left
+        assert not visible and list((builds / ".staging").iterdir())
     again = buildmgr(env, "build", "--source", str(tree))
     assert again.returncode == 0, again.stderr
     [build_id] = listed(env)
