@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import os
-import platform
 import shlex
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -14,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from buildmgr import __version__, compile_cache, proof, runtime, source, store
+from buildmgr import __version__, compile_cache, hostfacts, proof, runtime, source, store
 from buildmgr.backends import glslc_cache
 from buildmgr.cmake import Reply, read_reply, request_reply
 from buildmgr.config import Dirs
@@ -208,16 +206,6 @@ def _runtime_needs(staging: Path, log: Path) -> dict[str, object]:
         raise BuildFailed(f"cannot read what the build needs at run time: {err}", log=log) from None
 
 
-def _host() -> dict[str, object]:
-    return {
-        "hostname": socket.gethostname(),
-        "system": platform.system(),
-        "os": platform.platform(),
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-    }
-
-
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -328,7 +316,7 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter, rebuild: bool = Fal
                     "backend_versions": plan.backend_versions,
                     "source": plan.source.to_json(),
                     "toolchain": plan.toolchain.to_json(),
-                    "host": _host(),
+                    "host": hostfacts.read().receipt_json(),
                     "jobs": plan.jobs,
                     "started": started,
                     "finished": _now(),

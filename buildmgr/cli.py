@@ -256,9 +256,9 @@ def cmd_gc(args: argparse.Namespace, dirs: Dirs) -> int:
 
 def _host(dirs: Dirs):
     from buildmgr.config import Settings
-    from buildmgr.options import host_facts
+    from buildmgr.options import backend_host
 
-    return host_facts(ccache=Settings.load(dirs, dict(os.environ)).ccache)
+    return backend_host(ccache=Settings.load(dirs, dict(os.environ)).ccache)
 
 
 def cmd_recipes(args: argparse.Namespace, dirs: Dirs) -> int:
@@ -496,13 +496,12 @@ def cmd_package(args: argparse.Namespace, dirs: Dirs) -> int:
 
 
 def cmd_install_artifact(args: argparse.Namespace, dirs: Dirs) -> int:
-    import platform
 
-    from buildmgr import artifacts
+    from buildmgr import artifacts, hostfacts
     from buildmgr.progress import Reporter
 
     artifact = artifacts.open_artifact(args.file)
-    findings = artifacts.host_findings(artifact.receipt, dict(os.environ), platform.machine())
+    findings = artifacts.host_findings(artifact.receipt, dict(os.environ), hostfacts.read().machine)
     errors = [line for severity, line in findings if severity == "error"]
     for severity, line in findings:
         _err().print(f"{severity}: {line}", markup=False, style="red" if severity == "error" else "yellow")
@@ -751,6 +750,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def one_line(text: str) -> str:
+    """A message that quotes the user's input stays one printable line: a newline, a NUL or an undecodable byte in
+    that input is shown escaped."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
@@ -760,12 +765,12 @@ def main(argv: list[str] | None = None) -> int:
             _err().print(f"likely fix: {hint}", markup=False, style="bold yellow")
         for line in err.tail:
             _err().print(f"  {line}", markup=False)
-        _err().print(f"buildmgr: error: {err}", markup=False)
+        _err().print(f"buildmgr: error: {one_line(str(err))}", markup=False)
         if err.log is not None:
             _err().print(f"full log: {err.log}", markup=False)
         return err.exit_code
     except BuildmgrError as err:
-        _err().print(f"buildmgr: error: {err}", markup=False)
+        _err().print(f"buildmgr: error: {one_line(str(err))}", markup=False)
         return err.exit_code
     except KeyboardInterrupt:
         _err().print("buildmgr: interrupted")
@@ -776,5 +781,6 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:  # disk full, read-only file system, permission, not a directory …: one line, the path
         paths = [str(p) for p in (err.filename, err.filename2) if p]
         where = f": {' → '.join(paths)}" if paths else ""
-        _err().print(f"buildmgr: error: {err.strerror or err}{where}; check that path and the free space", markup=False)
+        message = f"{err.strerror or err}{where}; check that path and the free space"
+        _err().print(f"buildmgr: error: {one_line(message)}", markup=False)
         return 2

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import shutil
-import socket
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from buildmgr import backends, identity, store
+from buildmgr import backends, hostfacts, identity, store
 from buildmgr.config import Dirs
 from buildmgr.errors import UserError
 from buildmgr.fsutil import atomic_write_text, locked
@@ -42,7 +40,7 @@ VULKANINFO_SKIPPED = "not run: ggml gave every Vulkan device a PCI id"
 
 
 def path_for(dirs: Dirs) -> Path:
-    return dirs.inventory / f"{socket.gethostname()}.json"
+    return dirs.inventory / f"{hostfacts.read().hostname}.json"
 
 
 def _now() -> str:
@@ -79,29 +77,8 @@ def vulkaninfo() -> list[VulkanGpu]:
     return parse_vulkaninfo_summary(_capture(["vulkaninfo", "--summary"]))
 
 
-def host_facts(nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu] | None, drm: list[DrmCard]) -> dict[str, object]:
-    try:
-        ram_mib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1 << 20)
-    except (ValueError, OSError):
-        ram_mib = None
-    cpu = ""
-    try:
-        cpu = next(
-            (
-                ln.split(":", 1)[1].strip()
-                for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")
-            ),
-            "",
-        )
-    except OSError:
-        pass
-    return {
-        "hostname": socket.gethostname(),
-        "os": platform.platform(),
-        "cpu": cpu or platform.processor(),
-        "cpus": os.cpu_count(),
-        "ram_mib": ram_mib,
+def describe_host(nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu] | None, drm: list[DrmCard]) -> dict[str, object]:
+    return hostfacts.read().inventory_json() | {
         "drivers": {
             "nvidia": nvidia[0].driver if nvidia else None,
             "vulkan_devices": [asdict(g) for g in vulkan] if vulkan is not None else VULKANINFO_SKIPPED,
@@ -327,7 +304,7 @@ def refresh(
             record_probe(data, build, results[build.id])
         vulkan = vulkaninfo() if vulkaninfo_needed(data["builds"]) else None
         drm = read_drm_cards()
-        host = host_facts(nvidia, vulkan, drm)
+        host = describe_host(nvidia, vulkan, drm)
         data.update(schema=SCHEMA, updated=_now(), host=host, probe_env=enumeration_env(environ))
         summarize(data, nvidia, vulkan or [], drm)
         atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")

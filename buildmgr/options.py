@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import platform
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildmgr import backends, source, toolchain
+from buildmgr import backends, hostfacts, source, toolchain
 from buildmgr.backends import cpu, cuda, hip
 from buildmgr.config import Dirs, Settings, ensure_writable, resource_path
 from buildmgr.errors import UserError
@@ -41,13 +40,15 @@ def all_recipes(dirs: Dirs, wanted: str = "", warn=lambda message: None) -> dict
     return recipes
 
 
-def host_facts(
+def backend_host(
     environ: dict[str, str] | None = None, toolchain_cache: Path | None = None, ccache: str = "bundled"
 ) -> backends.Host:
+    """What the backends' checks look at: this host's facts, the environment and the toolchain."""
+    facts = hostfacts.read()
     return backends.Host(
         dict(os.environ if environ is None else environ),
-        platform.system(),
-        platform.machine(),
+        facts.system,
+        facts.machine,
         toolchain.detect(toolchain_cache, ccache),
     )
 
@@ -130,10 +131,10 @@ def resolve(request: BuildRequest, dirs: Dirs, environ: dict[str, str] | None = 
     check_arch_flags(recipe, request)
     spec = source.parse_source_spec(request.source)
     settings = Settings.load(dirs, dict(os.environ if environ is None else environ))
-    host = host_facts(environ, dirs.toolchain_cache, settings.ccache)
+    host = backend_host(environ, dirs.toolchain_cache, settings.ccache)
     cpu.check_defines(dict(recipe.defines), host.machine)
     gib_per_job = backends.gib_per_job(recipe.backends)
-    jobs = parse_jobs(request.jobs, os.cpu_count() or 1, available_gib(), gib_per_job)
+    jobs = parse_jobs(request.jobs, hostfacts.read().cpus or 1, available_gib(), gib_per_job)
     toolchain.require(host.toolchain, recipe.tools, recipe.name)
     memo = backends.Memo.load(dirs.preflight_cache)
     report = backends.inspect(recipe.backends, host, memo=memo)

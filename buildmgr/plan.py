@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from buildmgr import hostfacts
 from buildmgr.errors import UserError
 from buildmgr.recipes import BASE_DEFINES, Recipe
 from buildmgr.source import SourceTree
@@ -24,7 +24,7 @@ RPATH_DEFINES = {
         "CMAKE_SHARED_LINKER_FLAGS": "-Wl,--disable-new-dtags",
         "CMAKE_MODULE_LINKER_FLAGS": "-Wl,--disable-new-dtags",
     }
-    if platform.system() == "Linux"
+    if hostfacts.read().system == "Linux"
     else {}
 )
 

@@ -84,7 +84,9 @@ def tiny_model(cache_dir: Path) -> Path:
 
 
 @dataclass(frozen=True)
-class Check:
+class ToolRun:
+    """One command of the smoke run and what it proved (not a preflight `backends.Check`: this one ran the build)."""
+
     command: list[str]
     returncode: int
     seconds: float
@@ -95,14 +97,14 @@ class Check:
 @dataclass(frozen=True)
 class SmokeResult:
     passed: bool
-    checks: tuple[Check, ...] = field(default=())
+    checks: tuple[ToolRun, ...] = field(default=())
     devices: tuple[str, ...] = ()  # devices the model ran on, besides the CPU
 
     def to_json(self) -> dict[str, object]:
         return {"passed": self.passed, "checks": [asdict(c) for c in self.checks], "devices": list(self.devices)}
 
     @property
-    def failures(self) -> list[Check]:
+    def failures(self) -> list[ToolRun]:
         return [c for c in self.checks if not c.passed]
 
 
@@ -119,17 +121,17 @@ def _run(command: list[str], env: dict[str, str]) -> tuple[int, str, str, float]
     return code, out, err, round(time.monotonic() - start, 3)
 
 
-def version_check(tool: Path, short_commit: str, env: dict[str, str]) -> Check:
+def version_check(tool: Path, short_commit: str, env: dict[str, str]) -> ToolRun:
     code, out, err, seconds = _run([str(tool), "--version"], env)
     output = out + err  # --version prints to stderr
     line = next((ln for ln in output.splitlines() if ln.startswith("version:")), "")
     # "version: 0.5.0-dev (build 0, commit 0c1e570)"; older trees print "version: 0 (0c1e570)"
     passed = code == 0 and (short_commit == "unknown" or re.search(rf"\b{short_commit}\b", line) is not None)
     detail = line or output.strip()[-400:]
-    return Check([tool.name, "--version"], code, seconds, passed, detail)
+    return ToolRun([tool.name, "--version"], code, seconds, passed, detail)
 
 
-def bench_check(tool: Path, model: Path, env: dict[str, str], extra_args: tuple[str, ...] = ()) -> Check:
+def bench_check(tool: Path, model: Path, env: dict[str, str], extra_args: tuple[str, ...] = ()) -> ToolRun:
     command = [str(tool), "-m", str(model), "-p", "16", "-n", "8", "-r", "1", "-o", "json", *extra_args]
     code, out, err, seconds = _run(command, env)
     passed, detail = False, (out + err).strip()[-400:]
@@ -143,7 +145,7 @@ def bench_check(tool: Path, model: Path, env: dict[str, str], extra_args: tuple[
             passed, detail = bool(results), f"on {'CPU' if where == 'none' else where}: " + ", ".join(speeds)
         except (ValueError, KeyError, TypeError, IndexError):
             pass
-    return Check([tool.name, *command[1:2], model.name, *command[3:]], code, seconds, passed, detail)
+    return ToolRun([tool.name, *command[1:2], model.name, *command[3:]], code, seconds, passed, detail)
 
 
 def smoke_run(prefix: Path, short_commit: str, model: Path) -> SmokeResult:

@@ -1,0 +1,59 @@
+"""This host, read once: the receipt, the backends' checks, the artifact checks and the inventory all describe it
+from here. The cheap facts come from uname; the costly ones (platform's OS string, /proc/cpuinfo) only when asked,
+so a no-op never pays for them."""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    hostname: str
+    system: str  # uname's, e.g. Linux, Darwin
+    machine: str  # uname's, e.g. x86_64, aarch64
+    cpus: int | None
+
+    @functools.cached_property
+    def os(self) -> str:
+        import platform  # its import and platform() cost a no-op 50 ms
+
+        return platform.platform()
+
+    @functools.cached_property
+    def cpu(self) -> str:
+        try:
+            lines = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return ""
+        return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), "")
+
+    @functools.cached_property
+    def ram_mib(self) -> int | None:
+        try:
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1 << 20)
+        except (ValueError, OSError):
+            return None
+
+    def receipt_json(self) -> dict[str, object]:
+        """Where a build was made (the receipt's `host`)."""
+        return {
+            "hostname": self.hostname,
+            "system": self.system,
+            "os": self.os,
+            "machine": self.machine,
+            "cpus": self.cpus,
+        }
+
+    def inventory_json(self) -> dict[str, object]:
+        """The machine the inventory describes (its `host`, before the drivers and GPUs)."""
+        return {"hostname": self.hostname, "os": self.os, "cpu": self.cpu, "cpus": self.cpus, "ram_mib": self.ram_mib}
+
+
+@functools.cache
+def read() -> HostFacts:
+    uname = os.uname()
+    return HostFacts(uname.nodename, uname.sysname, uname.machine, os.cpu_count())
