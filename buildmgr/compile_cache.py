@@ -7,10 +7,11 @@ one warning and the build goes on with the local cache alone, because ccache wou
 from __future__ import annotations
 
 import socket
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
+
+from buildmgr import proc
 
 # ccache's own defaults are 100 ms to connect and 10 s per operation; a dead server mid-build costs at most this.
 REMOTE_ATTRIBUTES = "connect-timeout=100|operation-timeout=2000"
@@ -123,10 +124,8 @@ def parse_print_stats(text: str) -> dict[str, int]:
 def totals(ccache: str, cache_dir: str, environ: dict[str, str]) -> dict[str, int | float | None]:
     """The cache's totals, in the receipt's terms (hits, misses, local and remote), plus its size."""
     command = [ccache, "--print-stats"]
-    result = subprocess.run(
-        command, capture_output=True, text=True, env=environ | {"CCACHE_DIR": cache_dir}, check=False
-    )
-    stats = parse_print_stats(result.stdout) if result.returncode == 0 else {}
+    ran = proc.run(command, env=environ | {"CCACHE_DIR": cache_dir})
+    stats = parse_print_stats(ran.stdout) if ran.ok else {}
     hits = stats.get("direct_cache_hit", 0) + stats.get("preprocessed_cache_hit", 0)
     compiled = hits + stats.get("cache_miss", 0)
     return {

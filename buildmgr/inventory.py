@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from buildmgr import backends, hostfacts, identity, store
+from buildmgr import backends, hostfacts, identity, proc, store
 from buildmgr.config import Dirs
 from buildmgr.errors import UserError
 from buildmgr.fsutil import atomic_write_text, locked
@@ -50,11 +49,8 @@ def _now() -> str:
 def _capture(command: list[str]) -> str:
     if shutil.which(command[0]) is None:
         return ""
-    try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return result.stdout if result.returncode == 0 else ""
+    ran = proc.run(command, timeout=30)
+    return ran.stdout if ran.ok else ""
 
 
 def nvidia_smi() -> list[NvidiaGpu]:
@@ -160,35 +156,14 @@ def _same(a: Device, b: Device) -> bool:
 
 
 def absence_reasons(
-    backends: list[str], seen: set[str], env: dict[str, str], vulkan: list[VulkanGpu], nvidia: list[NvidiaGpu]
+    backends_built: list[str], seen: set[str], env: dict[str, str], vulkan: list[VulkanGpu], nvidia: list[NvidiaGpu]
 ) -> list[str]:
-    """Why a compiled backend shows no device here: 'built ≠ present', explained where we can."""
+    """Why a compiled backend shows no device here: 'built ≠ present', explained where its module can."""
     reasons = []
-    for backend in backends:
-        if backend in ("CPU", "RPC", "BLAS") or backend in seen:
-            continue
-        why = "no device found"
-        if backend == "Vulkan":
-            if env.get("GGML_VK_VISIBLE_DEVICES") == "":
-                why = "GGML_VK_VISIBLE_DEVICES is set and empty, which hides every Vulkan device"
-            elif vulkan and all(g.type == "cpu" for g in vulkan):
-                names = ", ".join(g.name for g in vulkan)
-                why = (
-                    f"the only Vulkan driver here is CPU-type ({names}), which llama.cpp skips "
-                    "unless GGML_VK_VISIBLE_DEVICES names it (e.g. GGML_VK_VISIBLE_DEVICES=0)"
-                )
-            elif not vulkan:
-                why = "vulkaninfo found no Vulkan device (no ICD driver, or VK_DRIVER_FILES points elsewhere)"
-        elif backend == "CUDA":
-            if env.get("CUDA_VISIBLE_DEVICES") in ("", "-1"):
-                why = "CUDA_VISIBLE_DEVICES hides every CUDA device"
-            elif not nvidia:
-                why = "no NVIDIA GPU visible (nvidia-smi found none)"
-        elif backend == "ROCm" and any(
-            env.get(k) in ("", "-1") for k in ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES") if k in env
-        ):
-            why = "HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES hides every ROCm device"
-        reasons.append(f"{backend}: built ≠ present: {why}")
+    for name in backends_built:
+        why = None if name in seen else backends.why_absent(name, env, vulkan, nvidia)
+        if why is not None:
+            reasons.append(f"{name}: built ≠ present: {why}")
     return reasons
 
 

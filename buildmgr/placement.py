@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import itertools
 import re
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from buildmgr import proc
 from buildmgr.errors import UserError
 from buildmgr.probe import Device
 
@@ -626,19 +626,10 @@ def verify(bench: Path, model: Path, placement: Placement, environ: dict[str, st
     """Run llama-bench with the placement in a child, with a timeout; tiny runs (-p 1 -n 1 on a user's model)."""
     size = ["-p", "1", "-n", "1"] if user_model else ["-p", "16", "-n", "4"]
     command = [str(bench), "-m", str(model), *size, "-r", "1", "-v", *bench_args(placement)]
-    try:
-        result = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            env=environ,
-            timeout=VERIFY_TIMEOUT_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return Outcome("unknown", None, "", (f"timed out after {VERIFY_TIMEOUT_S} s",))
-    return classify(result.returncode, result.stdout + result.stderr)
+    ran = proc.run(command, env=environ, timeout=VERIFY_TIMEOUT_S)
+    if ran.timed_out:
+        return Outcome("unknown", None, "", (ran.stderr,))
+    return classify(ran.returncode, ran.output)
 
 
 def agreement(findings: list[Finding], outcome: Outcome) -> str:

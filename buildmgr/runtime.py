@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 import re
 import struct
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
+
+from buildmgr import proc
 
 _ELF_MAGIC = b"\x7fELF"
 _FATBIN_MAGIC = 0xBA55ED50
@@ -182,8 +183,7 @@ def host_libraries(environ: dict[str, str], machine: str) -> HostLibraries:
                 paths.setdefault(name, os.path.join(directory, name))
     for ldconfig in ("/sbin/ldconfig", "/usr/sbin/ldconfig"):
         if os.access(ldconfig, os.X_OK):
-            result = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, check=False)
-            for name, path in parse_ldconfig(result.stdout, machine).items():
+            for name, path in parse_ldconfig(proc.run([ldconfig, "-p"]).stdout, machine).items():
                 paths.setdefault(name, path)
             break
     return HostLibraries(paths)

@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from buildmgr import proc
 from buildmgr.fsutil import locked
 from buildmgr.probe import probe_build
 
@@ -110,15 +109,8 @@ class SmokeResult:
 
 def _run(command: list[str], env: dict[str, str]) -> tuple[int, str, str, float]:
     """(exit code, stdout, stderr, seconds); a timeout or a missing binary is exit -1."""
-    start = time.monotonic()
-    try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, env=env, check=False)
-        code, out, err = result.returncode, result.stdout, result.stderr
-    except subprocess.TimeoutExpired:
-        code, out, err = -1, "", f"timed out after {TIMEOUT_S} s"
-    except OSError as error:
-        code, out, err = -1, "", str(error)
-    return code, out, err, round(time.monotonic() - start, 3)
+    ran = proc.run(command, timeout=TIMEOUT_S, env=env)
+    return ran.returncode, ran.stdout, ran.stderr, ran.seconds
 
 
 def version_check(tool: Path, short_commit: str, env: dict[str, str]) -> ToolRun:

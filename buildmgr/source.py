@@ -9,7 +9,6 @@ import os
 import posixpath
 import re
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
+from buildmgr import proc
 from buildmgr.config import Dirs, resource_path
 from buildmgr.errors import BuildFailed, UserError
 from buildmgr.fsutil import atomic_write_text, locked, sha256_file
@@ -272,10 +272,10 @@ def _download_sdist(pin: Pin, dirs: Dirs) -> Path:
             "-r",
             str(requirements),
         ]
-        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        ran = proc.run(cmd)
         found = list(Path(tmp).glob("*.tar.gz"))
-        if result.returncode != 0 or len(found) != 1:
-            output = result.stdout + result.stderr
+        if not ran.ok or len(found) != 1:
+            output = ran.output
             tail = tuple(output.strip().splitlines()[-8:])
             if "DO NOT MATCH THE HASHES" in output:
                 raise BuildFailed(
@@ -374,11 +374,11 @@ def _git(args: list[str], cwd: Path | None = None) -> str:
     git = shutil.which("git")
     if git is None:
         raise UserError("git is not installed; install it (apt-get install git) to build from a git URL")
-    result = subprocess.run([git, *args], cwd=cwd, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+    ran = proc.run([git, *args], cwd=cwd)
+    if not ran.ok:
+        last = (ran.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise UserError(f"git {' '.join(args[:2])} failed: {last}")
-    return result.stdout.strip()
+    return ran.stdout.strip()
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,12 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import sysconfig
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from buildmgr import cmake
+from buildmgr import cmake, proc
 from buildmgr.backends import stamps
 from buildmgr.errors import UserError
 from buildmgr.fsutil import atomic_write_text
@@ -63,12 +62,9 @@ class Toolchain:
 
 
 def _version_line(path: str) -> str | None:
-    try:
-        result = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    lines = (result.stdout or result.stderr).strip().splitlines()
-    return lines[0].strip() if result.returncode == 0 and lines else None
+    ran = proc.run([path, "--version"], timeout=30)
+    lines = (ran.stdout or ran.stderr).strip().splitlines()
+    return lines[0].strip() if ran.ok and lines else None
 
 
 def _program(name: str, command: str) -> Tool:

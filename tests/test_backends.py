@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from conftest import assert_user_error, buildmgr
 
+from buildmgr import backends
 from buildmgr.backends import Host, cpu, cuda, hip, vulkan
 from buildmgr.errors import UserError
 
@@ -189,3 +190,29 @@ def test_a_failed_cuda_preflight_is_never_remembered(tmp_path):
         report, _arch = preflight(host, memo_file)
         assert [c.what for c in report.failures] == ["cuBLAS"]
     assert sum(line == "--version" for line in runs(log)) == 3  # inspect both times; --sm's answer was kept
+
+
+def test_every_backend_module_implements_the_protocol():
+    import inspect
+
+    protocol = backends.Backend
+    functions = {n: v for n, v in vars(protocol).items() if callable(v) and not n.startswith("_")}
+    assert {"inspect", "why_absent"} <= set(functions)
+    for name, backend in backends._modules().items():
+        missing = [m for m in [*protocol.__annotations__, *functions] if not hasattr(backend, m)]
+        assert not missing, f"backends/{backend.__name__.rsplit('.', 1)[-1]}.py lacks {missing}"
+        assert backend.NAME == name
+        for function, declared in functions.items():
+            wanted = list(inspect.signature(declared).parameters)[1:]  # less self
+            assert list(inspect.signature(getattr(backend, function)).parameters) == wanted, (name, function)
+
+
+def test_why_a_built_backend_has_no_device_comes_from_its_module():
+    from buildmgr.inventory import absence_reasons
+
+    assert absence_reasons(["CPU", "RPC"], set(), {}, [], []) == []  # no device is expected of either
+    assert absence_reasons(["CUDA", "ROCm", "Metal"], set(), {"HIP_VISIBLE_DEVICES": "-1"}, [], []) == [
+        "CUDA: built ≠ present: no NVIDIA GPU visible (nvidia-smi found none)",
+        "ROCm: built ≠ present: HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES hides every ROCm device",
+        "Metal: built ≠ present: no device found",
+    ]

@@ -11,17 +11,17 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from types import ModuleType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from buildmgr import proc
 from buildmgr.errors import UserError
 
 if TYPE_CHECKING:  # the device commands read backend facts without paying for the toolchain's imports
     from pathlib import Path
 
+    from buildmgr.probe import NvidiaGpu, VulkanGpu
     from buildmgr.toolchain import Toolchain
 
 
@@ -133,11 +133,8 @@ class Memo:
 
 
 def run_text(command: list[str], timeout: float = 60) -> tuple[int, str]:
-    try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return -1, str(err)
-    return result.returncode, result.stdout + result.stderr
+    ran = proc.run(command, timeout=timeout)
+    return ran.returncode, ran.output
 
 
 def which(name: str, *dirs: str) -> str | None:
@@ -147,17 +144,43 @@ def which(name: str, *dirs: str) -> str | None:
     return shutil.which(name)
 
 
-def _modules() -> dict[str, ModuleType]:
+class Backend(Protocol):
+    """What every module in backends/ provides (a test holds each one to it). A module that runs programs in
+    `inspect` also names their files in `inputs(host)`, so that its answers can be remembered."""
+
+    NAME: str  # as llama.cpp prints its devices: CUDA0, Vulkan0, ROCm0 …
+    GGML_TARGET: str  # the CMake target that proves the backend is in a build
+    MIN_CMAKE: str
+    GIB_PER_JOB: float  # memory one compile job of this backend takes
+    ENUMERATION_ENV: tuple[str, ...]  # variables that hide, reorder or rename its devices
+    RUNTIME_LIBRARIES: dict[str, str]  # soname stem → where it comes from
+    SYSTEMS: tuple[str, ...]  # where the artifacts workflow can build it
+    CI_SETUP: str  # the provisioning step that workflow needs ("" none)
+    DRIVER_LIBRARY: str  # the library a device of it needs at run time ("" none)
+
+    def inspect(self, host: Host, deep: bool) -> Report: ...
+
+    def why_absent(self, environ: dict[str, str], vulkan: list[VulkanGpu], nvidia: list[NvidiaGpu]) -> str | None:
+        """Why a build with this backend shows no device of it here; None where no device is expected."""
+        ...
+
+
+def _modules() -> dict[str, Backend]:
     from buildmgr.backends import cpu, cuda, hip, metal, rpc, sycl, vulkan
 
     return {m.NAME: m for m in (cpu, cuda, vulkan, hip, sycl, metal, rpc)}
 
 
-def module(name: str) -> ModuleType:
+def module(name: str) -> Backend:
     modules = _modules()
     if name not in modules:
         raise UserError(f"unknown backend {name!r} in a recipe; known: {', '.join(modules)}")
     return modules[name]
+
+
+def why_absent(name: str, environ: dict[str, str], vulkan: list[VulkanGpu], nvidia: list[NvidiaGpu]) -> str | None:
+    found = _modules().get(name)
+    return found.why_absent(environ, vulkan, nvidia) if found is not None else "no device found"
 
 
 def known_backends() -> tuple[str, ...]:

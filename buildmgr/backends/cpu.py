@@ -44,3 +44,7 @@ def check_defines(defines: dict[str, str], machine: str) -> None:
             "GGML_NATIVE=ON cannot be combined with GGML_BACKEND_DL=ON on x86: "
             "use the universal recipe, which builds every CPU variant with GGML_NATIVE=OFF"
         )
+
+
+def why_absent(environ: dict[str, str], vulkan: list, nvidia: list) -> str | None:
+    return None  # the CPU is always a device

@@ -10,9 +10,13 @@ import os
 import re
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from buildmgr.backends import Check, Host, Report, run_text, which
 from buildmgr.errors import UserError
+
+if TYPE_CHECKING:
+    from buildmgr.probe import NvidiaGpu, VulkanGpu
 
 NAME = "CUDA"
 GGML_TARGET = "ggml-cuda"
@@ -249,3 +253,11 @@ def kernel_findings(sass: list[str], ptx: list[str], capabilities: list[str]) ->
                 )
             )
     return findings
+
+
+def why_absent(environ: dict[str, str], vulkan: list[VulkanGpu], nvidia: list[NvidiaGpu]) -> str | None:
+    if environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1"):
+        return "CUDA_VISIBLE_DEVICES hides every CUDA device"
+    if not nvidia:
+        return "no NVIDIA GPU visible (nvidia-smi found none)"
+    return "no device found"

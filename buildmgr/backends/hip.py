@@ -127,3 +127,9 @@ def resolve_gfx(text: str | None, environ: dict[str, str]) -> tuple[str, str]:
             raise UserError("no AMD GPU found to build for (rocminfo); name the targets, e.g. --gfx gfx1100,gfx1151")
         text = ",".join(found)
     return parse_gfx(text)
+
+
+def why_absent(environ: dict[str, str], vulkan: list, nvidia: list) -> str | None:
+    if any(environ.get(k) in ("", "-1") for k in ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES") if k in environ):
+        return "HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES hides every ROCm device"
+    return "no device found"

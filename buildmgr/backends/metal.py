@@ -22,3 +22,7 @@ def inspect(host: Host, deep: bool) -> Report:
     return Report(
         (Check(NAME, "macOS", on_mac, host.system, "Metal builds only on macOS with Xcode's command line tools"),)
     )
+
+
+def why_absent(environ: dict[str, str], vulkan: list, nvidia: list) -> str | None:
+    return "no device found"

@@ -19,3 +19,7 @@ DRIVER_LIBRARY = ""
 
 def inspect(host: Host, deep: bool) -> Report:
     return Report()
+
+
+def why_absent(environ: dict[str, str], vulkan: list, nvidia: list) -> str | None:
+    return None  # its devices are the rpc-servers a run names (--rpc), never one of this host

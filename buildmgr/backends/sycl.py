@@ -44,3 +44,7 @@ def inspect(host: Host, deep: bool) -> Report:
         host_defines={"CMAKE_C_COMPILER": icx, "CMAKE_CXX_COMPILER": icpx},
         versions={"icpx": version},
     )
+
+
+def why_absent(environ: dict[str, str], vulkan: list, nvidia: list) -> str | None:
+    return "no device found"

@@ -10,10 +10,14 @@ import glob
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.version import Version
 
 from buildmgr.backends import Check, Host, Report, which
+
+if TYPE_CHECKING:
+    from buildmgr.probe import NvidiaGpu, VulkanGpu
 
 NAME = "Vulkan"
 GGML_TARGET = "ggml-vulkan"
@@ -118,3 +122,17 @@ def inspect(host: Host, deep: bool) -> Report:
     if spirv:
         defines["SPIRV-Headers_DIR"] = str(Path(spirv).parent)
     return Report(tuple(checks), defines, versions)
+
+
+def why_absent(environ: dict[str, str], vulkan: list[VulkanGpu], nvidia: list[NvidiaGpu]) -> str | None:
+    if environ.get("GGML_VK_VISIBLE_DEVICES") == "":
+        return "GGML_VK_VISIBLE_DEVICES is set and empty, which hides every Vulkan device"
+    if vulkan and all(g.type == "cpu" for g in vulkan):
+        names = ", ".join(g.name for g in vulkan)
+        return (
+            f"the only Vulkan driver here is CPU-type ({names}), which llama.cpp skips "
+            "unless GGML_VK_VISIBLE_DEVICES names it (e.g. GGML_VK_VISIBLE_DEVICES=0)"
+        )
+    if not vulkan:
+        return "vulkaninfo found no Vulkan device (no ICD driver, or VK_DRIVER_FILES points elsewhere)"
+    return "no device found"
