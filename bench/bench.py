@@ -2,7 +2,7 @@
 
 Measures the cold `buildmgr build cpu` against the plain commands of llama.cpp's docs/build.md,
 a warm rebuild (fresh build dir, warm ccache), the no-op `buildmgr build`, and the device probe.
-Prints a table and writes docs/benchmarks.md.
+Prints a table and writes it as docs/benchmarks.md's top section (the dated sections below it stay).
 """
 
 from __future__ import annotations
@@ -145,7 +145,10 @@ def main() -> None:
             "  vulkaninfo; the floor is the tool's own start-up. On the H200 (docs/real-runs.md) a CUDA+Vulkan build's",
             "  refresh took 0.95-0.98 s, most of it CUDA and Vulkan initialisation.",
         ]
-        (REPO / "docs" / "benchmarks.md").write_text("\n".join(lines) + "\n")
+        target = REPO / "docs" / "benchmarks.md"  # this replaces the top section; the dated sections below stay
+        old = target.read_text() if target.exists() else ""
+        kept = old[old.index("\n## ") + 1 :] if "\n## " in old else ""
+        target.write_text("\n".join(lines) + "\n" + ("\n" + kept if kept else ""))
     shutil.rmtree(root, ignore_errors=True)
 
 
