@@ -28,8 +28,13 @@ class HostFacts:
         try:
             lines = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines()
         except OSError:
-            return ""
-        return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), "")
+            lines = []
+        named = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), "")
+        if named:
+            return named
+        import platform  # e.g. arm64, whose cpuinfo names no model
+
+        return platform.processor()
 
     @functools.cached_property
     def ram_mib(self) -> int | None:

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import json
 import os
 import shutil
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -100,7 +98,7 @@ def run_log(dirs: Dirs, name: str, suffix: str = ".log") -> Path:
 
 
 def new_staging(dirs: Dirs, build_id: str) -> Path:
-    path = dirs.staging / f"{build_id}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+    path = dirs.staging / f"{build_id}.{os.getpid()}.{os.urandom(4).hex()}"
     path.mkdir(parents=True)
     return path
 
@@ -144,6 +142,8 @@ _AT_FDCWD = -100
 
 def exchange(a: Path, b: Path) -> None:
     """Swap two paths atomically (Linux renameat2); a file system without it is an error, never a gap."""
+    import ctypes  # here, not on every no-op's import path (3 ms)
+
     libc = ctypes.CDLL(None, use_errno=True)
     if not hasattr(libc, "renameat2"):
         raise OSError(errno.ENOSYS, "renameat2 is not available to swap the build in place", str(b))
@@ -154,7 +154,7 @@ def exchange(a: Path, b: Path) -> None:
 
 def remove(dirs: Dirs, build: Build) -> None:
     with locked(build_lock(dirs, build.id)):
-        doomed = build.prefix.with_name(f".removing-{build.prefix.name}-{uuid.uuid4().hex[:8]}")
+        doomed = build.prefix.with_name(f".removing-{build.prefix.name}-{os.urandom(4).hex()}")
         os.rename(build.prefix, doomed)  # the build disappears at once, the files after
         shutil.rmtree(doomed)
         shutil.rmtree(dirs.build_trees / build.id, ignore_errors=True)
