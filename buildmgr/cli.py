@@ -496,7 +496,6 @@ def cmd_package(args: argparse.Namespace, dirs: Dirs) -> int:
 
 
 def cmd_install_artifact(args: argparse.Namespace, dirs: Dirs) -> int:
-
     from buildmgr import artifacts, hostfacts
     from buildmgr.progress import Reporter
 

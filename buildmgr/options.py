@@ -7,6 +7,7 @@ and only then anything that creates directories (the writable check, a git clone
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,17 +82,12 @@ def resolve_arch(recipe: Recipe, request: BuildRequest, host: backends.Host, mem
     environ = host.environ
     defines: list[tuple[str, str]] = []
     labels: list[str] = []
-    if has_cuda and not cuda.asks_the_gpus(request.sm):
-        value, label = memo.recall(
-            ["--sm", request.sm, backends.stamps(cuda.inputs(host))],
-            lambda: cuda.resolve_sm(request.sm, environ),
-            list,
-            tuple,
-        )
-        defines.append(("CMAKE_CUDA_ARCHITECTURES", value))
-        labels.append(label)
-    elif has_cuda:
-        value, label = cuda.resolve_sm(request.sm, environ)
+    if has_cuda:
+        ask = functools.partial(cuda.resolve_sm, request.sm, environ)
+        if cuda.asks_the_gpus(request.sm):
+            value, label = ask()
+        else:
+            value, label = memo.recall(["--sm", request.sm, backends.stamps(cuda.inputs(host))], ask, list, tuple)
         defines.append(("CMAKE_CUDA_ARCHITECTURES", value))
         labels.append(label)
     if has_hip:

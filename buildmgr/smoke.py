@@ -107,29 +107,23 @@ class SmokeResult:
         return [c for c in self.checks if not c.passed]
 
 
-def _run(command: list[str], env: dict[str, str]) -> tuple[int, str, str, float]:
-    """(exit code, stdout, stderr, seconds); a timeout or a missing binary is exit -1."""
-    ran = proc.run(command, timeout=TIMEOUT_S, env=env)
-    return ran.returncode, ran.stdout, ran.stderr, ran.seconds
-
-
 def version_check(tool: Path, short_commit: str, env: dict[str, str]) -> ToolRun:
-    code, out, err, seconds = _run([str(tool), "--version"], env)
-    output = out + err  # --version prints to stderr
+    ran = proc.run([str(tool), "--version"], timeout=TIMEOUT_S, env=env)
+    output = ran.output  # --version prints to stderr
     line = next((ln for ln in output.splitlines() if ln.startswith("version:")), "")
     # "version: 0.5.0-dev (build 0, commit 0c1e570)"; older trees print "version: 0 (0c1e570)"
-    passed = code == 0 and (short_commit == "unknown" or re.search(rf"\b{short_commit}\b", line) is not None)
+    passed = ran.ok and (short_commit == "unknown" or re.search(rf"\b{short_commit}\b", line) is not None)
     detail = line or output.strip()[-400:]
-    return ToolRun([tool.name, "--version"], code, seconds, passed, detail)
+    return ToolRun([tool.name, "--version"], ran.returncode, ran.seconds, passed, detail)
 
 
 def bench_check(tool: Path, model: Path, env: dict[str, str], extra_args: tuple[str, ...] = ()) -> ToolRun:
     command = [str(tool), "-m", str(model), "-p", "16", "-n", "8", "-r", "1", "-o", "json", *extra_args]
-    code, out, err, seconds = _run(command, env)
-    passed, detail = False, (out + err).strip()[-400:]
-    if code == 0:
+    ran = proc.run(command, timeout=TIMEOUT_S, env=env)
+    passed, detail = False, ran.output.strip()[-400:]
+    if ran.ok:
         try:
-            results = json.loads(out)
+            results = json.loads(ran.stdout)
             speeds = [
                 f"{'pp' if r['n_prompt'] else 'tg'}{r['n_prompt'] or r['n_gen']} {r['avg_ts']:.0f} t/s" for r in results
             ]
@@ -137,7 +131,7 @@ def bench_check(tool: Path, model: Path, env: dict[str, str], extra_args: tuple[
             passed, detail = bool(results), f"on {'CPU' if where == 'none' else where}: " + ", ".join(speeds)
         except (ValueError, KeyError, TypeError, IndexError):
             pass
-    return ToolRun([tool.name, *command[1:2], model.name, *command[3:]], code, seconds, passed, detail)
+    return ToolRun([tool.name, *command[1:2], model.name, *command[3:]], ran.returncode, ran.seconds, passed, detail)
 
 
 def smoke_run(prefix: Path, short_commit: str, model: Path) -> SmokeResult:

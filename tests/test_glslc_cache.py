@@ -85,14 +85,24 @@ def test_a_hit_is_glslcs_own_output_and_any_input_change_compiles_again(tmp_path
 
 
 @needs_glslc
-def test_a_failed_compile_shows_glslcs_error_and_is_not_stored(tmp_path):
+@pytest.mark.parametrize(
+    ("include", "failed", "message"),
+    [
+        ("#define VALUE_TYPE not_a_type\n", True, "main.comp:5: error"),  # glslc's own message, passed through
+        ("#define VALUE_TYPE float\n#extension GL_EXT_no_such_thing : warn\n", False, "warning"),
+    ],
+    ids=["error", "warning"],
+)
+def test_a_compile_that_fails_or_warns_shows_glslcs_message_and_is_not_stored(tmp_path, include, failed, message):
+    """A warning is kept out of the cache too, so that it is shown again next time."""
     cache, statslog = tmp_path / "cache", tmp_path / "stats"
     launcher = glslc_cache.launcher(tmp_path / "tree", GLSLC, cache)
-    shader = shaders(tmp_path / "src", include="#define VALUE_TYPE not_a_type\n")
+    shader = shaders(tmp_path / "src", include=include)
     for _ in range(2):
         result = compile_through(launcher, shader, tmp_path / "out.spv", statslog, "-DSCALE=2")
-        assert result.returncode != 0
-        assert "main.comp:5: error" in result.stderr  # glslc's own message, passed through
+        assert (result.returncode != 0) == failed and message in result.stderr, result.stderr
+        if not failed:
+            assert (tmp_path / "out.spv").read_bytes()[:4] == b"\x03\x02\x23\x07"  # SPIR-V's magic
     assert words(statslog) == ["miss", "miss"]
     assert not any(path.is_file() for path in cache.rglob("*"))
 
@@ -112,19 +122,6 @@ def test_a_call_it_does_not_cache_is_glslc_itself(tmp_path):
     failed = subprocess.run([str(launcher), *args[:-1]], env=env, capture_output=True, check=False)  # SCALE undefined
     assert failed.returncode == subprocess.run([GLSLC, *args[:-1]], capture_output=True, check=False).returncode != 0
     assert words(statslog) == ["direct", "direct"]
-
-
-@needs_glslc
-def test_a_compile_with_a_warning_shows_it_and_is_not_stored(tmp_path):
-    cache, statslog = tmp_path / "cache", tmp_path / "stats"
-    launcher = glslc_cache.launcher(tmp_path / "tree", GLSLC, cache)
-    shader = shaders(tmp_path / "src", include="#define VALUE_TYPE float\n#extension GL_EXT_no_such_thing : warn\n")
-    for _ in range(2):
-        result = compile_through(launcher, shader, tmp_path / "out.spv", statslog, "-DSCALE=2")
-        assert result.returncode == 0 and "warning" in result.stderr, result.stderr
-        assert (tmp_path / "out.spv").read_bytes()[:4] == b"\x03\x02\x23\x07"
-    assert words(statslog) == ["miss", "miss"]
-    assert not any(path.is_file() for path in cache.rglob("*"))
 
 
 @needs_glslc

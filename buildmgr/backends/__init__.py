@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from buildmgr import proc
 from buildmgr.errors import UserError
 
 if TYPE_CHECKING:  # the device commands read backend facts without paying for the toolchain's imports
@@ -130,11 +129,6 @@ class Memo:
         if self.changed:
             kept = dict(list(self.entries.items())[-self.LIMIT :])
             atomic_write_text(path, json.dumps(kept))
-
-
-def run_text(command: list[str], timeout: float = 60) -> tuple[int, str]:
-    ran = proc.run(command, timeout=timeout)
-    return ran.returncode, ran.output
 
 
 def which(name: str, *dirs: str) -> str | None:

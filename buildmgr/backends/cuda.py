@@ -12,7 +12,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildmgr.backends import Check, Host, Report, run_text, which
+from buildmgr import proc
+from buildmgr.backends import Check, Host, Report, which
 from buildmgr.errors import UserError
 
 if TYPE_CHECKING:
@@ -82,8 +83,10 @@ def visible_capabilities(environ: dict[str, str]) -> list[str]:
     smi = which("nvidia-smi")
     if smi is None:
         return []
-    code, text = run_text([smi, "--query-gpu=compute_cap", "--format=csv,noheader"], timeout=30)
-    return sorted({ln.strip() for ln in text.splitlines() if re.match(r"^\d+\.\d+$", ln.strip())}) if code == 0 else []
+    ran = proc.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"], timeout=30)
+    return (
+        sorted({ln.strip() for ln in ran.output.splitlines() if re.match(r"^\d+\.\d+$", ln.strip())}) if ran.ok else []
+    )
 
 
 def asks_the_gpus(text: str | None) -> bool:
@@ -99,8 +102,7 @@ def resolve_sm(text: str | None, environ: dict[str, str]) -> tuple[str, str]:
     nvcc = find_nvcc(environ)
     if nvcc is None:
         raise UserError("--sm needs nvcc: install the CUDA toolkit and set CUDA_HOME")
-    _, version_text = run_text([nvcc, "--version"])
-    version = parse_nvcc_version(version_text) or "?"
+    version = parse_nvcc_version(proc.run([nvcc, "--version"], timeout=60).output) or "?"
     if asks_the_gpus(text):
         capabilities = visible_capabilities(environ)
         if not capabilities:
@@ -113,8 +115,8 @@ def resolve_sm(text: str | None, environ: dict[str, str]) -> tuple[str, str]:
 
 
 def supported_archs(nvcc: str, version: str | None) -> tuple[int, ...]:
-    code, text = run_text([nvcc, "--list-gpu-arch"])
-    archs = parse_gpu_archs(text) if code == 0 else ()
+    ran = proc.run([nvcc, "--list-gpu-arch"], timeout=60)
+    archs = parse_gpu_archs(ran.output) if ran.ok else ()
     if archs or version is None:
         return archs
     return archs_of_major(int(version.split(".")[0]))
@@ -132,8 +134,9 @@ def _host_compiler_check(nvcc: str, cxx: str | None) -> Check:
         probe = Path(tmp) / "probe.cu"
         probe.write_text("__global__ void k(int *x) { *x = 1; }\n")
         command = [nvcc, "-c", str(probe), "-o", str(Path(tmp) / "probe.o")] + (["-ccbin", cxx] if cxx else [])
-        code, text = run_text(command, timeout=120)
-    if code == 0:
+        ran = proc.run(command, timeout=120)
+    text = ran.output
+    if ran.ok:
         return Check(NAME, "nvcc host compiler", True, cxx or "default")
     reason = next((ln.strip() for ln in text.splitlines() if "error" in ln.lower()), text.strip()[-200:])
     return Check(
@@ -198,7 +201,7 @@ def inspect(host: Host, deep: bool) -> Report:
                 ),
             )
         )
-    _, text = run_text([nvcc, "--version"])
+    text = proc.run([nvcc, "--version"], timeout=60).output
     version = parse_nvcc_version(text)
     checks = [
         Check(

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from buildmgr.backends import Check, Host, Report, run_text, which
+from buildmgr import proc
+from buildmgr.backends import Check, Host, Report, which
 from buildmgr.errors import UserError
 
 NAME = "ROCm"
@@ -78,8 +79,7 @@ def inspect(host: Host, deep: bool) -> Report:
     hipconfig = which("hipconfig", str(rocm / "bin"))
     if hipconfig is None:
         return Report((Check(NAME, "ROCm (hipconfig)", False, f"not found in {rocm}/bin or PATH", ROCM_FIX),))
-    _, text = run_text([hipconfig, "--version"])
-    version = parse_rocm_version(text)
+    version = parse_rocm_version(proc.run([hipconfig, "--version"], timeout=60).output)
     checks = [Check(NAME, "ROCm", bool(version and version >= MIN_ROCM), f"{version} at {rocm}", ROCM_FIX)]
     for package in ("hipblas", "rocblas"):
         config = rocm / "lib" / "cmake" / package
@@ -100,7 +100,9 @@ def inspect(host: Host, deep: bool) -> Report:
 def visible_targets(environ: dict[str, str]) -> list[str]:
     """The gfx targets of this host's AMD GPUs, as rocminfo lists them (gfx000 is the CPU agent)."""
     rocminfo = which("rocminfo", str(Path(environ.get("ROCM_PATH", "/opt/rocm")) / "bin"))
-    found = sorted(set(re.findall(r"\b(gfx[0-9a-f]{3,4})\b", run_text([rocminfo])[1]))) if rocminfo else []
+    found = (
+        sorted(set(re.findall(r"\b(gfx[0-9a-f]{3,4})\b", proc.run([rocminfo], timeout=60).output))) if rocminfo else []
+    )
     return [g for g in found if g != "gfx000"]
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from buildmgr.backends import Check, Host, Report, run_text, which
+from buildmgr import proc
+from buildmgr.backends import Check, Host, Report, which
 
 NAME = "SYCL"
 GGML_TARGET = "ggml-sycl"
@@ -37,7 +38,7 @@ def inspect(host: Host, deep: bool) -> Report:
     icx, icpx = _compilers(host)
     if not (icx and icpx):
         return Report((Check(NAME, "icx/icpx (oneAPI DPC++)", False, "not found", FIX),))
-    _, text = run_text([icpx, "--version"])
+    text = proc.run([icpx, "--version"], timeout=60).output
     version = text.splitlines()[0] if text else "?"
     return Report(
         (Check(NAME, "icx/icpx (oneAPI DPC++)", True, version),),
