@@ -9,10 +9,10 @@ path into a space, and upstream never puts one in a name.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gzip
 import hashlib
 import io
-import json
 import os
 import re
 import shlex
@@ -28,7 +28,10 @@ from buildmgr.backends import cuda, hip
 from buildmgr.config import Dirs
 from buildmgr.errors import BuildFailed, UserError
 from buildmgr.fsutil import atomic_write_text, fsync_file, sha256_file, umask_mode
+from buildmgr.jsonshape import ShapeError
 from buildmgr.options import BuildRequest
+from buildmgr.receipt import SCHEMA as RECEIPT_SCHEMA
+from buildmgr.receipt import InstalledFrom, Receipt, RuntimeNeeds
 from buildmgr.recipes import Recipe
 from buildmgr.source import build_label, unsafe_entry, version_label
 
@@ -39,7 +42,6 @@ MANIFEST = "MANIFEST.sha256"
 CPU_ARCH = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}
 SYSTEM = {"Linux": "linux", "Darwin": "macos"}
 _GZIP_LEVEL = 6  # what `tar -czf` uses: level 9 is slower for about 1 % less
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,200}$")
 
 
 def cpu_arch_of(machine: str) -> str:
@@ -182,29 +184,28 @@ class Packaged:
     checksum: Path
     sha256: str
     size: int
+    runtime: RuntimeNeeds  # what the packaged build needs from a host
 
 
-def receipt_stem(receipt: dict) -> str:
-    source, host = receipt["source"], receipt["host"]
-    system = SYSTEM.get(host.get("system") or host["os"].split("-")[0], host.get("system", "unknown").lower())
-    label = build_label(source["build_number"], source.get("state", "pinned"), source["commit"], source["fingerprint"])
-    cpu_arch = cpu_arch_of(host["machine"])
-    return artifact_stem(label, system, receipt["recipe"]["name"], receipt["recipe"].get("arch", ""), cpu_arch)
+def receipt_stem(receipt: Receipt) -> str:
+    source, host = receipt.source, receipt.host
+    system = SYSTEM.get(host.system, host.system.lower())
+    label = build_label(source.build_number, source.state or "pinned", source.commit, source.fingerprint)
+    return artifact_stem(label, system, receipt.recipe.name, receipt.recipe.arch, cpu_arch_of(host.machine))
 
 
-def source_date_epoch(environ: dict[str, str], receipt: dict) -> int:
+def source_date_epoch(environ: dict[str, str], receipt: Receipt) -> int:
     """SOURCE_DATE_EPOCH if set, else the source's commit time, else the build's finish (still one per build)."""
     text = environ.get("SOURCE_DATE_EPOCH")
     if text is not None:
         if not text.isdigit():
             raise UserError(f"SOURCE_DATE_EPOCH={text!r} must be a whole number of seconds since 1970")
         return int(text)
-    commit_time = receipt["source"].get("commit_time")
-    if isinstance(commit_time, int):
-        return commit_time
+    if receipt.source.commit_time is not None:
+        return receipt.source.commit_time
     from datetime import datetime
 
-    return int(datetime.fromisoformat(receipt["finished"]).timestamp())
+    return int(datetime.fromisoformat(receipt.finished).timestamp())
 
 
 def _entries(prefix: Path) -> list[tuple[str, Path]]:
@@ -229,12 +230,12 @@ def _tar_info(name: str, path: Path | None, epoch: int, size: int = 0) -> tarfil
 
 def package(build: store.Build, out_dir: Path, environ: dict[str, str]) -> Packaged:
     receipt = build.receipt
-    if "runtime" not in receipt:
+    if receipt.runtime is None:
         raise UserError(
             f"build {build.id} has no runtime needs in its receipt (built by an older buildmgr); "
             f"build it again with --rebuild, then package it"
         )
-    changed = sorted(set(store.file_hashes(build.prefix).items()) ^ set(receipt["files"].items()))
+    changed = sorted(set(store.file_hashes(build.prefix).items()) ^ set(receipt.files.items()))
     if changed:
         names = sorted({name for name, _ in changed})
         raise BuildFailed(f"{build.prefix} no longer matches its receipt ({', '.join(names[:5])}); rebuild it")
@@ -271,7 +272,7 @@ def package(build: store.Build, out_dir: Path, environ: dict[str, str]) -> Packa
     digest = sha256_file(archive)
     checksum = out_dir / f"{archive.name}.sha256"
     atomic_write_text(checksum, f"{digest}  {archive.name}\n")
-    return Packaged(archive, checksum, digest, archive.stat().st_size)
+    return Packaged(archive, checksum, digest, archive.stat().st_size, receipt.runtime)
 
 
 # --- reading an artifact: everything is checked before anything is extracted -------------------------------
@@ -282,7 +283,7 @@ class Artifact:
     path: Path
     sha256: str
     top: str
-    receipt: dict
+    receipt: Receipt
     members: tuple[tarfile.TarInfo, ...]
 
 
@@ -303,24 +304,13 @@ def _read_checksum(path: Path) -> str:
     return fields[0]
 
 
-def _valid_receipt(path: Path, data: bytes) -> dict:
+def _valid_receipt(path: Path, data: bytes) -> Receipt:
     try:
-        receipt = json.loads(data)
-        source, recipe = receipt["source"], receipt["recipe"]
-        fields_ok = (
-            receipt["schema"] == store.RECEIPT_SCHEMA
-            and isinstance(receipt["files"], dict)
-            and isinstance(receipt["runtime"], dict)
-            and _SAFE_NAME.match(receipt["id"])
-            and _SAFE_NAME.match(source["llama_version"])
-            and (source["commit"] is None or re.fullmatch(r"[0-9a-f]{7,40}", source["commit"]))
-            and re.fullmatch(r"[0-9a-f]{8,64}", source["fingerprint"])
-            and isinstance(recipe["name"], str)
-        )
-    except (ValueError, KeyError, TypeError):
-        fields_ok = False
-    if not fields_ok:
-        raise _bad(path, f"its {store.RECEIPT} is not a buildmgr receipt of schema {store.RECEIPT_SCHEMA}")
+        receipt = Receipt.from_text(data)
+    except ShapeError as err:
+        raise _bad(path, f"its {store.RECEIPT} is not a buildmgr receipt of schema {RECEIPT_SCHEMA} ({err})") from None
+    if receipt.runtime is None:
+        raise _bad(path, f"its {store.RECEIPT} has no runtime needs (an artifact of an older buildmgr)")
     return receipt
 
 
@@ -374,15 +364,15 @@ def open_artifact(path: Path) -> Artifact:
     receipt = _valid_receipt(path, texts[store.RECEIPT])
     contents = {name: digest for name, digest in files.items() if name != store.RECEIPT}
     contents |= {name: f"link:{target}" for name, target in links.items()}
-    if contents != receipt["files"]:
-        differ = sorted(set(contents.items()) ^ set(receipt["files"].items()))
+    if contents != receipt.files:
+        differ = sorted(set(contents.items()) ^ set(receipt.files.items()))
         raise _bad(path, f"its files do not match its receipt ({', '.join(sorted({n for n, _ in differ})[:5])})")
     return Artifact(path, actual, top, receipt, tuple(members))
 
 
-def prefix_for(builds_dir: Path, receipt: dict) -> Path:
-    source = receipt["source"]
-    return builds_dir / version_label(source["llama_version"], source["commit"], source["fingerprint"]) / receipt["id"]
+def prefix_for(builds_dir: Path, receipt: Receipt) -> Path:
+    source = receipt.source
+    return builds_dir / version_label(source.llama_version, source.commit, source.fingerprint) / receipt.id
 
 
 def extract(artifact: Artifact, staging: Path) -> None:
@@ -405,41 +395,42 @@ def extract(artifact: Artifact, staging: Path) -> None:
 _DL_MODULE = re.compile(r"(^|/)libggml-(?!base|cpu)[a-z0-9]+\.so$")
 
 
-def _only_loadable_modules(receipt: dict, users: list[str]) -> bool:
+def _only_loadable_modules(receipt: Receipt, users: tuple[str, ...]) -> bool:
     """True when every file that needs a library is a backend module a DL build loads only if it can."""
-    dl = dict(receipt["recipe"].get("resolved_defines", {})).get("GGML_BACKEND_DL") == "ON"
+    dl = receipt.recipe.define("GGML_BACKEND_DL") == "ON"
     return dl and all(_DL_MODULE.search(user) for user in users)
 
 
-def host_findings(receipt: dict, environ: dict[str, str], machine: str) -> list[tuple[str, str]]:
+def host_findings(receipt: Receipt, environ: dict[str, str], machine: str) -> list[tuple[str, str]]:
     """(severity, line) for everything that would stop the build from running here; errors block the install."""
     from packaging.version import Version
 
     from buildmgr import runtime
 
-    needs = receipt["runtime"]
+    needs = receipt.runtime
+    assert needs is not None, "an artifact's receipt has its runtime needs (checked when it was opened)"
     findings: list[tuple[str, str]] = []
-    built_on = receipt["host"]["machine"].lower()
+    built_on = receipt.host.machine.lower()
     if cpu_arch_of(built_on) != cpu_arch_of(machine):
         findings.append(("error", f"built for {built_on}, and this host is {machine}"))
         return findings
     glibc = runtime.host_glibc()
-    if needs.get("glibc") and glibc is None:
+    if needs.glibc and glibc is None:
         findings.append(
-            ("warning", f"this host's glibc version is unknown (musl?); GLIBC_{needs['glibc']} is not checked")
+            ("warning", f"this host's glibc version is unknown (musl?); GLIBC_{needs.glibc} is not checked")
         )
-    if needs.get("glibc") and glibc is not None and glibc < Version(needs["glibc"]):
+    if needs.glibc and glibc is not None and glibc < Version(needs.glibc):
         findings.append(
             (
                 "error",
                 (
-                    f"this host's glibc is {glibc}, and {needs['glibc_file']} needs GLIBC_{needs['glibc']}: "
+                    f"this host's glibc is {glibc}, and {needs.glibc_file} needs GLIBC_{needs.glibc}: "
                     "use an artifact built on an older distro (the matrix builds CPU artifacts on ubuntu-22.04)"
                 ),
             )
         )
     libraries = runtime.host_libraries(environ, machine)
-    for library, users in needs.get("needed", {}).items():
+    for library, users in needs.needed.items():
         if libraries.find(library) is not None:
             continue
         more = f" and {len(users) - 1} more" if len(users) > 1 else ""
@@ -455,23 +446,25 @@ def host_findings(receipt: dict, environ: dict[str, str], machine: str) -> list[
             )
         )
     libstdcxx = libraries.find("libstdc++.so.6")
-    if needs.get("libstdcxx") and libstdcxx is not None:
+    if needs.libstdcxx and libstdcxx is not None:
         have = runtime.highest(runtime.provided_versions(libstdcxx), "GLIBCXX_")
-        if have is not None and have < Version(needs["libstdcxx"]):
+        if have is not None and have < Version(needs.libstdcxx):
             findings.append(
                 (
                     "error",
                     (
-                        f"this host's libstdc++ provides GLIBCXX_{have}, and {needs['libstdcxx_file']} needs "
-                        f"GLIBCXX_{needs['libstdcxx']}: install a newer libstdc++6, or use an artifact built on an older distro"
+                        f"this host's libstdc++ provides GLIBCXX_{have}, and {needs.libstdcxx_file} needs "
+                        f"GLIBCXX_{needs.libstdcxx}: install a newer libstdc++6, or use an artifact built on an older distro"
                     ),
                 )
             )
-    if needs.get("cuda_sass") or needs.get("cuda_ptx"):
-        findings += cuda.kernel_findings(needs["cuda_sass"], needs["cuda_ptx"], cuda.visible_capabilities(environ))
-    if needs.get("hip_targets"):
-        findings += hip.kernel_findings(needs["hip_targets"], hip.visible_targets(environ))
-    if dict(receipt["recipe"].get("resolved_defines", {})).get("GGML_NATIVE") == "ON":
+    if needs.cuda_sass or needs.cuda_ptx:
+        findings += cuda.kernel_findings(
+            list(needs.cuda_sass), list(needs.cuda_ptx), cuda.visible_capabilities(environ)
+        )
+    if needs.hip_targets:
+        findings += hip.kernel_findings(list(needs.hip_targets), hip.visible_targets(environ))
+    if receipt.recipe.define("GGML_NATIVE") == "ON":
         findings.append(
             (
                 "warning",
@@ -502,33 +495,33 @@ def install(dirs: Dirs, artifact: Artifact, findings: list[tuple[str, str]], rep
     from buildmgr.fsutil import locked
 
     receipt = artifact.receipt
-    build_id = receipt["id"]
+    build_id = receipt.id
     prefix = prefix_for(dirs.builds, receipt)
     warnings = tuple(line for severity, line in findings if severity == "warning")
     with locked(store.build_lock(dirs, build_id)):
         existing = store.read_receipt(prefix)
-        if existing is not None and existing.get("files") == receipt["files"]:
+        if existing is not None and existing.files == receipt.files:
             return Installed(store.Build(build_id, prefix, existing), True, warnings)
         store.drop_stale_staging(dirs, build_id)
         log = store.run_log(dirs, f"install-{build_id}")
         with store.staged(dirs, build_id) as staging:
             with reporter.phase("extract"):
                 extract(artifact, staging)
-                if store.file_hashes(staging) != receipt["files"]:  # the file changed since it was checked
+                if store.file_hashes(staging) != receipt.files:  # the file changed since it was checked
                     raise UserError(f"{artifact.path.name}: changed while it was being installed; try again")
             with reporter.phase("smoke"):
-                commit = receipt["source"]["commit"]
-                result = prove_runs(staging, commit[:7] if commit else "unknown", dirs, log, reporter)
-            installed = receipt | {
-                "installed_from": {
-                    "artifact": artifact.path.name,
-                    "sha256": artifact.sha256,
-                    "installed": datetime.now(UTC).isoformat(timespec="seconds"),
-                    "smoke": result.to_json(),
-                    "warnings": list(warnings),
-                    "log": str(log),
-                }
-            }
+                result = prove_runs(staging, receipt.source.short_commit, dirs, log, reporter)
+            installed = dataclasses.replace(
+                receipt,
+                installed_from=InstalledFrom(
+                    artifact.path.name,
+                    artifact.sha256,
+                    datetime.now(UTC).isoformat(timespec="seconds"),
+                    result,
+                    warnings,
+                    str(log),
+                ),
+            )
             store.publish(staging, prefix, installed)
     return Installed(store.Build(build_id, prefix, installed), False, warnings)
 
@@ -536,25 +529,25 @@ def install(dirs: Dirs, artifact: Artifact, findings: list[tuple[str, str]], rep
 # --- verify: rebuild from the receipt and compare ---------------------------------------------------------------
 
 
-def request_from_receipt(receipt: dict, known: dict, pinned_commit: str) -> BuildRequest:
+def request_from_receipt(receipt: Receipt, known: dict, pinned_commit: str) -> BuildRequest:
     """The `build` that made this receipt: recipe, arch flags, extra -D and source. UserError if it cannot be asked."""
     from buildmgr.recipes import BASE_DEFINES, compose
 
-    source = receipt["source"]
-    origin = str(source.get("origin", ""))
+    source = receipt.source
+    origin = source.origin
     if origin.startswith("pypi:"):
-        if source["commit"] != pinned_commit:
+        if source.commit != pinned_commit:
             raise UserError(
-                f"built from llama.cpp {source['commit'][:7]}, and this buildmgr pins {pinned_commit[:7]}: "
-                f"verify with buildmgr {receipt.get('buildmgr', '?')}, which made it"
+                f"built from llama.cpp {source.short_commit}, and this buildmgr pins {pinned_commit[:7]}: "
+                f"verify with buildmgr {receipt.buildmgr}, which made it"
             )
         location = None
-    elif origin.startswith("git:") and source["commit"]:
-        location = f"{origin.removeprefix('git:').rsplit('@', 1)[0]}@{source['commit']}"
+    elif origin.startswith("git:") and source.commit:
+        location = f"{origin.removeprefix('git:').rsplit('@', 1)[0]}@{source.commit}"
     else:
         raise UserError(f"built from {origin or 'an unknown source'}: verify needs the pinned source or a git URL")
-    recipe = compose(receipt["recipe"]["name"], known)
-    resolved = dict(receipt["recipe"]["resolved_defines"])
+    recipe = compose(receipt.recipe.name, known)
+    resolved = dict(receipt.recipe.resolved_defines)
     cuda_archs = resolved.pop("CMAKE_CUDA_ARCHITECTURES", None)
     hip_targets = resolved.pop("GPU_TARGETS", None)
     implied = dict(BASE_DEFINES) | dict(recipe.defines)
@@ -572,16 +565,16 @@ def request_from_receipt(receipt: dict, known: dict, pinned_commit: str) -> Buil
     )
 
 
-def identity_differences(receipt: dict, plan) -> list[str]:
+def identity_differences(receipt: Receipt, plan) -> list[str]:
     """Why a rebuild here would not be the build in the receipt: tool versions, backend versions, defines."""
     found = []
     for name, tool in plan.toolchain.tools().items():
-        theirs = receipt["toolchain"].get(name, {}).get("version")
+        theirs = receipt.toolchain.get(name, {}).get("version")
         if name != "ccache" and theirs != tool.version:
             found.append(f"{name} is {tool.version or 'missing'} here, {theirs or 'missing'} in the receipt")
-    for name, version in sorted(set(plan.backend_versions.items()) ^ set(receipt["backend_versions"].items())):
+    for name, version in sorted(set(plan.backend_versions.items()) ^ set(receipt.backend_versions.items())):
         found.append(f"{name} {version} differs")
-    if dict(plan.defines) != receipt["recipe"]["resolved_defines"]:
+    if dict(plan.defines) != receipt.recipe.resolved_defines:
         found.append("the resolved CMake defines differ")
     return found or ["the source or the targets differ"]
 
@@ -597,7 +590,6 @@ class Verification:
 def verify(dirs: Dirs, artifact: Artifact, environ: dict[str, str], reporter: Reporter, cold: bool) -> Verification:
     """Build again what the receipt says, in a scratch data and cache dir, without the remote compile cache (its
     entries could be the artifact's own), and compare every installed file. `cold` also leaves the local cache out."""
-    import dataclasses
     import uuid
 
     from buildmgr import builder, source
@@ -605,8 +597,8 @@ def verify(dirs: Dirs, artifact: Artifact, environ: dict[str, str], reporter: Re
 
     receipt = artifact.receipt
     pin = source.load_pin()
-    request = request_from_receipt(receipt, all_recipes(dirs, receipt["recipe"]["name"], reporter.warn), pin.commit)
-    scratch = dirs.cache / "verify" / f"{receipt['id']}-{uuid.uuid4().hex[:8]}"
+    request = request_from_receipt(receipt, all_recipes(dirs, receipt.recipe.name, reporter.warn), pin.commit)
+    scratch = dirs.cache / "verify" / f"{receipt.id}-{uuid.uuid4().hex[:8]}"
     work = Dirs(scratch / "data", scratch / "cache", dirs.config, scratch / "ccache" if cold else dirs.ccache)
     try:
         if request.source is None:  # the pinned tree this user already synced (and verified), read only
@@ -615,17 +607,17 @@ def verify(dirs: Dirs, artifact: Artifact, environ: dict[str, str], reporter: Re
                 work.sources.mkdir(parents=True)
                 os.symlink(synced.path, source.pinned_tree(pin, work).path)
         plan = resolve(request, work, {k: v for k, v in environ.items() if k != "BUILDMGR_REMOTE_CACHE"}, reporter.warn)
-        if plan.build_id != receipt["id"]:
+        if plan.build_id != receipt.id:
             raise UserError(
-                f"this host cannot rebuild {receipt['id']} identically (it would be {plan.build_id}): "
+                f"this host cannot rebuild {receipt.id} identically (it would be {plan.build_id}): "
                 + "; ".join(identity_differences(receipt, plan))
             )
         where = "without any compile cache" if cold else f"with the local compile cache only ({dirs.ccache})"
-        reporter.say(f"rebuilding {receipt['id']} from its receipt, {where}")
+        reporter.say(f"rebuilding {receipt.id} from its receipt, {where}")
         rebuilt = builder.execute(dataclasses.replace(plan, remote_cache=None), work, reporter)
-        theirs, ours = receipt["files"], rebuilt.receipt["files"]
+        theirs, ours = receipt.files, rebuilt.receipt.files
         differ = tuple(sorted(name for name in set(theirs) | set(ours) if theirs.get(name) != ours.get(name)))
-        return Verification(receipt["id"], len(theirs), differ, rebuilt.receipt["ccache"])
+        return Verification(receipt.id, len(theirs), differ, rebuilt.receipt.ccache)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         with contextlib.suppress(OSError):  # another verify may be using it

@@ -22,8 +22,10 @@ from buildmgr.fsutil import locked
 from buildmgr.install import install_targets
 from buildmgr.plan import RPATH_DEFINES, BuildPlan
 from buildmgr.progress import Reporter
+from buildmgr.receipt import SCHEMA as RECEIPT_SCHEMA
+from buildmgr.receipt import Receipt, SmokeResult
 from buildmgr.recipes import BASE_DEFINES
-from buildmgr.smoke import SmokeResult, smoke_run, tiny_model
+from buildmgr.smoke import smoke_run, tiny_model
 
 TAIL_LINES = 20
 # Binaries find their libraries next to them (build tree) or in ../lib (prefix): no LD_LIBRARY_PATH.
@@ -307,30 +309,33 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter, rebuild: bool = Fal
                     needs = _runtime_needs(staging, log)
                 with reporter.phase("smoke"):
                     result = prove_runs(staging, plan.source.short_commit, dirs, log, reporter)
-                receipt = {
-                    "schema": store.RECEIPT_SCHEMA,
-                    "id": plan.build_id,
-                    "buildmgr": __version__,
-                    "recipe": plan.recipe.to_json() | {"resolved_defines": dict(plan.defines), "arch": plan.arch.label},
-                    "host_defines": plan.host_defines,
-                    "backend_versions": plan.backend_versions,
-                    "source": plan.source.to_json(),
-                    "toolchain": plan.toolchain.to_json(),
-                    "host": hostfacts.read().receipt_json(),
-                    "jobs": plan.jobs,
-                    "started": started,
-                    "finished": _now(),
-                    "seconds": round(time.monotonic() - clock, 3),
-                    "phases": dict(reporter.timings),
-                    "ccache": compile_cache.parse_statslog(statslog.read_text()) if statslog.exists() else None,
-                    "shader_cache": _shader_counts(statslog),
-                    "smoke": result.to_json(),
-                    "runtime": needs,
-                    "log": str(log),
-                    "files": store.file_hashes(staging),
-                }
+                receipt = Receipt.from_json(  # checked here, so that every receipt written can be read back
+                    {
+                        "schema": RECEIPT_SCHEMA,
+                        "id": plan.build_id,
+                        "buildmgr": __version__,
+                        "recipe": plan.recipe.to_json()
+                        | {"resolved_defines": dict(plan.defines), "arch": plan.arch.label},
+                        "host_defines": plan.host_defines,
+                        "backend_versions": plan.backend_versions,
+                        "source": plan.source.to_json(),
+                        "toolchain": plan.toolchain.to_json(),
+                        "host": hostfacts.read().receipt_json(),
+                        "jobs": plan.jobs,
+                        "started": started,
+                        "finished": _now(),
+                        "seconds": round(time.monotonic() - clock, 3),
+                        "phases": dict(reporter.timings),
+                        "ccache": compile_cache.parse_statslog(statslog.read_text()) if statslog.exists() else None,
+                        "shader_cache": _shader_counts(statslog),
+                        "smoke": result.to_json(),
+                        "runtime": needs,
+                        "log": str(log),
+                        "files": store.file_hashes(staging),
+                    }
+                )
                 store.publish(staging, prefix, receipt)
         finally:
             _drop_statslogs(statslog)
-    reporter.say(f"[green]built[/] {plan.build_id} → {prefix}; {compile_cache.summary(receipt['ccache'])}")
+    reporter.say(f"[green]built[/] {plan.build_id} → {prefix}; {compile_cache.summary(receipt.ccache)}")
     return store.Build(plan.build_id, prefix, receipt)

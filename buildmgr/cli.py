@@ -29,6 +29,10 @@ def _err():
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+def _warn(message: str) -> None:
+    _err().print(message, markup=False, style="yellow")
+
+
 def _table(*columns: str):
     from rich.table import Table
 
@@ -51,7 +55,7 @@ def cmd_build(args: argparse.Namespace, dirs: Dirs) -> int:
     from buildmgr.options import BuildRequest, resolve
 
     request = BuildRequest(args.recipe, args.sm, args.gfx, args.source, args.jobs, tuple(args.define))
-    build_plan = resolve(request, dirs, warn=lambda m: _err().print(m, markup=False, style="yellow"))
+    build_plan = resolve(request, dirs, warn=_warn)
     if args.configure_only:
         from buildmgr import builder
         from buildmgr.progress import Reporter
@@ -99,11 +103,10 @@ def cmd_build(args: argparse.Namespace, dirs: Dirs) -> int:
 def _probe_after_build(dirs: Dirs, build) -> list[str]:
     from buildmgr import inventory
 
-    data = inventory.refresh(dirs, [build], warn=lambda m: _err().print(m, markup=False, style="yellow"))
-    entry = data["builds"][build.id]
-    names = [d["name"] for d in entry["probe"]["devices"]]
+    entry = inventory.refresh(dirs, [build], warn=_warn).builds[build.id]
+    names = [d.name for d in entry.probe.devices]
     _err().print(f"devices this build sees: {', '.join(names) or '(none besides the CPU)'}", markup=False)
-    for reason in entry.get("absent", []):
+    for reason in entry.absent:
         _err().print(f"  {reason}", markup=False)
     return names
 
@@ -111,30 +114,31 @@ def _probe_after_build(dirs: Dirs, build) -> list[str]:
 def cmd_list(args: argparse.Namespace, dirs: Dirs) -> int:
     from buildmgr import store
 
-    builds = store.installed(dirs)
+    builds, unreadable = store.scan(dirs)
+    for skipped in unreadable:
+        _warn(f"{skipped.prefix}: its receipt cannot be read ({skipped.reason}); not listed")
     if args.json:
         rows = [
             {
                 "id": b.id,
                 "recipe": b.recipe,
                 "prefix": str(b.prefix),
-                "source": b.receipt["source"],
-                "backends": b.receipt["recipe"]["backends"],
+                "source": b.receipt.to_json()["source"],
+                "backends": list(b.receipt.backends),
                 "finished": b.finished,
-                "smoke_passed": b.receipt["smoke"]["passed"],
+                "smoke_passed": b.receipt.smoke.passed,
             }
             for b in builds
         ]
-        print(json.dumps({"builds": rows}, indent=2))
+        skipped = [{"prefix": str(u.prefix), "reason": u.reason} for u in unreadable]
+        print(json.dumps({"builds": rows, "unreadable": skipped}, indent=2))
         return 0
     if not builds:
         _err().print("no builds yet; run 'buildmgr build'")
         return 0
     table = _table("build", "backends", "source", "finished", "prefix")
     for b in builds:
-        table.add_row(
-            b.id, ", ".join(b.receipt["recipe"]["backends"]), b.receipt["source"]["origin"], b.finished, str(b.prefix)
-        )
+        table.add_row(b.id, ", ".join(b.receipt.backends), b.receipt.source.origin, b.finished, str(b.prefix))
     _out().print(table)
     return 0
 
@@ -267,7 +271,7 @@ def cmd_recipes(args: argparse.Namespace, dirs: Dirs) -> int:
 
     host = _host(dirs)
     rows = []
-    for recipe in all_recipes(dirs, warn=lambda m: _err().print(m, markup=False, style="yellow")).values():
+    for recipe in all_recipes(dirs, warn=_warn).values():
         report = backends.inspect(recipe.backends, host, deep=False)
         missing = toolchain.problems(host.toolchain, recipe.tools) + [c.line() for c in report.failures]
         rows.append(recipe.to_json() | {"buildable": not missing, "missing": missing, "file": recipe.source_file})
@@ -338,41 +342,47 @@ def _env_assignments(items: list[str]) -> dict[str, str]:
 def cmd_devices(args: argparse.Namespace, dirs: Dirs) -> int:
     from buildmgr import identity, inventory, probe, store
 
-    warn = lambda message: _err().print(message, markup=False, style="yellow")
+    warn = _warn
     if args.parse is not None:
         devices = probe.parse_list_devices(_read_capture(args.parse, "--parse"))
         vulkan = probe.parse_vulkaninfo_summary(_read_capture(args.vulkaninfo, "--vulkaninfo"))
         nvidia = probe.parse_nvidia_smi_csv(_read_capture(args.nvidia_smi, "--nvidia-smi"))
         resolved, notes = identity.resolve(devices, nvidia, vulkan)
-        data = {"devices": [d.to_json() for d in resolved], "notes": notes}
-    elif args.env:
+        if args.suggest:
+            raise UserError("--suggest needs builds, and a capture has no builds: leave out --parse")
+        if args.json:
+            print(json.dumps({"devices": [d.to_json() for d in resolved], "notes": notes}, indent=2, sort_keys=True))
+        else:
+            _devices_table(resolved, {}, notes)
+        return 0
+    if args.env:
         environ = dict(os.environ) | _env_assignments(args.env)
         data = inventory.preview(store.installed(dirs), environ)
-        warn("preview under " + " ".join(f"{k}={v}" for k, v in data["preview_env"].items()) + " (not stored)")
+        warn("preview under " + " ".join(f"{k}={v}" for k, v in (data.preview_env or {}).items()) + " (not stored)")
     else:
         data = None if args.refresh else inventory.read(dirs, warn)
         builds = store.installed(dirs)
-        if data is None or set(data.get("builds", {})) != {b.id for b in builds}:
+        if data is None or set(data.builds) != {b.id for b in builds}:
             ensure_writable(dirs.inventory, "set XDG_DATA_HOME to a writable directory")
             data = inventory.refresh(dirs, builds, warn)
-        for change in inventory.environment_changes(data, dict(os.environ)):
+        for change in inventory.environment_changes(data.builds, dict(os.environ)):
             warn(change)
     if args.suggest:
         return _suggest(data, args.prefer, args.json)
     if args.json:
-        print(json.dumps(data, indent=2, sort_keys=True))
+        print(json.dumps(data.to_json(), indent=2, sort_keys=True))
     else:
-        _devices_table(data)
+        _devices_table(list(data.devices), data.builds, list(data.notes))
     return 0
 
 
-def _suggest(data: dict, prefer: str, as_json: bool) -> int:
+def _suggest(data, prefer: str, as_json: bool) -> int:
     from buildmgr import inventory, placement
 
     suggestions = {}
-    for build_id, entry in sorted(data.get("builds", {}).items()):
+    for build_id, entry in sorted(data.builds.items()):
         devices = inventory.build_devices(data, build_id)
-        names, shares = placement.suggest(devices, entry.get("default_selection", {}), prefer)
+        names, shares = placement.suggest(devices, entry.default_selection, prefer)
         suggestions[build_id] = {"devices": names, "tensor_split": shares}
         flags = f"-dev {','.join(names)}" + (f" -ts {','.join(map(str, shares))}" if len(names) > 1 else "")
         if not as_json:
@@ -383,29 +393,27 @@ def _suggest(data: dict, prefer: str, as_json: bool) -> int:
     return 0
 
 
-def _devices_table(data: dict) -> None:
-    builds = data.get("builds", {})
-    groups: dict[str, list[dict]] = {}
-    for device in data.get("devices", []):
-        groups.setdefault(device["physical_id"], []).append(device)
+def _devices_table(devices: list, builds: dict, notes: list[str]) -> None:
+    groups: dict[str, list] = {}
+    for device in devices:
+        groups.setdefault(device.physical_id, []).append(device)
     table = _table("physical device", "role", "PCI", "memory", *builds)
     for members in groups.values():
         first = members[0]
-        memory = max((m["memory_total_mib"] for m in members if m["memory_total_mib"] is not None), default=None)
-        pci = next((m["pci_bus_id"] for m in members if m.get("pci_bus_id")), None) or "—"
-        row = [escape(first["description"]), first["type"], pci, f"{memory} MiB" if memory is not None else "?"]
+        memory = max((m.memory_total_mib for m in members if m.memory_total_mib is not None), default=None)
+        pci = next((m.pci_bus_id for m in members if m.pci_bus_id), None) or "—"
+        row = [escape(first.description), first.type, pci, f"{memory} MiB" if memory is not None else "?"]
         for entry in builds.values():
-            seen = {d["name"] for d in (entry.get("last_good") or {}).get("devices", [])}
-            chosen = entry.get("default_selection", {})
+            seen = {d.name for d in entry.devices}
             names = [
-                m["name"] + ("*" if chosen.get(m["name"], "").startswith("used") else "")
+                m.name + ("*" if entry.default_selection.get(m.name, "").startswith("used") else "")
                 for m in members
-                if m["name"].split("@")[0] in seen
+                if m.name.split("@")[0] in seen
             ]
-            built = {m["backend"] for m in members} & set(entry.get("backends", []))
+            built = {m.backend for m in members} & set(entry.backends)
             row.append(", ".join(names) if names else "[yellow]built ≠ present[/]" if built else "—")
         if not builds:
-            row[0] = f"{escape(first['description'])} [dim]({', '.join(m['name'] for m in members)})[/]"
+            row[0] = f"{escape(first.description)} [dim]({', '.join(m.name for m in members)})[/]"
         table.add_row(*row)
     if groups:
         _out().print(table)
@@ -415,7 +423,7 @@ def _devices_table(data: dict) -> None:
         _out().print(
             "no devices besides the CPU" + (" in any build" if builds else " (no builds yet: run 'buildmgr build')")
         )
-    for note in data.get("notes", []):
+    for note in notes:
         _out().print(f"• {escape(note)}")
 
 
@@ -423,7 +431,7 @@ def cmd_matrix(args: argparse.Namespace, dirs: Dirs) -> int:
     from buildmgr import artifacts, source
     from buildmgr.options import all_recipes
 
-    known = all_recipes(dirs, "+".join(args.recipes), warn=lambda m: _err().print(m, markup=False, style="yellow"))
+    known = all_recipes(dirs, "+".join(args.recipes), warn=_warn)
     request = artifacts.MatrixRequest(
         tuple(args.recipes or sorted(known)),
         tuple(args.sm),
@@ -462,8 +470,8 @@ def cmd_package(args: argparse.Namespace, dirs: Dirs) -> int:
         raise UserError(f"-o {args.output}: not a directory")
     with _err().status(f"packaging {build.id} …"):
         packaged = artifacts.package(build, out_dir, dict(os.environ))
-    needs = build.receipt["runtime"]
-    ccache = build.receipt.get("ccache") or {}
+    needs = packaged.runtime
+    ccache = build.receipt.ccache or {}
     compiled = ccache.get("hits", 0) + ccache.get("misses", 0)
     result = {
         "id": build.id,
@@ -472,14 +480,14 @@ def cmd_package(args: argparse.Namespace, dirs: Dirs) -> int:
         "sha256": packaged.sha256,
         "size": packaged.size,
         "recipe": build.recipe,
-        "backends": build.receipt["recipe"]["backends"],
-        "smoke_passed": build.receipt["smoke"]["passed"],
-        "smoke_devices": build.receipt["smoke"].get("devices", []),
+        "backends": list(build.receipt.backends),
+        "smoke_passed": build.receipt.smoke.passed,
+        "smoke_devices": list(build.receipt.smoke.devices),
         "ccache_hit_rate": round(ccache["hits"] / compiled, 3) if compiled else None,
-        "glibc": needs.get("glibc"),
-        "needed": sorted(needs.get("needed", {})),
-        "cuda": needs.get("cuda_sass", []) + needs.get("cuda_ptx", []),
-        "hip": needs.get("hip_targets", []),
+        "glibc": needs.glibc,
+        "needed": sorted(needs.needed),
+        "cuda": [*needs.cuda_sass, *needs.cuda_ptx],
+        "hip": list(needs.hip_targets),
     }
     if args.json:
         print(json.dumps(result, indent=2))

@@ -7,7 +7,6 @@ and keeps the last good result. Written atomically under a lock; a corrupt file 
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +18,8 @@ from buildmgr import backends, hostfacts, identity, proc, store
 from buildmgr.config import Dirs
 from buildmgr.errors import UserError
 from buildmgr.fsutil import atomic_write_text, locked
+from buildmgr.inventory_file import BuildEntry, Card, Inventory, ProbeRecord
+from buildmgr.jsonshape import ShapeError
 from buildmgr.probe import (
     Device,
     DrmCard,
@@ -32,7 +33,6 @@ from buildmgr.probe import (
     read_drm_cards,
 )
 
-SCHEMA = 1
 # One nvidia-smi call: the columns parse_nvidia_smi_csv reads, then the driver version.
 NVIDIA_QUERY = ["--query-gpu=index,name,uuid,pci.bus_id,memory.total,driver_version", "--format=csv,noheader"]
 VULKANINFO_SKIPPED = "not run: ggml gave every Vulkan device a PCI id"
@@ -58,12 +58,12 @@ def nvidia_smi() -> list[NvidiaGpu]:
     return parse_nvidia_smi_csv(_capture(["nvidia-smi", *NVIDIA_QUERY]))
 
 
-def vulkaninfo_needed(builds: dict) -> bool:
+def vulkaninfo_needed(builds: dict[str, BuildEntry]) -> bool:
     """vulkaninfo (slow: it starts every Vulkan driver) only adds what ggml cannot say: a Vulkan device without a
     PCI id (a CPU driver such as lavapipe), or why a Vulkan build sees no device at all."""
     for entry in builds.values():
-        if "Vulkan" in entry.get("backends", []):
-            vulkan = [d for d in _devices_of(entry) if d.backend == "Vulkan"]
+        if "Vulkan" in entry.backends:
+            vulkan = [d for d in entry.devices if d.backend == "Vulkan"]
             if not vulkan or any(d.pci_bus_id is None for d in vulkan):
                 return True
     return False
@@ -87,67 +87,48 @@ def describe_host(nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu] | None, drm: 
 # --- reading and writing ---------------------------------------------------------------------
 
 
-def load(path: Path, warn=lambda message: None) -> dict:
-    """The stored inventory; a corrupt file is moved aside (never silently dropped) and reported."""
+def load(path: Path, warn=lambda message: None) -> Inventory:
+    """The stored inventory; one of the wrong shape is moved aside (never silently dropped) and reported."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        schema = data.get("schema") if isinstance(data, dict) else None
-        if isinstance(schema, int) and schema > SCHEMA:
-            raise UserError(
-                f"inventory {path} was written by a newer buildmgr (schema {schema}, this one reads {SCHEMA}); "
-                "upgrade buildmgr, or set XDG_DATA_HOME to use another inventory"
-            )
-        if (
-            schema == SCHEMA
-            and isinstance(data.get("builds"), dict)
-            and all(isinstance(e, dict) for e in data["builds"].values())
-        ):
-            return data
-        problem = f"unknown schema {schema!r}" if schema != SCHEMA else "'builds' is not a map of build entries"
+        return Inventory.from_text(path.read_bytes())
     except FileNotFoundError:
-        return {"schema": SCHEMA, "builds": {}}
-    except (OSError, ValueError) as err:
+        return Inventory.empty()
+    except ShapeError as err:
+        if "written by a newer buildmgr" in str(err):
+            raise UserError(
+                f"inventory {path}: {err}; upgrade buildmgr, or set XDG_DATA_HOME to use another inventory"
+            ) from None
+        problem = str(err)
+    except OSError as err:
         problem = str(err)
     aside = path.with_name(f"{path.name}.corrupt-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}")
     os.replace(path, aside)
     warn(f"inventory {path} was unreadable ({problem}); moved aside to {aside}")
-    return {"schema": SCHEMA, "builds": {}}
+    return Inventory.empty()
 
 
-def _probe_record(result: ProbeResult) -> dict[str, object]:
-    return {
-        "ok": result.ok,
-        "time": _now(),
-        "seconds": result.seconds,
-        "tool": result.tool,
-        "env": result.env,
-        "error": result.error,
-        "method": result.method,
-        "api_error": result.api_error,
-        "mismatches": list(result.mismatches),
-        "devices": [d.to_json() for d in result.devices],
-    }
-
-
-def record_probe(data: dict, build: store.Build, result: ProbeResult) -> None:
-    """Pure update of one build's entry: a failed probe keeps the last good one."""
-    entry = data["builds"].get(build.id, {})
-    record = _probe_record(result)
-    entry.update(
-        {
-            "recipe": build.recipe,
-            "prefix": str(build.prefix),
-            "backends": build.receipt["recipe"]["backends"],
-            "probe": record,
-        }
+def _probe_record(result: ProbeResult) -> ProbeRecord:
+    return ProbeRecord(
+        ok=result.ok,
+        time=_now(),
+        seconds=result.seconds,
+        tool=result.tool,
+        env=dict(result.env),
+        error=result.error,
+        devices=tuple(result.devices),
+        method=result.method,
+        api_error=result.api_error,
+        mismatches=tuple(result.mismatches),
     )
-    if result.ok:
-        entry["last_good"] = record
-    data["builds"][build.id] = entry
 
 
-def _devices_of(entry: dict) -> list[Device]:
-    return [Device.from_json(d) for d in (entry.get("last_good") or {}).get("devices", [])]
+def record_probe(inventory: Inventory, build: store.Build, result: ProbeResult) -> Inventory:
+    """One build's entry updated with a probe (pure): a failed probe keeps the last good one."""
+    record = _probe_record(result)
+    before = inventory.builds.get(build.id)
+    last_good = record if result.ok else before.last_good if before is not None else None
+    entry = BuildEntry(build.recipe, str(build.prefix), build.receipt.backends, record, last_good)
+    return replace(inventory, builds=inventory.builds | {build.id: entry})
 
 
 def _same(a: Device, b: Device) -> bool:
@@ -167,11 +148,13 @@ def absence_reasons(
     return reasons
 
 
-def summarize(data: dict, nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu], drm: list[DrmCard] = ()) -> dict:
-    """Identity over every build's devices, the per-card view, and notes (pure over `data`)."""
+def summarize(
+    inventory: Inventory, nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu], drm: list[DrmCard] = ()
+) -> Inventory:
+    """Identity over every build's devices, the per-card view, and notes (pure)."""
     union: list[Device] = []
-    for entry in data["builds"].values():
-        union += [d for d in _devices_of(entry) if not any(_same(d, u) for u in union)]
+    for entry in inventory.builds.values():
+        union += [d for d in entry.devices if not any(_same(d, u) for u in union)]
     renamed = sorted({d.name for d in union if sum(u.name == d.name for u in union) > 1})
     union = [replace(d, name=f"{d.name}@{d.pci_bus_id}") if d.name in renamed else d for d in union]
     devices, notes = identity.resolve(union, nvidia, vulkan, drm)
@@ -180,28 +163,27 @@ def summarize(data: dict, nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu], drm:
         "'buildmgr devices --refresh' probes them all under this one"
         for name in renamed
     ]
-    for build_id, entry in sorted(data["builds"].items()):
-        seen = {d.backend for d in _devices_of(entry)}
-        env = (entry.get("probe") or {}).get("env", {})
-        entry["absent"] = absence_reasons(entry["backends"], seen, env, vulkan, nvidia)
-        notes += [f"{build_id}: {reason}" for reason in entry["absent"]]
-        probe = entry["probe"]
-        if not probe["ok"]:
-            notes.append(f"{build_id}: last probe failed ({probe['error']}); showing the last good one")
-        elif probe.get("method") == "list-devices":
+    builds = {}
+    for build_id, entry in sorted(inventory.builds.items()):
+        seen = {d.backend for d in entry.devices}
+        absent = absence_reasons(list(entry.backends), seen, entry.probe.env, vulkan, nvidia)
+        notes += [f"{build_id}: {reason}" for reason in absent]
+        probe = entry.probe
+        if not probe.ok:
+            notes.append(f"{build_id}: last probe failed ({probe.error}); showing the last good one")
+        elif probe.method == "list-devices":
             notes.append(
-                f"{build_id}: ggml's device API could not be read ({probe.get('api_error')}); "
+                f"{build_id}: ggml's device API could not be read ({probe.api_error}); "
                 "names and memory come from --list-devices, without PCI ids or device types"
             )
-        notes += [f"{build_id}: {m}" for m in probe.get("mismatches", [])]
-        entry["default_selection"] = identity.default_selection(_devices_of(entry))
-    data["devices"] = [d.to_json() | {"moves_with": list(backends.moves_with(d.backend))} for d in devices]
-    data["cards"] = cards(devices, data["builds"])
-    data["notes"] = notes
-    return data
+        notes += [f"{build_id}: {m}" for m in probe.mismatches]
+        builds[build_id] = replace(
+            entry, absent=tuple(absent), default_selection=identity.default_selection(list(entry.devices))
+        )
+    return replace(inventory, builds=builds, devices=tuple(devices), cards=cards(devices, builds), notes=tuple(notes))
 
 
-def cards(devices: list[Device], builds: dict) -> list[dict]:
+def cards(devices: list[Device], builds: dict[str, BuildEntry]) -> tuple[Card, ...]:
     """One row per physical card: its names in each build, and the one each build uses when no -dev is given."""
     rows: dict[str, dict] = {}
     for device in devices:
@@ -224,24 +206,23 @@ def cards(devices: list[Device], builds: dict) -> list[dict]:
         row["memory_total_mib"][device.backend] = device.memory_total_mib
     by_name = {d.name: d for d in devices}
     for build_id, entry in builds.items():
-        for listed in _devices_of(entry):
+        for listed in entry.devices:
             device = by_name.get(listed.name) or by_name.get(f"{listed.name}@{listed.pci_bus_id}")
             if device is None:
                 continue
             row = rows[device.physical_id]
-            row["names"].setdefault(build_id, []).append(listed.name)
-            verdict = entry.get("default_selection", {}).get(listed.name, "")
-            if verdict.startswith("used"):
+            row["names"][build_id] = (*row["names"].get(build_id, ()), listed.name)
+            if entry.default_selection.get(listed.name, "").startswith("used"):
                 row["default"][build_id] = listed.name
-    return list(rows.values())
+    return tuple(Card(**row) for row in rows.values())
 
 
-def environment_changes(data: dict, environ: dict[str, str]) -> list[str]:
+def environment_changes(builds: dict[str, BuildEntry], environ: dict[str, str]) -> list[str]:
     """The names were probed under one environment; under another they may mean other cards."""
     changed = []
-    for build_id, entry in sorted(data["builds"].items()):
-        relevant = {v for b in entry.get("backends", []) for v in backends.moves_with(b)}
-        then = {k: v for k, v in (entry.get("probe") or {}).get("env", {}).items() if k in relevant}
+    for build_id, entry in sorted(builds.items()):
+        relevant = {v for b in entry.backends for v in backends.moves_with(b)}
+        then = {k: v for k, v in entry.probe.env.items() if k in relevant}
         now = {k: v for k, v in enumeration_env(environ).items() if k in relevant}
         if then != now:
             diff = ", ".join(
@@ -266,52 +247,58 @@ def _probe_all(builds: list[store.Build], environ: dict[str, str]):
 
 def refresh(
     dirs: Dirs, builds: list[store.Build], warn=lambda message: None, environ: dict[str, str] | None = None
-) -> dict:
+) -> Inventory:
     """Probe the given builds, merge into the stored inventory, and write it back atomically under a lock."""
     environ = dict(os.environ if environ is None else environ)
     results, nvidia = _probe_all(builds, environ)
     path = path_for(dirs)
     with locked(path.with_suffix(".lock")):
-        data = load(path, warn)
+        stored = load(path, warn)
         installed = {b.id for b in store.installed(dirs)}
-        data["builds"] = {k: v for k, v in data.get("builds", {}).items() if k in installed}
+        inventory = replace(stored, builds={k: v for k, v in stored.builds.items() if k in installed})
         for build in builds:
-            record_probe(data, build, results[build.id])
-        vulkan = vulkaninfo() if vulkaninfo_needed(data["builds"]) else None
+            inventory = record_probe(inventory, build, results[build.id])
+        vulkan = vulkaninfo() if vulkaninfo_needed(inventory.builds) else None
         drm = read_drm_cards()
-        host = describe_host(nvidia, vulkan, drm)
-        data.update(schema=SCHEMA, updated=_now(), host=host, probe_env=enumeration_env(environ))
-        summarize(data, nvidia, vulkan or [], drm)
-        atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-    return data
+        inventory = replace(
+            inventory,
+            updated=_now(),
+            host=describe_host(nvidia, vulkan, drm),
+            probe_env=enumeration_env(environ),
+        )
+        inventory = summarize(inventory, nvidia, vulkan or [], drm)
+        atomic_write_text(path, inventory.to_text())
+    return inventory
 
 
-def preview(builds: list[store.Build], environ: dict[str, str]) -> dict:
+def preview(builds: list[store.Build], environ: dict[str, str]) -> Inventory:
     """What the names would be under another environment: a fresh probe of every build, stored nowhere."""
     results, nvidia = _probe_all(builds, environ)
-    data: dict = {"schema": SCHEMA, "builds": {}, "preview_env": enumeration_env(environ)}
+    inventory = replace(Inventory.empty(), preview_env=enumeration_env(environ))
     for build in builds:
-        record_probe(data, build, results[build.id])
-    return summarize(data, nvidia, vulkaninfo() if vulkaninfo_needed(data["builds"]) else [], read_drm_cards())
+        inventory = record_probe(inventory, build, results[build.id])
+    vulkan = vulkaninfo() if vulkaninfo_needed(inventory.builds) else []
+    return summarize(inventory, nvidia, vulkan, read_drm_cards())
 
 
-def build_devices(data: dict, build_id: str) -> list[Device]:
+def build_devices(inventory: Inventory, build_id: str) -> list[Device]:
     """One build's devices from its last good probe, with the identity and role the summary gave them."""
-    summary = {(d["name"].split("@")[0], d.get("pci_bus_id")): d for d in data.get("devices", [])}
+    summary = {(d.name.split("@")[0], d.pci_bus_id): d for d in inventory.devices}
     devices = []
-    for device in _devices_of(data["builds"].get(build_id, {})):
-        known = summary.get((device.name, device.pci_bus_id), {})
+    entry = inventory.builds.get(build_id)
+    for device in entry.devices if entry is not None else ():
+        known = summary.get((device.name, device.pci_bus_id))
         devices.append(
             replace(
                 device,
-                physical_id=known.get("physical_id", f"alone:{device.name}"),
-                type=known.get("type", device.type),
+                physical_id=known.physical_id if known else f"alone:{device.name}",
+                type=known.type if known else device.type,
             )
         )
     return devices
 
 
-def read(dirs: Dirs, warn=lambda message: None) -> dict | None:
+def read(dirs: Dirs, warn=lambda message: None) -> Inventory | None:
     """The stored inventory, read under its lock (a writer may be replacing it), or None if there is none."""
     path = path_for(dirs)
     if not path.exists():
@@ -329,10 +316,10 @@ def placement_view(
     and names that now mean another card than at the stored probe are returned in `moved` (name → old id).
     Returns (devices with physical ids, llama.cpp's default verdicts, moved, probed afresh).
     """
-    data = read(dirs) or {"schema": SCHEMA, "builds": {}}
-    entry = data["builds"].get(build.id)
-    stored = {d.name: d for d in build_devices(data, build.id)}
-    if entry is not None and not environment_changes({"builds": {build.id: entry}}, environ):
+    inventory = read(dirs) or Inventory.empty()
+    entry = inventory.builds.get(build.id)
+    stored = {d.name: d for d in build_devices(inventory, build.id)}
+    if entry is not None and not environment_changes({build.id: entry}, environ):
         devices = list(stored.values())
         return devices, identity.default_selection(devices), {}, False
     result = probe_build(build.prefix, environ)

@@ -681,7 +681,7 @@ def run_check(dirs, build, command: list[str], model: Path | None, run_verify: b
     here = Here(
         tuple(devices),
         default,
-        build.receipt.get("source", {}).get("commit", "") or "",
+        build.receipt.source.commit or "",
         moved,
         {d.name: d.memory_free_mib for d in devices},
         int(available_gib() * 1024),

@@ -6,12 +6,12 @@ import json
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from buildmgr import proc
 from buildmgr.fsutil import locked
 from buildmgr.probe import probe_build
+from buildmgr.receipt import SmokeResult, ToolRun
 
 TIMEOUT_S = 300
 VERSIONED_TOOLS = ("llama-cli", "llama-server", "llama-bench", "llama-completion")
@@ -80,31 +80,6 @@ def tiny_model(cache_dir: Path) -> Path:
                 write_tiny_model(tmp)
                 os.replace(tmp, path)
     return path
-
-
-@dataclass(frozen=True)
-class ToolRun:
-    """One command of the smoke run and what it proved (not a preflight `backends.Check`: this one ran the build)."""
-
-    command: list[str]
-    returncode: int
-    seconds: float
-    passed: bool
-    detail: str
-
-
-@dataclass(frozen=True)
-class SmokeResult:
-    passed: bool
-    checks: tuple[ToolRun, ...] = field(default=())
-    devices: tuple[str, ...] = ()  # devices the model ran on, besides the CPU
-
-    def to_json(self) -> dict[str, object]:
-        return {"passed": self.passed, "checks": [asdict(c) for c in self.checks], "devices": list(self.devices)}
-
-    @property
-    def failures(self) -> list[ToolRun]:
-        return [c for c in self.checks if not c.passed]
 
 
 def version_check(tool: Path, short_commit: str, env: dict[str, str]) -> ToolRun:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import shutil
 import time
@@ -16,24 +15,24 @@ from pathlib import Path
 from buildmgr.config import Dirs
 from buildmgr.errors import UserError
 from buildmgr.fsutil import atomic_write_text, fsync_tree, locked, remove_if_idle, sha256_file
-
-RECEIPT = "buildmgr-receipt.json"
-RECEIPT_SCHEMA = 1
+from buildmgr.jsonshape import ShapeError
+from buildmgr.receipt import FILE_NAME as RECEIPT
+from buildmgr.receipt import Receipt
 
 
 @dataclass(frozen=True)
 class Build:
     id: str
     prefix: Path
-    receipt: dict
+    receipt: Receipt
 
     @property
     def recipe(self) -> str:
-        return self.receipt["recipe"]["name"]
+        return self.receipt.recipe.name
 
     @property
     def finished(self) -> str:
-        return self.receipt.get("finished", "")
+        return self.receipt.finished
 
     def tool(self, name: str) -> Path:
         """A tool of this build: a plain name, resolved inside its bin/ (no paths, no '..')."""
@@ -46,24 +45,40 @@ def build_lock(dirs: Dirs, build_id: str) -> Path:
     return dirs.data / "locks" / f"{build_id}.lock"
 
 
-def read_receipt(prefix: Path) -> dict | None:
+def read_receipt(prefix: Path) -> Receipt | None:
+    """The prefix's receipt, or None where there is none or it is not a receipt this buildmgr reads."""
     try:
-        receipt = json.loads((prefix / RECEIPT).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return Receipt.from_text((prefix / RECEIPT).read_bytes())
+    except (OSError, ShapeError):
         return None
-    return receipt if isinstance(receipt, dict) and receipt.get("schema") == RECEIPT_SCHEMA else None
 
 
-def installed(dirs: Dirs) -> list[Build]:
-    builds = []
+@dataclass(frozen=True)
+class Unreadable:
+    """A prefix with a receipt this buildmgr cannot read: never used as a build, and `list` names it."""
+
+    prefix: Path
+    reason: str
+
+
+def scan(dirs: Dirs) -> tuple[list[Build], list[Unreadable]]:
+    """Every published build, oldest first, and the prefixes whose receipts cannot be read."""
+    builds, unreadable = [], []
     for receipt_path in sorted(dirs.builds.glob(f"*/*/{RECEIPT}")):
         prefix = receipt_path.parent
         if prefix.name.startswith(".") or prefix.parent.name.startswith("."):  # half removed or replaced
             continue
-        receipt = read_receipt(prefix)
-        if receipt is not None:
-            builds.append(Build(receipt["id"], prefix, receipt))
-    return sorted(builds, key=lambda b: b.finished)
+        try:
+            receipt = Receipt.from_text(receipt_path.read_bytes())
+        except (OSError, ShapeError) as err:
+            unreadable.append(Unreadable(prefix, str(err)))
+            continue
+        builds.append(Build(receipt.id, prefix, receipt))
+    return sorted(builds, key=lambda b: b.finished), unreadable
+
+
+def installed(dirs: Dirs) -> list[Build]:
+    return scan(dirs)[0]
 
 
 def find(dirs: Dirs, ref: str) -> Build:
@@ -119,11 +134,11 @@ def drop_stale_staging(dirs: Dirs, build_id: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def write_receipt(staging: Path, receipt: dict) -> None:
-    atomic_write_text(staging / RECEIPT, json.dumps(receipt, indent=2, sort_keys=True) + "\n")
+def write_receipt(staging: Path, receipt: Receipt) -> None:
+    atomic_write_text(staging / RECEIPT, receipt.to_text())
 
 
-def publish(staging: Path, prefix: Path, receipt: dict) -> None:
+def publish(staging: Path, prefix: Path, receipt: Receipt) -> None:
     """Write the receipt, then make the complete staging dir the prefix in one step. An older prefix is swapped out atomically
     (renameat2 RENAME_EXCHANGE), so there is no moment without a whole build, and then deleted from staging."""
     write_receipt(staging, receipt)

@@ -13,6 +13,77 @@ import pytest
 TEST_CCACHE = Path(os.environ.get("BUILDMGR_TEST_CCACHE", Path.home() / ".cache" / "buildmgr-tests" / "ccache"))
 
 
+COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
+
+
+def receipt_json(build_id: str = "cpu-0123abcd", *, recipe=None, source=None, host=None, runtime=None, **top) -> dict:
+    """A receipt of the shape buildmgr writes, for tests that need one without building; nested parts merge."""
+    import platform
+
+    from buildmgr.receipt import SCHEMA
+
+    return {
+        "schema": SCHEMA,
+        "id": build_id,
+        "buildmgr": "0.1.0",
+        "recipe": {
+            "name": build_id.rsplit("-", 1)[0],
+            "description": "",
+            "backends": ["CPU"],
+            "targets": ["llama-cli"],
+            "tools": ["llama-cli"],
+            "defines": {},
+            "resolved_defines": {"GGML_NATIVE": "OFF"},
+            "arch": "",
+        }
+        | (recipe or {}),
+        "host_defines": {},
+        "backend_versions": {},
+        "source": {
+            "origin": "pypi:llama-cpp-python==0.3.36",
+            "path": "/src",
+            "commit": COMMIT,
+            "build_number": 11312,
+            "llama_version": "0.5.0",
+            "fingerprint": COMMIT,
+            "state": "pinned",
+            "commit_time": 1790812800,
+        }
+        | (source or {}),
+        "toolchain": {},
+        "host": {"hostname": "h", "system": "Linux", "os": "Linux-6", "machine": platform.machine(), "cpus": 2}
+        | (host or {}),
+        "jobs": 2,
+        "started": "2026-11-30T00:00:00+00:00",
+        "finished": "2026-11-30T00:00:00+00:00",
+        "seconds": 1.0,
+        "phases": {},
+        "ccache": None,
+        "shader_cache": None,
+        "smoke": {"passed": True, "checks": [], "devices": []},
+        "runtime": {
+            "elf_files": 0,
+            "glibc": None,
+            "glibc_file": None,
+            "libstdcxx": None,
+            "libstdcxx_file": None,
+            "needed": {},
+            "cuda_sass": [],
+            "cuda_ptx": [],
+            "hip_targets": [],
+        }
+        | (runtime or {}),
+        "log": "/dev/null",
+        "files": {},
+    } | top
+
+
+def make_receipt(build_id: str = "cpu-0123abcd", **parts):
+    from buildmgr.receipt import Receipt
+
+    return Receipt.from_json(receipt_json(build_id, **parts))
+
+
 def make_env(root: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "CCACHE_"))}
     env.update(

@@ -7,6 +7,7 @@ test_vulkan_build.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -20,7 +21,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import assert_user_error, buildmgr
+from conftest import COMMIT, assert_user_error, buildmgr, make_receipt
 
 from buildmgr import artifacts, runtime, store
 from buildmgr.backends import cuda, hip
@@ -29,7 +30,6 @@ from buildmgr.options import all_recipes
 from buildmgr.progress import Reporter
 
 BUILD_ID = "cpu-0123abcd"
-COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 VERSION_SCRIPT = "#!/bin/sh\necho 'version: 0.5.0-dev (build 11312, commit 0c1e570)'\n"
 
 
@@ -44,25 +44,7 @@ def fake_build(root: Path, tool: str = VERSION_SCRIPT, **runtime_needs) -> store
     (prefix / "lib" / "libllama.so.0.5.0").write_bytes(b"not really a library")
     os.symlink("libllama.so.0.5.0", prefix / "lib" / "libllama.so.0")
     (prefix / "LICENSE").write_text("MIT\n")
-    receipt = {
-        "schema": store.RECEIPT_SCHEMA,
-        "id": BUILD_ID,
-        "recipe": {"name": "cpu", "backends": ["CPU"], "arch": "", "resolved_defines": {"GGML_NATIVE": "OFF"}},
-        "source": {
-            "commit": COMMIT,
-            "build_number": 11312,
-            "llama_version": "0.5.0",
-            "fingerprint": COMMIT,
-            "state": "pinned",
-            "commit_time": 1790812800,
-        },
-        "host": {"system": "Linux", "os": "Linux-6", "machine": platform.machine()},
-        "finished": "2026-11-30T00:00:00+00:00",
-        "smoke": {"passed": True, "checks": [], "devices": []},
-        "runtime": {"glibc": None, "libstdcxx": None, "needed": {}, "cuda_sass": [], "cuda_ptx": [], "hip_targets": []}
-        | runtime_needs,
-        "files": store.file_hashes(prefix),
-    }
+    receipt = make_receipt(BUILD_ID, runtime=runtime_needs, files=store.file_hashes(prefix))
     store.write_receipt(prefix, receipt)
     return store.Build(BUILD_ID, prefix, receipt)
 
@@ -246,18 +228,26 @@ def test_an_archive_without_a_receipt_is_not_an_artifact(tmp_env, tmp_path):
     assert_nothing_installed(tmp_env)
 
 
-def test_a_receipt_that_would_place_the_build_outside_the_data_dir_is_refused(tmp_env, tmp_path):
-    def hostile_id(info, data):
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (lambda r: r | {"id": "../../../../tmp/owned"}, "id: '../../../../tmp/owned' is not a safe id"),
+        (lambda r: {k: v for k, v in r.items() if k != "host"}, "host is missing"),
+        (lambda r: r | {"smoke": r["smoke"] | {"passed": "yes"}}, "smoke.passed: expected true or false"),
+        (lambda r: r | {"runtime": r["runtime"] | {"needed": {"libc.so.6": "bin/x"}}}, "runtime.needed.libc.so.6"),
+    ],
+    ids=["outside the data dir", "no host", "smoke not a bool", "needed not a list"],
+)
+def test_a_receipt_of_the_wrong_shape_is_refused_with_the_field_named(tmp_env, tmp_path, change, says):
+    """Even with the manifest rewritten to match: the receipt's own shape is checked, field by field."""
+
+    def hostile(info, data):
         if not info.name.endswith(store.RECEIPT):
             return [(info, data)]
-        receipt = json.loads(data) | {"id": "../../../../tmp/owned"}
-        return [(info, json.dumps(receipt).encode())]
-
-    def fix_manifest(info, data):  # the attacker also rewrites the manifest: the receipt's shape still fails
-        return [(info, data)]
+        return [(info, json.dumps(change(json.loads(data))).encode())]
 
     archive = packaged(tmp_path)
-    repack(archive, hostile_id)
+    repack(archive, hostile)
     with tarfile.open(archive) as tar:
         receipt_bytes = next(tar.extractfile(m).read() for m in tar.getmembers() if m.name.endswith(store.RECEIPT))
 
@@ -271,7 +261,7 @@ def test_a_receipt_that_would_place_the_build_outside_the_data_dir_is_refused(tm
         return [(info, ("\n".join(lines) + "\n").encode())]
 
     repack(archive, matching_manifest)
-    assert_user_error(install(tmp_env, archive), "is not a buildmgr receipt")
+    assert_user_error(install(tmp_env, archive), "is not a buildmgr receipt", says)
     assert_nothing_installed(tmp_env)
     assert not Path("/tmp/owned").exists()
 
@@ -312,7 +302,8 @@ def test_a_missing_library_is_named_with_where_it_comes_from(tmp_path):
 
 def test_a_library_needed_only_by_a_loadable_backend_module_is_a_warning(tmp_path):
     build = fake_build(tmp_path, needed={"libcuda.so.1": ["lib/libggml-cuda.so"]})
-    receipt = build.receipt | {"recipe": build.receipt["recipe"] | {"resolved_defines": {"GGML_BACKEND_DL": "ON"}}}
+    recipe = dataclasses.replace(build.receipt.recipe, resolved_defines={"GGML_BACKEND_DL": "ON"})
+    receipt = dataclasses.replace(build.receipt, recipe=recipe)
     findings = artifacts.host_findings(receipt, {"LD_LIBRARY_PATH": ""}, platform.machine())
     if runtime.host_libraries({}, platform.machine()).find("libcuda.so.1") is None:
         assert findings == [("warning", findings[0][1])] and "that backend will not load" in findings[0][1]
@@ -569,17 +560,16 @@ def test_verify_needs_a_source_it_can_fetch_again(tmp_path):
     from buildmgr.config import Dirs
 
     known_recipes = all_recipes(Dirs(tmp_path / "d", tmp_path / "c", tmp_path / "cfg"))
-    receipt = fake_build(tmp_path).receipt
-    receipt["recipe"]["resolved_defines"] = {"GGML_NATIVE": "OFF", "CMAKE_CUDA_ARCHITECTURES": "86-real;89"}
-    pinned = receipt | {"source": receipt["source"] | {"origin": "pypi:llama-cpp-python==0.3.36"}}
+    defines = {"GGML_NATIVE": "OFF", "CMAKE_CUDA_ARCHITECTURES": "86-real;89"}
+    pinned = make_receipt(source={"origin": "pypi:llama-cpp-python==0.3.36"}, recipe={"resolved_defines": defines})
     request = artifacts.request_from_receipt(
-        pinned | {"recipe": pinned["recipe"] | {"name": "cuda"}}, known_recipes, COMMIT
+        make_receipt("cuda-0123abcd", recipe={"resolved_defines": defines}), known_recipes, COMMIT
     )
     assert (request.recipe, request.sm, request.source) == ("cuda", "86,89", None)
     assert "GGML_NATIVE=OFF" in request.defines
     with pytest.raises(UserError, match="this buildmgr pins 1234567"):
         artifacts.request_from_receipt(pinned, known_recipes, "1234567" + COMMIT[7:])
-    local = receipt | {"source": receipt["source"] | {"origin": "path:/home/me/llama.cpp"}}
+    local = make_receipt(source={"origin": "path:/home/me/llama.cpp"})
     with pytest.raises(UserError, match="verify needs the pinned source or a git URL"):
         artifacts.request_from_receipt(local, known_recipes, COMMIT)
 

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import assert_user_error, buildmgr, make_env
+from conftest import assert_user_error, buildmgr, make_env, make_receipt
 
 from buildmgr.cmake import find_cmake, read_reply
 
@@ -112,12 +112,12 @@ sys.exit(main(["build", "cuda", "--sm", "75", "--json"]))
 
 def test_the_cuda_no_op_starts_no_program(root, configured):
     """Not nvcc --version, not --list-gpu-arch, not the host-compiler probe: remembered from the first preflight."""
-    from buildmgr.store import RECEIPT, RECEIPT_SCHEMA
+    from buildmgr.store import write_receipt
 
     prefix = Path(configured["prefix"])
     prefix.mkdir(parents=True)
     try:
-        (prefix / RECEIPT).write_text(json.dumps({"schema": RECEIPT_SCHEMA, "id": configured["id"]}))
+        write_receipt(prefix, make_receipt(configured["id"]))
         result = subprocess.run(
             [sys.executable, "-c", NO_PROGRAMS], env=cuda_env(root), capture_output=True, text=True, check=False
         )

@@ -57,6 +57,9 @@ def test_files_without_a_device_block_or_missing_are_user_errors(tmp_path, tmp_e
         buildmgr(tmp_env, "devices", "--parse", str(H200 / "nvidia-smi.csv"), "--json"), "no 'Available devices:' block"
     )
     assert_user_error(buildmgr(tmp_env, "devices", "--parse", str(tmp_path / "nope.txt")), "cannot read --parse file")
+    assert_user_error(
+        buildmgr(tmp_env, "devices", "--parse", str(H200 / "list-devices.txt"), "--suggest"), "a capture has no builds"
+    )
     assert not (tmp_path / "data").exists()
 
 

@@ -6,12 +6,13 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import assert_user_error, buildmgr
+from conftest import assert_user_error, buildmgr, make_receipt
 
 from buildmgr import store
 from buildmgr.config import Dirs
 from buildmgr.errors import UserError
 from buildmgr.inventory import load
+from buildmgr.inventory_file import Inventory
 from buildmgr.source import parse_source_spec
 
 
@@ -21,8 +22,7 @@ def fake_build(dirs: Dirs, name: str, recipe: str = "cpu", version_dir: str = "0
     tool = prefix / "bin" / "llama-cli"
     tool.write_text("#!/bin/sh\necho fake\n")
     tool.chmod(0o755)
-    receipt = {"schema": store.RECEIPT_SCHEMA, "id": name.lstrip("."), "recipe": {"name": recipe, "backends": ["CPU"]}}
-    (prefix / store.RECEIPT).write_text(json.dumps(receipt | {"finished": "2026-11-30T00:00:00+00:00"}))
+    store.write_receipt(prefix, make_receipt(name.lstrip("."), recipe={"name": recipe}))
     return prefix
 
 
@@ -77,12 +77,12 @@ def test_replacing_a_prefix_has_no_moment_without_it(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "rename", crash_after_first_rename)
     try:
-        store.publish(staging, prefix, {"schema": store.RECEIPT_SCHEMA})
+        store.publish(staging, prefix, make_receipt())
     except KeyboardInterrupt:
         pass
     assert (prefix / "bin").is_dir(), "the prefix vanished"
     monkeypatch.undo()
-    store.publish(staging, prefix, {"schema": store.RECEIPT_SCHEMA}) if staging.exists() else None
+    store.publish(staging, prefix, make_receipt()) if staging.exists() else None
     assert (prefix / "bin" / "new").read_text() == "new" and not (prefix / "bin" / "old").exists()
     assert not staging.exists() and not list(prefix.parent.glob(".*"))
 
@@ -112,8 +112,12 @@ def test_an_inventory_of_the_wrong_shape_is_set_aside_not_a_crash(tmp_path):
     path = tmp_path / "host.json"
     path.write_text('{"schema": 1, "builds": []}')
     warnings = []
-    assert load(path, warnings.append) == {"schema": 1, "builds": {}}
-    assert "moved aside" in warnings[0] and list(tmp_path.glob("host.json.corrupt-*"))
+    assert load(path, warnings.append) == Inventory.empty()
+    assert (
+        "builds: expected an object, got []" in warnings[0]
+        and "moved aside" in warnings[0]
+        and list(tmp_path.glob("host.json.corrupt-*"))
+    )
 
 
 def test_an_inventory_from_a_newer_buildmgr_is_refused_and_kept(tmp_path):
@@ -138,7 +142,7 @@ def test_an_os_error_is_one_line_with_the_path(monkeypatch, capsys, error):
     def fail(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr(store, "installed", fail)
+    monkeypatch.setattr(store, "scan", fail)
     assert cli.main(["list"]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"buildmgr: error: {error.strerror}: {error.filename}")
@@ -187,7 +191,7 @@ def test_every_installed_file_reaches_the_disk_before_the_build_appears(tmp_path
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "rename", rename)
-    store.publish(staging, tmp_path / "builds" / "v" / "cpu-66666666", {"schema": store.RECEIPT_SCHEMA})
+    store.publish(staging, tmp_path / "builds" / "v" / "cpu-66666666", make_receipt("cpu-66666666"))
     assert (tmp_path / "builds" / "v" / "cpu-66666666" / "bin" / "llama-cli").read_text() == "tool"
 
 

@@ -8,6 +8,7 @@ import string
 from pathlib import Path
 
 import pytest
+from conftest import make_receipt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -92,7 +93,7 @@ def test_source_values(text):
 @EXAMPLES
 @given(hostile)
 def test_tool_names_never_leave_bin(name):
-    build = Build("cpu-12345678", Path("/prefix"), {})
+    build = Build("cpu-12345678", Path("/prefix"), make_receipt("cpu-12345678"))
     try:
         path = build.tool(name)
     except UserError:

@@ -52,3 +52,30 @@ def test_every_matrix_entry_field_is_documented(tmp_path):
     entries, _ = artifacts.matrix(request, known, 11312, "0c1e57098bba43ac29e6e3b677cdceebdd22334f")
     section = SPEC.split("**matrix** entries")[1].split("\n\n")[0]
     assert set(entries[0]) | set(entries[1]) <= set(re.findall(r"`(\w+)`", section))
+
+
+def test_every_field_of_the_typed_receipt_is_documented():
+    from dataclasses import is_dataclass
+    from typing import get_args, get_type_hints
+
+    from buildmgr.receipt import Receipt
+
+    def names(record) -> set[str]:
+        found = set()
+        for name, kind in get_type_hints(record).items():
+            found.add(name)
+            for part in (kind, *get_args(kind)):
+                if is_dataclass(part) and part is not record:
+                    found |= names(part)
+        return found
+
+    assert names(Receipt) <= documented_receipt_fields()
+
+
+def test_every_field_of_the_typed_inventory_is_documented():
+    from buildmgr.inventory_file import BuildEntry, Card, Inventory, ProbeRecord
+
+    section = SPEC.split("### Inventory:")[1].split("\n## ")[0]
+    for record in (Inventory, BuildEntry, ProbeRecord, Card):
+        missing = {f.name for f in fields(record)} - set(re.findall(r"\w+", section))
+        assert not missing, (record.__name__, missing)

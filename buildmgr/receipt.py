@@ -1,0 +1,166 @@
+"""The receipt, `buildmgr-receipt.json`: everything about one build, typed and checked in one place.
+
+Every reader gets a `Receipt` from `from_json`, which checks each field (spec: "Receipt"), so a receipt of the
+wrong shape is one clear error wherever it is read, and no command reads a receipt by key. The id, version,
+commit and fingerprint name directories, so they must be safe names.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from buildmgr import jsonshape
+from buildmgr.jsonshape import OMIT_IF_NONE, ShapeError
+
+FILE_NAME = "buildmgr-receipt.json"
+SCHEMA = 1
+
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,200}")
+_COMMIT = re.compile(r"[0-9a-f]{7,40}")
+_FINGERPRINT = re.compile(r"[0-9a-f]{8,64}")
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    """One command of the smoke run and what it proved (not a preflight `backends.Check`: this one ran the build)."""
+
+    command: list[str]
+    returncode: int
+    seconds: float
+    passed: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class SmokeResult:
+    passed: bool
+    checks: tuple[ToolRun, ...] = field(default=())
+    devices: tuple[str, ...] = ()  # devices the model ran on, besides the CPU
+
+    def to_json(self) -> dict[str, Any]:
+        return jsonshape.dump(self)
+
+    @property
+    def failures(self) -> list[ToolRun]:
+        return [c for c in self.checks if not c.passed]
+
+
+@dataclass(frozen=True)
+class RecipeRecord:
+    name: str
+    description: str
+    backends: tuple[str, ...]
+    targets: tuple[str, ...]
+    tools: tuple[str, ...]
+    defines: dict[str, str]
+    resolved_defines: dict[str, str]  # every -D passed
+    arch: str  # the GPU arch label, "" without one
+
+    def define(self, key: str) -> str | None:
+        return self.resolved_defines.get(key)
+
+
+@dataclass(frozen=True)
+class SourceRecord:
+    origin: str
+    path: str
+    commit: str | None
+    build_number: int
+    llama_version: str
+    fingerprint: str
+    state: str | None = None  # absent in receipts before 2026-11-30
+    commit_time: int | None = None
+
+    @property
+    def short_commit(self) -> str:
+        return self.commit[:7] if self.commit else "unknown"
+
+
+@dataclass(frozen=True)
+class HostRecord:
+    hostname: str
+    system: str
+    os: str
+    machine: str
+    cpus: int | None
+
+
+@dataclass(frozen=True)
+class RuntimeNeeds:
+    """What the prefix's ELF files need from a host (runtime.scan_prefix)."""
+
+    elf_files: int
+    glibc: str | None
+    glibc_file: str | None
+    libstdcxx: str | None
+    libstdcxx_file: str | None
+    needed: dict[str, tuple[str, ...]]  # library → the files that need it
+    cuda_sass: tuple[str, ...]
+    cuda_ptx: tuple[str, ...]
+    hip_targets: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class InstalledFrom:
+    artifact: str
+    sha256: str
+    installed: str
+    smoke: SmokeResult  # the run on this host
+    warnings: tuple[str, ...]
+    log: str
+
+
+@dataclass(frozen=True)
+class Receipt:
+    schema: int
+    id: str
+    buildmgr: str
+    recipe: RecipeRecord
+    host_defines: dict[str, str]
+    backend_versions: dict[str, str]
+    source: SourceRecord
+    toolchain: dict[str, dict[str, str | None]]
+    host: HostRecord
+    jobs: int
+    started: str
+    finished: str
+    seconds: float
+    phases: dict[str, float]
+    ccache: dict[str, int] | None
+    smoke: SmokeResult
+    log: str
+    files: dict[str, str]  # every installed file: sha256 hex, or link:<target>
+    shader_cache: dict[str, int] | None = None
+    runtime: RuntimeNeeds | None = field(default=None, metadata=OMIT_IF_NONE)  # absent before 2026-11-30
+    installed_from: InstalledFrom | None = field(default=None, metadata=OMIT_IF_NONE)
+
+    @classmethod
+    def from_json(cls, data: object) -> Receipt:
+        """Checked: raises ShapeError naming the first wrong field."""
+        receipt = jsonshape.load_versioned(cls, data, SCHEMA)
+        for where, value, pattern in (
+            ("id", receipt.id, _SAFE_NAME),
+            ("source.llama_version", receipt.source.llama_version, _SAFE_NAME),
+            ("source.commit", receipt.source.commit or "0000000", _COMMIT),
+            ("source.fingerprint", receipt.source.fingerprint, _FINGERPRINT),
+        ):
+            if not pattern.fullmatch(value):
+                raise ShapeError(f"{where}: {value[:60]!r} is not a safe {where.rsplit('.', 1)[-1]}")
+        return receipt
+
+    @classmethod
+    def from_text(cls, text: str | bytes) -> Receipt:
+        return cls.from_json(jsonshape.parse(text))
+
+    def to_json(self) -> dict[str, Any]:
+        return jsonshape.dump(self)
+
+    def to_text(self) -> str:
+        return json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n"
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        return self.recipe.backends
