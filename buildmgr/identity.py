@@ -17,6 +17,7 @@ import re
 from collections import Counter
 from dataclasses import replace
 
+from buildmgr.backends import NOT_A_CARD
 from buildmgr.probe import Device, DrmCard, NvidiaGpu, VulkanGpu, normalize_pci
 
 MEMORY_TOLERANCE = 0.05
@@ -118,7 +119,7 @@ def assign_physical_ids(devices: list[Device]) -> tuple[list[Device], list[str]]
             if a.backend != b.backend and _keys(a) & _keys(b):
                 join(a, b)
     notes = []
-    pairable = [d for d in devices if d.backend not in ("RPC", "BLAS")]
+    pairable = [d for d in devices if d.backend not in NOT_A_CARD]
     for a in pairable:  # 2. description and memory, unambiguous both ways, where hardware ids cannot decide
         for backend in sorted({d.backend for d in pairable} - {a.backend}):
             mine = [d for d in pairable if d.backend == backend and _alike(a, d)]

@@ -14,6 +14,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from buildmgr.backends import NOT_A_CARD
 from buildmgr.errors import UserError
 
 HEADERS = ("Available devices:", "Devices:")  # llama tools' --list-devices; rpc-server's start-up
@@ -42,9 +43,9 @@ def normalize_pci(bus_id: str | None) -> str | None:
 
 
 def role_of(backend: str, ggml_type: str | None) -> str:
-    """The device's role from ggml's own type; an RPC device is a remote host whatever ggml calls it."""
-    if backend == "RPC":
-        return "remote"
+    """The device's role from ggml's own type, except for a device that is not a card (BLAS, RPC)."""
+    if backend in NOT_A_CARD:
+        return NOT_A_CARD[backend]
     return ggml_type if ggml_type in ("gpu", "igpu", "accel", "cpu") else "unknown"
 
 
@@ -76,7 +77,7 @@ class Device:
 
 def _device(backend: str, index: str, description: str, total: str | None, free: str | None, uma: dict) -> Device:
     number = int(index) if index else None
-    role = role_of(backend, "accel" if backend == "BLAS" else None)
+    role = role_of(backend, None)
     if backend == "Vulkan" and uma.get(number) == "1":
         role = "igpu"
     return Device(

@@ -9,14 +9,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from buildmgr import proc
+from buildmgr.backends import NOT_A_CARD
 from buildmgr.fsutil import locked
 from buildmgr.probe import probe_build
 from buildmgr.receipt import SmokeResult, ToolRun
 
 TIMEOUT_S = 300
 VERSIONED_TOOLS = ("llama-cli", "llama-server", "llama-bench", "llama-completion")
-# BLAS is an accelerator for the CPU's matrix work and RPC a remote host: neither is a -dev to bench.
-UNBENCHED_BACKENDS = {"BLAS", "RPC"}
 # Bump when the model below changes, so a cached file is never stale.
 MODEL_NAME = "tiny-llama-v1.gguf"
 
@@ -124,7 +123,7 @@ def smoke_run(prefix: Path, short_commit: str, model: Path) -> SmokeResult:
         benches = []
         if bench.exists():
             listed = probe_build(prefix, env)
-            devices = tuple(d.name for d in listed.devices if d.backend not in UNBENCHED_BACKENDS)
+            devices = tuple(d.name for d in listed.devices if d.backend not in NOT_A_CARD)
             benches = [pool.submit(bench_check, bench, model, env, ("-dev", name)) for name in ("none", *devices)]
         checks = [future.result() for future in versions + benches]
     return SmokeResult(bool(checks) and all(c.passed for c in checks), tuple(checks), devices)

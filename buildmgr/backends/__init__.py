@@ -24,6 +24,11 @@ if TYPE_CHECKING:  # the device commands read backend facts without paying for t
     from buildmgr.toolchain import Toolchain
 
 
+# Devices that are not a card: BLAS does the CPU's matrix work, and RPC is another host. Each has a fixed role
+# (whatever ggml reports), is never one physical card with another backend's device, and is not benched.
+NOT_A_CARD = {"BLAS": "accel", "RPC": "remote"}
+
+
 @dataclass(frozen=True)
 class Check:
     """One preflight fact: what was looked for, what was found, and how to fix it if it failed."""
