@@ -7,13 +7,12 @@ import csv
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from buildmgr import proc
 from buildmgr.backends import NOT_A_CARD
 from buildmgr.errors import UserError
 
@@ -271,50 +270,6 @@ def backend_module_dir(prefix: Path) -> Path | None:
     return prefix / "bin" if any((prefix / "bin").glob("libggml-*.so")) else None
 
 
-@dataclass(frozen=True)
-class _Ran:
-    code: int | None  # None: timed out; negative: killed by that signal
-    stdout: str
-    stderr: str
-
-
-def _run_together(commands: list[list[str]], env: dict[str, str], timeout: float) -> list[_Ran]:
-    """Start every command at once (the probes each initialise the drivers), wait for all, kill the late ones."""
-    deadline = time.monotonic() + timeout
-    started = []
-    for command in commands:
-        try:
-            started.append(
-                subprocess.Popen(
-                    command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace", env=env
-                )
-            )
-        except OSError as err:
-            started.append(err)
-    results = []
-    for process in started:
-        if isinstance(process, OSError):
-            results.append(_Ran(-1, "", str(process)))
-            continue
-        try:
-            out, err = process.communicate(timeout=max(0.0, deadline - time.monotonic()))
-            results.append(_Ran(process.returncode, out, err))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            out, err = process.communicate()
-            results.append(_Ran(None, out, err))
-    return results
-
-
-def _failure(ran: _Ran, timeout: float) -> str:
-    if ran.code is None:
-        return f"timed out after {timeout:.0f} s"
-    if ran.code < 0:
-        return f"crashed ({signal.Signals(-ran.code).name})"
-    last = ((ran.stdout + ran.stderr).strip().splitlines() or ["no output"])[-1]
-    return f"exit {ran.code}: {last}"
-
-
 def _api_command(prefix: Path) -> tuple[list[str] | None, str]:
     """The API child's command line, or why it cannot run on this prefix."""
     from buildmgr import ggml_api
@@ -333,11 +288,11 @@ def _api_command(prefix: Path) -> tuple[list[str] | None, str]:
     return [sys.executable, "-m", "buildmgr.ggml_api", str(lib), *([str(modules)] if modules else [])], ""
 
 
-def _api_devices(ran: _Ran, timeout: float) -> tuple[list[Device] | None, str]:
+def _api_devices(ran: proc.Ran) -> tuple[list[Device] | None, str]:
     from buildmgr.ggml_api import MARKER
 
-    if ran.code != 0:
-        return None, _failure(ran, timeout)
+    if not ran.ok:
+        return None, ran.failure()
     line = next((ln for ln in ran.stdout.splitlines() if ln.startswith(MARKER)), None)
     try:
         records = json.loads(line[len(MARKER) :]) if line else None
@@ -371,20 +326,20 @@ def probe_build(prefix: Path, environ: dict[str, str] | None = None, timeout: fl
     child_env = environ | {"PYTHONPATH": os.pathsep.join(filter(None, (_PACKAGE_ROOT, environ.get("PYTHONPATH"))))}
     start = time.monotonic()
     commands = [[str(tool), "--list-devices"]] + ([api_command] if api_command else [])
-    listed_run, *api_run = _run_together(commands, child_env, timeout)
+    listed_run, *api_run = proc.run_together(commands, timeout=timeout, env=child_env)
     seconds = round(time.monotonic() - start, 3)
     output = listed_run.stdout + listed_run.stderr
     listed, list_error = None, ""
-    if listed_run.code == 0:
+    if listed_run.ok:
         try:
             listed = parse_list_devices(listed_run.stdout)
         except UserError as err:
             list_error = str(err)
     else:
-        list_error = _failure(listed_run, timeout)
+        list_error = listed_run.failure()
     api = None
     if api_run:
-        api, api_error = _api_devices(api_run[0], timeout)
+        api, api_error = _api_devices(api_run[0])
     common = {"seconds": seconds, "tool": tool.name, "env": recorded, "output": output, "api_error": api_error}
     if api is not None:
         mismatches = cross_check(api, listed) if listed is not None else (f"--list-devices failed: {list_error}",)

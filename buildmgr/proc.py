@@ -1,10 +1,11 @@
 """The one way buildmgr runs a program and reads what it said: argument lists only (never a shell), output decoded
 with undecodable bytes replaced, and a program that cannot start or runs past its timeout is an answer
-(returncode -1), not an exception. Streaming a build into its log is builder's; running probes side by side is
-probe's."""
+(returncode -1), not an exception. `run_together` starts several at once under one deadline (the probes, each
+waiting on driver start-up). Streaming a build into its log, line by line, is builder's."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -13,11 +14,12 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Ran:
-    returncode: int  # -1: it could not start, or it timed out
+    returncode: int  # -1 where it did not finish: it could not start, or it timed out
     stdout: str
     stderr: str
     seconds: float
     timed_out: bool = False
+    started: bool = True  # False: the OS refused to start it (stderr says why)
 
     @property
     def ok(self) -> bool:
@@ -26,6 +28,24 @@ class Ran:
     @property
     def output(self) -> str:
         return self.stdout + self.stderr
+
+    def failure(self) -> str:
+        """Why it did not succeed, in a few words: a timeout, the OS's refusal, a signal, or the exit code and the
+        last line it printed."""
+        if self.timed_out:
+            return f"timed out after {self.seconds:.0f} s"
+        if not self.started:
+            return f"could not start: {self.stderr}"
+        if self.returncode < 0:
+            number = -self.returncode
+            name = signal.Signals(number).name if number in signal.valid_signals() else f"signal {number}"
+            return f"crashed ({name})"
+        last = (self.output.strip().splitlines() or ["no output"])[-1]
+        return f"exit {self.returncode}: {last}"
+
+
+def _since(start: float) -> float:
+    return round(time.monotonic() - start, 3)
 
 
 def run(
@@ -48,7 +68,36 @@ def run(
             check=False,
         )
     except subprocess.TimeoutExpired:
-        return Ran(-1, "", f"timed out after {timeout} s", round(time.monotonic() - start, 3), timed_out=True)
+        return Ran(-1, "", f"timed out after {timeout} s", _since(start), timed_out=True)
     except OSError as err:
-        return Ran(-1, "", str(err), round(time.monotonic() - start, 3))
-    return Ran(result.returncode, result.stdout, result.stderr, round(time.monotonic() - start, 3))
+        return Ran(-1, "", str(err), _since(start), started=False)
+    return Ran(result.returncode, result.stdout, result.stderr, _since(start))
+
+
+def run_together(commands: list[list[str]], *, timeout: float, env: dict[str, str] | None = None) -> list[Ran]:
+    """Start every command at once, wait for all, and kill those still running at the deadline (their output so far
+    is kept)."""
+    start = time.monotonic()
+    started: list[subprocess.Popen[str] | OSError] = []
+    for command in commands:
+        try:
+            started.append(
+                subprocess.Popen(
+                    command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace", env=env
+                )
+            )
+        except OSError as err:
+            started.append(err)
+    results = []
+    for process in started:
+        if isinstance(process, OSError):
+            results.append(Ran(-1, "", str(process), 0.0, started=False))
+            continue
+        try:
+            out, err = process.communicate(timeout=max(0.0, start + timeout - time.monotonic()))
+            results.append(Ran(process.returncode, out, err, _since(start)))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            out, err = process.communicate()
+            results.append(Ran(-1, out, err, _since(start), timed_out=True))
+    return results

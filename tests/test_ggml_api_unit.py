@@ -1,7 +1,8 @@
 """The API probe's pure parts: records → devices, llama.cpp's default device choice, the cross-check."""
 
 from buildmgr.identity import assign_physical_ids, default_selection, enrich
-from buildmgr.probe import NvidiaGpu, VulkanGpu, _api_devices, _Ran, cross_check
+from buildmgr.probe import NvidiaGpu, VulkanGpu, _api_devices, cross_check
+from buildmgr.proc import Ran
 
 GIB = 1 << 30
 
@@ -40,7 +41,7 @@ def api(records):
 
     from buildmgr.ggml_api import MARKER
 
-    return _api_devices(_Ran(0, "noise\n" + MARKER + json.dumps(records) + "\n", ""), 60)
+    return _api_devices(Ran(0, "noise\n" + MARKER + json.dumps(records) + "\n", "", 1.0))
 
 
 def test_records_become_devices_without_the_cpu_and_with_mib_as_list_devices_prints():
@@ -131,6 +132,6 @@ def test_cross_check_reports_names_missing_on_either_side():
 
 
 def test_a_crashed_or_silent_child_is_explained():
-    assert _api_devices(_Ran(-11, "", ""), 60) == (None, "crashed (SIGSEGV)")
-    assert _api_devices(_Ran(None, "", ""), 60) == (None, "timed out after 60 s")
-    assert _api_devices(_Ran(0, "no marker", ""), 60)[1].startswith("unreadable answer")
+    assert _api_devices(Ran(-11, "", "", 1.0)) == (None, "crashed (SIGSEGV)")
+    assert _api_devices(Ran(-1, "", "", 60.0, timed_out=True)) == (None, "timed out after 60 s")
+    assert _api_devices(Ran(0, "no marker", "", 1.0))[1].startswith("unreadable answer")

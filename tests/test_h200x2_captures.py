@@ -8,18 +8,18 @@ from conftest import buildmgr
 from buildmgr.identity import default_selection, resolve
 from buildmgr.probe import (
     _api_devices,
-    _Ran,
     cross_check,
     parse_list_devices,
     parse_nvidia_smi_csv,
     parse_vulkaninfo_summary,
 )
+from buildmgr.proc import Ran
 
 HOST = Path(__file__).parent / "fixtures" / "h200x2"
 
 
 def api(name: str):
-    devices, error = _api_devices(_Ran(0, (HOST / name).read_text(), ""), 60)
+    devices, error = _api_devices(Ran(0, (HOST / name).read_text(), "", 1.0))
     assert error == ""
     return devices
 

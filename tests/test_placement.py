@@ -24,14 +24,15 @@ from buildmgr.placement import (
     suggest,
     weights_per_device,
 )
-from buildmgr.probe import _api_devices, _Ran
+from buildmgr.probe import _api_devices
+from buildmgr.proc import Ran
 
 HOST = Path(__file__).parent / "fixtures" / "h200x2"
 PIN = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 
 
 def h200x2(environment: str = "") -> Here:
-    devices, _ = _api_devices(_Ran(0, (HOST / f"api{environment}.json").read_text(), ""), 60)
+    devices, _ = _api_devices(Ran(0, (HOST / f"api{environment}.json").read_text(), "", 1.0))
     devices, _ = assign_physical_ids(devices)
     return Here(tuple(devices), default_selection(devices), PIN, free_mib={d.name: d.memory_free_mib for d in devices})
 

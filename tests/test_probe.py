@@ -102,3 +102,24 @@ def test_kernel_gpus_from_sysfs(tmp_path):
         DrmCard("card1", "amdgpu", "0000:c3:00.0", "0x1002"),
     ]
     assert read_drm_cards(tmp_path / "absent") == []
+
+
+@pytest.mark.parametrize(
+    ("script", "mode", "says"),
+    [
+        ("#!/bin/sh\necho hi\n", 0o644, "could not start: [Errno 13] Permission denied"),
+        ("#!/bin/sh\nkill -HUP $$\n", 0o755, "crashed (SIGHUP)"),
+        ("#!/bin/sh\necho 'no such device' >&2\nexit 3\n", 0o755, "exit 3: no such device"),
+    ],
+    ids=["cannot start", "killed by a signal", "exit code"],
+)
+def test_a_probe_that_fails_says_how(tmp_path, script, mode, says):
+    """A tool that cannot start is not a crash: the reason is the OS's, not a signal read from the -1."""
+    from buildmgr.probe import probe_build
+
+    tool = tmp_path / "bin" / "llama-bench"
+    tool.parent.mkdir()
+    tool.write_text(script)
+    tool.chmod(mode)
+    result = probe_build(tmp_path, {"PATH": "/usr/bin:/bin"}, timeout=30)
+    assert not result.ok and result.error.startswith(says), result.error
