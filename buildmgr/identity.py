@@ -14,10 +14,10 @@ Identity, strongest first:
 from __future__ import annotations
 
 import re
-from collections import Counter
 from dataclasses import replace
 
-from buildmgr.backends import NOT_A_CARD
+from buildmgr.backends import NOT_A_CARD, cuda
+from buildmgr.backends import vulkan as vulkan_backend
 from buildmgr.probe import Device, DrmCard, NvidiaGpu, VulkanGpu, normalize_pci
 
 MEMORY_TOLERANCE = 0.05
@@ -35,53 +35,15 @@ def memory_close(a: int | None, b: int | None) -> bool:
     return a is not None and b is not None and abs(a - b) <= max(MEMORY_SLACK_MIB, MEMORY_TOLERANCE * max(a, b))
 
 
-def _one_to_one(devices: list[Device], rows: list, same) -> dict[str, object]:
-    """Device name → the one row it matches, where that row matches no other device of these."""
-    matches = {d.name: [r for r in rows if same(d, r)] for d in devices}
-    claimed = Counter(id(r) for found in matches.values() for r in found)
-    return {name: found[0] for name, found in matches.items() if len(found) == 1 and claimed[id(found[0])] == 1}
-
-
 def enrich(
     devices: list[Device], nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu], drm: list[DrmCard] = ()
 ) -> tuple[list[Device], list[str]]:
-    """Add UUID, PCI bus id and role from nvidia-smi / vulkaninfo / sysfs, only where a match is one to one."""
-    notes = []
-    by_pci = {g.pci_bus_id: g for g in nvidia}
-    cuda = [d for d in devices if d.backend == "CUDA" and d.pci_bus_id is None]
-    by_name = _one_to_one(cuda, nvidia, lambda d, g: g.name == d.description)
-    if not by_name and len(nvidia) == 1 and len(cuda) == 1 == sum(d.backend == "CUDA" for d in devices):
-        by_name = {cuda[0].name: nvidia[0]}
-    enriched = []
-    for device in devices:
-        gpu = by_pci.get(device.pci_bus_id) if device.pci_bus_id else by_name.get(device.name)
-        if gpu is not None:
-            device = replace(device, uuid=gpu.uuid, pci_bus_id=device.pci_bus_id or gpu.pci_bus_id)
-        enriched.append(device)
-    vk = [d for d in enriched if d.backend == "Vulkan"]
-    by_uuid = {g.uuid: g for g in vulkan if g.uuid}
-    vk_by_name = _one_to_one([d for d in vk if d.uuid is None], vulkan, lambda d, g: g.name == d.description)
+    """Add UUID, PCI bus id and role from nvidia-smi / vulkaninfo (each matched by its backend's module) and the
+    kernel driver from sysfs, only where a match is one to one."""
+    notes: list[str] = []
+    matched = vulkan_backend.match_vulkaninfo(cuda.match_nvidia_smi(devices, nvidia), vulkan, notes)
     drivers = {normalize_pci(c.pci_bus_id): c.driver for c in drm if c.pci_bus_id}
-    devices, enriched = enriched, []
-    for device in devices:
-        if device.backend == "Vulkan":
-            gpu = by_uuid.get(device.uuid) if device.uuid else vk_by_name.get(device.name)
-            if gpu is not None:
-                device = replace(device, uuid=gpu.uuid, type=_vulkan_role(device, gpu.type, notes))
-        if device.pci_bus_id in drivers:
-            device = replace(device, kernel_driver=drivers[device.pci_bus_id])
-        enriched.append(device)
-    return enriched, notes
-
-
-def _vulkan_role(device: Device, driver_type: str, notes: list[str]) -> str:
-    """vulkaninfo's deviceType settles what ggml cannot: a CPU driver (lavapipe) that ggml calls a GPU."""
-    if driver_type == "cpu" and device.type != "cpu":
-        notes.append(
-            f"{device.name}: ggml reports {device.ggml_type or 'no type'}, but vulkaninfo says it is a CPU driver"
-        )
-        return "cpu"
-    return device.type if device.type != "unknown" else driver_type
+    return [replace(d, kernel_driver=drivers[d.pci_bus_id]) if d.pci_bus_id in drivers else d for d in matched], notes
 
 
 def _keys(device: Device) -> set[str]:

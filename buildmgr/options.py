@@ -7,13 +7,12 @@ and only then anything that creates directories (the writable check, a git clone
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from buildmgr import backends, hostfacts, source, toolchain
-from buildmgr.backends import cpu, cuda, hip
+from buildmgr.backends import cpu
 from buildmgr.config import Dirs, Settings, ensure_writable, resource_path
 from buildmgr.errors import UserError
 from buildmgr.plan import RPATH_DEFINES, Arch, BuildPlan, make_plan, parse_jobs
@@ -65,36 +64,31 @@ def available_gib() -> float:
     return 4.0
 
 
+def _arch_values(request: BuildRequest) -> dict[str, str | None]:
+    return {"--sm": request.sm, "--gfx": request.gfx}
+
+
 def check_arch_flags(recipe: Recipe, request: BuildRequest) -> None:
-    if request.sm is not None and "CUDA" not in recipe.backends:
-        raise UserError(
-            f"--sm applies to recipes with CUDA, and {recipe.name} has none; e.g. buildmgr build cuda --sm 86"
-        )
-    if request.gfx is not None and "ROCm" not in recipe.backends:
-        raise UserError(
-            f"--gfx applies to recipes with HIP, and {recipe.name} has none; e.g. buildmgr build hip --gfx gfx1100"
-        )
+    """An architecture option only for a recipe with the backend it belongs to."""
+    taken = {option.flag for option in backends.arch_options(recipe.backends)}
+    given = {flag for flag, value in _arch_values(request).items() if value is not None}
+    for option in backends.arch_options():
+        if option.flag in given - taken:
+            raise UserError(
+                f"{option.flag} applies to recipes with {option.language}, and {recipe.name} has none; "
+                f"e.g. {option.example}"
+            )
 
 
 def resolve_arch(recipe: Recipe, request: BuildRequest, host: backends.Host, memo: backends.Memo) -> Arch:
-    """--sm / --gfx → defines. A named --sm is remembered with nvcc's stamps; 'native' asks the GPUs every time."""
-    has_cuda, has_hip = "CUDA" in recipe.backends, "ROCm" in recipe.backends
-    environ = host.environ
-    defines: list[tuple[str, str]] = []
-    labels: list[str] = []
-    if has_cuda:
-        ask = functools.partial(cuda.resolve_sm, request.sm, environ)
-        if cuda.asks_the_gpus(request.sm):
-            value, label = ask()
-        else:
-            value, label = memo.recall(["--sm", request.sm, backends.stamps(cuda.inputs(host))], ask, list, tuple)
-        defines.append(("CMAKE_CUDA_ARCHITECTURES", value))
-        labels.append(label)
-    if has_hip:
-        value, label = hip.resolve_gfx(request.gfx, environ)
-        defines.append(("GPU_TARGETS", value))
-        labels.append(label)
-    return Arch(tuple(defines), "-".join(labels))
+    """Each architecture option of the recipe's backends → its define, and the labels joined for the build id."""
+    values = _arch_values(request)
+    resolved = [
+        (option, option.resolve(values[option.flag], host, memo)) for option in backends.arch_options(recipe.backends)
+    ]
+    return Arch(
+        tuple((option.define, value) for option, (value, _) in resolved), "-".join(label for _, (_, label) in resolved)
+    )
 
 
 # -D keys buildmgr sets itself: a user value would be overridden, so it is refused instead.

@@ -216,3 +216,17 @@ def test_why_a_built_backend_has_no_device_comes_from_its_module():
         "ROCm: built ≠ present: HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES hides every ROCm device",
         "Metal: built ≠ present: no device found",
     ]
+
+
+def test_each_architecture_option_resolves_through_its_backend_in_a_fixed_order(tmp_path):
+    """CUDA's before HIP's whatever the recipe's order: the labels join into the build id."""
+    from types import SimpleNamespace
+
+    from buildmgr.backends import Memo, hip
+    from buildmgr.options import BuildRequest, resolve_arch
+
+    host, _, _ = fake_cuda_host(tmp_path)
+    request = BuildRequest("cuda+hip", sm="90", gfx="gfx1100")
+    arch = resolve_arch(SimpleNamespace(backends=("ROCm", "CUDA", "CPU")), request, host, Memo())
+    assert arch.defines == (("CMAKE_CUDA_ARCHITECTURES", "90"), ("GPU_TARGETS", hip.parse_gfx("gfx1100")[0]))
+    assert arch.label == "-".join(("sm90", hip.parse_gfx("gfx1100")[1]))

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import shutil
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -78,6 +79,17 @@ class Host:
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class ArchOption:
+    """A backend's GPU-architecture option of `buildmgr build` (`--sm` for CUDA, `--gfx` for HIP)."""
+
+    flag: str
+    define: str  # the CMake define its value resolves to
+    language: str  # how an error names the backend
+    example: str
+    resolve: Callable[[str | None, Host, Memo], tuple[str, str]]  # value (or None) → (define value, label)
+
+
 def stamps(paths: tuple[str, ...]) -> list[list[Any]]:
     """Path, size and mtime of each file: while these stay, so does what running or reading them said."""
     found: list[list[Any]] = []
@@ -136,6 +148,13 @@ class Memo:
             atomic_write_text(path, json.dumps(kept))
 
 
+def one_to_one(devices: list[Any], rows: list[Any], same: Callable[[Any, Any], bool]) -> dict[str, Any]:
+    """Device name → the one row (of nvidia-smi, vulkaninfo …) it matches, where that row matches no other device."""
+    matches = {d.name: [r for r in rows if same(d, r)] for d in devices}
+    claimed = Counter(id(r) for found in matches.values() for r in found)
+    return {name: found[0] for name, found in matches.items() if len(found) == 1 and claimed[id(found[0])] == 1}
+
+
 def which(name: str, *dirs: str) -> str | None:
     for directory in dirs:
         if directory and os.access(os.path.join(directory, name), os.X_OK):
@@ -156,6 +175,7 @@ class Backend(Protocol):
     SYSTEMS: tuple[str, ...]  # where the artifacts workflow can build it
     CI_SETUP: str  # the provisioning step that workflow needs ("" none)
     DRIVER_LIBRARY: str  # the library a device of it needs at run time ("" none)
+    ARCH: ArchOption | None  # its GPU-architecture option; None where it has none
 
     def inspect(self, host: Host, deep: bool) -> Report: ...
 
@@ -175,6 +195,13 @@ def module(name: str) -> Backend:
     if name not in modules:
         raise UserError(f"unknown backend {name!r} in a recipe; known: {', '.join(modules)}")
     return modules[name]
+
+
+def arch_options(names: tuple[str, ...] | None = None) -> list[ArchOption]:
+    """The architecture options of these backends (of all, without names), in a fixed order: CUDA's before HIP's,
+    as their labels join into the build id."""
+    chosen = _modules().values() if names is None else [m for m in _modules().values() if m.NAME in names]
+    return [m.ARCH for m in chosen if m.ARCH is not None]
 
 
 def why_absent(name: str, environ: dict[str, str], vulkan: list[VulkanGpu], nvidia: list[NvidiaGpu]) -> str | None:

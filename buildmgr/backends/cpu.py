@@ -25,6 +25,7 @@ SYSTEMS = ("linux", "macos")
 CI_SETUP = ""
 # A library only a GPU host has, which every tool of a non-DL build loads at start ("": none).
 DRIVER_LIBRARY = ""
+ARCH = None
 
 
 def inspect(host: Host, deep: bool) -> Report:

@@ -6,6 +6,8 @@ the highest, so newer GPUs can still JIT it: `--sm 86,89` → CMAKE_CUDA_ARCHITE
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 import re
 import tempfile
@@ -13,11 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildmgr import proc
-from buildmgr.backends import Check, Host, Report, which
+from buildmgr.backends import ArchOption, Check, Host, Memo, Report, one_to_one, stamps, which
 from buildmgr.errors import UserError
 
 if TYPE_CHECKING:
-    from buildmgr.probe import NvidiaGpu, VulkanGpu
+    from buildmgr.probe import Device, NvidiaGpu, VulkanGpu
 
 NAME = "CUDA"
 GGML_TARGET = "ggml-cuda"
@@ -264,3 +266,32 @@ def why_absent(environ: dict[str, str], vulkan: list[VulkanGpu], nvidia: list[Nv
     if not nvidia:
         return "no NVIDIA GPU visible (nvidia-smi found none)"
     return "no device found"
+
+
+def resolve_arch(text: str | None, host: Host, memo: Memo) -> tuple[str, str]:
+    """`--sm` → CMAKE_CUDA_ARCHITECTURES. A named --sm is remembered with nvcc's stamps; none or 'native' asks the
+    GPUs every time."""
+    ask = functools.partial(resolve_sm, text, host.environ)
+    if asks_the_gpus(text):
+        return ask()
+    return memo.recall(["--sm", text, stamps(inputs(host))], ask, list, tuple)
+
+
+ARCH = ArchOption("--sm", "CMAKE_CUDA_ARCHITECTURES", "CUDA", "buildmgr build cuda --sm 86", resolve_arch)
+
+
+def match_nvidia_smi(devices: list[Device], nvidia: list[NvidiaGpu]) -> list[Device]:
+    """nvidia-smi's UUID and PCI id for the devices that are its GPUs: any backend's device by PCI id; a CUDA device
+    without one by name where the match is one to one, or when it is the only CUDA device and the only GPU."""
+    by_pci = {g.pci_bus_id: g for g in nvidia}
+    unplaced = [d for d in devices if d.backend == NAME and d.pci_bus_id is None]
+    by_name = one_to_one(unplaced, nvidia, lambda d, g: g.name == d.description)
+    if not by_name and len(nvidia) == 1 and len(unplaced) == 1 == sum(d.backend == NAME for d in devices):
+        by_name = {unplaced[0].name: nvidia[0]}
+    matched = []
+    for device in devices:
+        gpu = by_pci.get(device.pci_bus_id) if device.pci_bus_id else by_name.get(device.name)
+        if gpu is not None:
+            device = dataclasses.replace(device, uuid=gpu.uuid, pci_bus_id=device.pci_bus_id or gpu.pci_bus_id)
+        matched.append(device)
+    return matched

@@ -8,7 +8,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from buildmgr import proc
-from buildmgr.backends import Check, Host, Report, which
+from buildmgr.backends import ArchOption, Check, Host, Memo, Report, which
 from buildmgr.errors import UserError
 
 NAME = "ROCm"
@@ -135,3 +135,11 @@ def why_absent(environ: dict[str, str], vulkan: list, nvidia: list) -> str | Non
     if any(environ.get(k) in ("", "-1") for k in ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES") if k in environ):
         return "HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES hides every ROCm device"
     return "no device found"
+
+
+def resolve_arch(text: str | None, host: Host, memo: Memo) -> tuple[str, str]:
+    """`--gfx` → GPU_TARGETS; without it, this host's GPUs (asked every time)."""
+    return resolve_gfx(text, host.environ)
+
+
+ARCH = ArchOption("--gfx", "GPU_TARGETS", "HIP", "buildmgr build hip --gfx gfx1100", resolve_arch)

@@ -15,6 +15,7 @@ RUNTIME_LIBRARIES: dict[str, str] = {}
 SYSTEMS = ("linux", "macos")
 CI_SETUP = ""
 DRIVER_LIBRARY = ""
+ARCH = None
 
 
 def inspect(host: Host, deep: bool) -> Report:

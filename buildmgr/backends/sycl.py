@@ -21,6 +21,7 @@ RUNTIME_LIBRARIES = {
 SYSTEMS = ("linux",)
 CI_SETUP = None
 DRIVER_LIBRARY = ""
+ARCH = None
 FIX = "install Intel oneAPI Base Toolkit and `source /opt/intel/oneapi/setvars.sh` first"
 
 

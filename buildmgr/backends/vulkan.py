@@ -6,6 +6,7 @@ as a folder where newer Debian header packages were unpacked); anything it lacks
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 import re
@@ -14,10 +15,10 @@ from typing import TYPE_CHECKING
 
 from packaging.version import Version
 
-from buildmgr.backends import Check, Host, Report, which
+from buildmgr.backends import Check, Host, Report, one_to_one, which
 
 if TYPE_CHECKING:
-    from buildmgr.probe import NvidiaGpu, VulkanGpu
+    from buildmgr.probe import Device, NvidiaGpu, VulkanGpu
 
 NAME = "Vulkan"
 GGML_TARGET = "ggml-vulkan"
@@ -33,6 +34,7 @@ RUNTIME_LIBRARIES = {
 SYSTEMS = ("linux",)
 CI_SETUP = "vulkan"
 DRIVER_LIBRARY = ""
+ARCH = None
 # ggml-vulkan uses vk::LayerSettingEXT, public since 1.3.272; measured: 1.3.239 fails, 1.4.309 works.
 MIN_HEADERS = Version("1.3.272")
 HEADERS_FIX = (
@@ -136,3 +138,29 @@ def why_absent(environ: dict[str, str], vulkan: list[VulkanGpu], nvidia: list[Nv
     if not vulkan:
         return "vulkaninfo found no Vulkan device (no ICD driver, or VK_DRIVER_FILES points elsewhere)"
     return "no device found"
+
+
+def match_vulkaninfo(devices: list[Device], vulkan: list[VulkanGpu], notes: list[str]) -> list[Device]:
+    """vulkaninfo's UUID and device type for the Vulkan devices: by UUID, else by name where one to one. Its type
+    settles what ggml cannot: a CPU driver (lavapipe) that ggml calls a GPU is a CPU, said in `notes`."""
+    mine = [d for d in devices if d.backend == NAME]
+    by_uuid = {g.uuid: g for g in vulkan if g.uuid}
+    by_name = one_to_one([d for d in mine if d.uuid is None], vulkan, lambda d, g: g.name == d.description)
+    matched = []
+    for device in devices:
+        gpu = (
+            (by_uuid.get(device.uuid) if device.uuid else by_name.get(device.name)) if device.backend == NAME else None
+        )
+        if gpu is not None:
+            device = dataclasses.replace(device, uuid=gpu.uuid, type=_role(device, gpu.type, notes))
+        matched.append(device)
+    return matched
+
+
+def _role(device: Device, driver_type: str, notes: list[str]) -> str:
+    if driver_type == "cpu" and device.type != "cpu":
+        notes.append(
+            f"{device.name}: ggml reports {device.ggml_type or 'no type'}, but vulkaninfo says it is a CPU driver"
+        )
+        return "cpu"
+    return device.type if device.type != "unknown" else driver_type
