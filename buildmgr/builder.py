@@ -5,14 +5,12 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from buildmgr import __version__, compile_cache, hostfacts, proof, runtime, source, store
+from buildmgr import __version__, compile_cache, hostfacts, proc, proof, runtime, source, store
 from buildmgr.backends import glslc_cache
 from buildmgr.cmake import Reply, read_reply, request_reply
 from buildmgr.config import Dirs
@@ -41,20 +39,6 @@ def error_excerpt(lines: list[str], limit: int = TAIL_LINES) -> tuple[str, ...]:
             if line.startswith(marker):
                 return tuple(line.rstrip() for line in lines[index : index + limit])
     return tuple(line.rstrip() for line in lines[-limit:])
-
-
-def _run_logged(cmd: list[str], log: Path, env: dict[str, str], feed: Callable[[str], None] | None = None) -> int:
-    with open(log, "a", encoding="utf-8", buffering=1) as handle:  # line-buffered: `tail -f` works
-        handle.write(f"$ {shlex.join(cmd)}\n")
-        process = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", env=env
-        )
-        assert process.stdout is not None
-        for line in process.stdout:
-            handle.write(line)
-            if feed is not None:
-                feed(line)
-        return process.wait()
 
 
 def _fail(message: str, log: Path) -> BuildFailed:
@@ -235,7 +219,7 @@ def _configure(
         tree.link(plan.source.path)
         tree.build.mkdir(parents=True, exist_ok=True)
         request_reply(tree.build)
-        if _run_logged(configure_command(plan, tree, shader_launcher(plan, tree, dirs)), log, env) != 0:
+        if proc.stream(configure_command(plan, tree, shader_launcher(plan, tree, dirs)), log, env=env) != 0:
             raise _fail("configure failed", log)
         reply = read_reply(tree.build)
         _prove_backends(plan, reply, log)
@@ -299,7 +283,7 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter, rebuild: bool = Fal
                     *targets,
                 ]
                 with reporter.ninja_bar() as feed:
-                    if _run_logged(command, log, env, feed) != 0:
+                    if proc.stream(command, log, env=env, feed=feed) != 0:
                         raise _fail("build failed", log)
             with store.staged(dirs, plan.build_id) as staging:
                 with reporter.phase("install"):

@@ -1,13 +1,15 @@
 """The one way buildmgr runs a program and reads what it said: argument lists only (never a shell), output decoded
 with undecodable bytes replaced, and a program that cannot start or runs past its timeout is an answer
 (returncode -1), not an exception. `run_together` starts several at once under one deadline (the probes, each
-waiting on driver start-up). Streaming a build into its log, line by line, is builder's."""
+waiting on driver start-up); `stream` runs a build step into its log, line by line."""
 
 from __future__ import annotations
 
+import shlex
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,3 +103,25 @@ def run_together(commands: list[list[str]], *, timeout: float, env: dict[str, st
             out, err = process.communicate()
             results.append(Ran(-1, out, err, _since(start), timed_out=True))
     return results
+
+
+def stream(
+    command: list[str], log: Path, *, env: dict[str, str] | None = None, feed: Callable[[str], None] | None = None
+) -> int:
+    """Run it with both output streams, in order, appended to `log` line by line (so `tail -f` works) and handed to
+    `feed`; its exit code. One that cannot start is -1, with the reason in the log."""
+    with open(log, "a", encoding="utf-8", buffering=1) as handle:
+        handle.write(f"$ {shlex.join(command)}\n")
+        try:
+            process = subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", env=env
+            )
+        except OSError as err:
+            handle.write(f"could not start: {err}\n")
+            return -1
+        assert process.stdout is not None
+        for line in process.stdout:
+            handle.write(line)
+            if feed is not None:
+                feed(line)
+        return process.wait()

@@ -137,3 +137,14 @@ def test_generated_flags_for_hip_and_cuda_arches():
     command = configure_command(cuda, BuildTree(Path("/t")))
     assert {"-DGGML_CUDA=ON", "-DGGML_VULKAN=ON", "-DCMAKE_CUDA_ARCHITECTURES=86-real;89"} <= set(command)
     assert cuda.build_id.startswith("cuda+vulkan-sm86_89-")
+
+
+def test_a_build_step_streams_both_outputs_in_order_into_the_log_and_the_feed(tmp_path):
+    from buildmgr import proc
+
+    log, fed = tmp_path / "build.log", []
+    code = proc.stream(["sh", "-c", "echo one; echo two >&2; echo three; exit 4"], log, feed=fed.append)
+    assert code == 4 and fed == ["one\n", "two\n", "three\n"]
+    assert log.read_text().splitlines()[1:] == ["one", "two", "three"]
+    assert proc.stream([str(tmp_path / "no-cmake")], log) == -1  # not a traceback: the reason is in the log
+    assert log.read_text().splitlines()[-1].startswith("could not start: [Errno 2]")
