@@ -2,6 +2,7 @@
 # Release artifacts on a lent GPU machine (kind nvidia-h200-x2): build cuda+vulkan --sm 90 and cuda --sm 80,
 # package both, install each archive into a fresh data dir, smoke-run it there, and keep what install-artifact
 # said about this host (docs/real-runs.md). PAYLOAD is what bench/gpu-setup.sh describes; OUT receives the captures.
+# VARIANTS (default "cuda+vulkan 90,cuda 80"): recipe and --sm of each build, comma-separated.
 set -uo pipefail
 payload=${1:?usage: gpu-artifacts.sh PAYLOAD OUT}
 out=${2:?usage: gpu-artifacts.sh PAYLOAD OUT}
@@ -10,7 +11,8 @@ source "$(dirname "$0")/gpu-setup.sh" "$payload"
 bm() { python3 -m buildmgr "$@"; }
 nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv >"$out/gpus.txt" 2>&1
 
-for variant in "cuda+vulkan 90" "cuda 80"; do
+IFS=, read -ra variants <<<"${VARIANTS:-cuda+vulkan 90,cuda 80}"
+for variant in "${variants[@]}"; do
     set -- $variant
     recipe=$1 sm=$2 tag=$1-sm$2
     start=$(date +%s)
@@ -29,6 +31,8 @@ for variant in "cuda+vulkan 90" "cuda 80"; do
         bm install-artifact "$archive" --json >"$out/install-$tag.json" 2>"$out/install-$tag.txt"
     echo "install-artifact exit $? wall seconds: $(( $(date +%s) - start ))" >>"$out/install-$tag.txt"
     XDG_DATA_HOME=/tmp/fresh-$tag/data XDG_CACHE_HOME=/tmp/fresh-$tag/cache bm list --json >"$out/list-$tag.json" 2>&1
+    cp /tmp/fresh-$tag/data/buildmgr/builds/*/"$id"/buildmgr-receipt.json "$out/installed-receipt-$tag.json"
 done
+bm devices --json >"$out/devices.json" 2>"$out/devices.txt"
 ls -l /tmp/dist >"$out/dist.txt"
 echo done >"$out/finished"

@@ -155,3 +155,23 @@ def test_gc_prunes_only_shaders_unused_for_30_days(tmp_path):
     os.utime(old, (month_ago, month_ago))
     assert gc(dirs) == [old]
     assert not old.exists() and recent.read_bytes() == b"spirv"
+
+
+def test_the_launcher_outlives_the_buildmgr_that_wrote_it(tmp_path):
+    """A pip upgrade (or a re-synced checkout) replaces buildmgr's files while a build runs: the launcher must not
+    import from there. Seen on the H200 machine: a re-synced tree failed every shader compiled meanwhile."""
+    import importlib.util
+
+    package = tmp_path / "site" / "glslc_cache.py"
+    package.parent.mkdir()
+    shutil.copy(glslc_cache.__file__, package)
+    spec = importlib.util.spec_from_file_location("glslc_cache_elsewhere", package)
+    elsewhere = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(elsewhere)
+    fake_glslc = tmp_path / "glslc"
+    fake_glslc.write_text('#!/bin/sh\necho "glslc $*"\n')
+    fake_glslc.chmod(0o755)
+    launcher = elsewhere.launcher(tmp_path / "tree", str(fake_glslc), tmp_path / "cache")
+    shutil.rmtree(package.parent)
+    ran = subprocess.run([str(launcher), "a.comp", "-o", "-"], capture_output=True, text=True, check=False)
+    assert (ran.returncode, ran.stdout) == (0, "glslc a.comp -o -\n"), ran.stderr

@@ -30,7 +30,9 @@ def test_every_receipt_made_on_a_gpu_host_reads_back_as_the_same_json(path):
 
 
 def test_the_optional_parts_are_written_only_where_they_were_read():
-    """`installed_from` only in an installed artifact; `runtime` absent in receipts before 2026-11-30."""
+    """`installed_from` only in an installed artifact (h200/typed/installed.receipt.json is a real one); `runtime`
+    absent in receipts before 2026-11-30."""
+    assert Receipt.from_json(json.loads((FIXTURES / "h200" / "typed" / "installed.receipt.json").read_text())).installed_from
     made = receipt_json()
     installed = made | {
         "installed_from": {
@@ -93,8 +95,13 @@ def test_a_field_of_the_wrong_type_is_refused_with_its_path(case):
     assert str(raised.value).startswith(f"{path}:"), (path, str(raised.value))
 
 
-def test_the_inventories_made_on_gpu_hosts_read_back():
-    assert Inventory.from_json(H200X2_INVENTORY).to_json() == H200X2_INVENTORY
+@pytest.mark.parametrize("path", [FIXTURES / "h200x2" / "devices.json", FIXTURES / "h200" / "typed" / "devices.json"])
+def test_the_inventories_made_on_gpu_hosts_read_back(path):
+    data = json.loads(path.read_text())
+    assert Inventory.from_json(data).to_json() == data
+
+
+def test_an_older_inventory_still_reads():
     older = json.loads((FIXTURES / "h200" / "devices.json").read_text())  # before the API probe and the cards
     entry = next(iter(Inventory.from_json(older).builds.values()))
     assert entry.probe.method == "" and entry.devices and entry.default_selection == {}

@@ -157,21 +157,25 @@ def run(glslc: str, cache: str, args: list[str]) -> int:
 
 
 def launcher(directory: Path, glslc: str, cache: Path) -> Path:
-    """Write the program CMake is given as glslc: this Python, this file alone (not the package: each import costs
-    every shader), the real glslc and the cache."""
+    """Write the program CMake is given as glslc: this Python, a copy of this file alone beside it (not the package:
+    each import costs every shader; and not buildmgr's own file, which a pip upgrade may replace mid-build), the real
+    glslc and the cache."""
+    from buildmgr.fsutil import atomic_write_text  # in buildmgr's process, never a shader's
+
+    with open(__file__, encoding="utf-8") as handle:
+        module = handle.read()
     path = directory / "glslc-cached"
     text = (
         f"#!{sys.executable} -S\n"
         "import sys\n"
-        f"sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
+        f"sys.path.insert(0, {str(directory)!r})\n"
         "from glslc_cache import run\n"
         f"sys.exit(run({glslc!r}, {str(cache)!r}, sys.argv[1:]))\n"
     )
-    if not path.is_file() or path.read_text(encoding="utf-8") != text:
-        from buildmgr.fsutil import atomic_write_text  # in buildmgr's process, never a shader's
-
-        atomic_write_text(path, text)
-        path.chmod(0o755)
+    for target, wanted, mode in ((directory / "glslc_cache.py", module, 0o644), (path, text, 0o755)):
+        if not target.is_file() or target.read_text(encoding="utf-8") != wanted:
+            atomic_write_text(target, wanted)
+            target.chmod(mode)
     return path
 
 
