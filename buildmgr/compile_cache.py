@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from buildmgr import proc
+from buildmgr.errors import BuildmgrError
 
 # ccache's own defaults are 100 ms to connect and 10 s per operation; a dead server mid-build costs at most this.
 REMOTE_ATTRIBUTES = "connect-timeout=100|operation-timeout=2000"
@@ -122,10 +123,13 @@ def parse_print_stats(text: str) -> dict[str, int]:
 
 
 def totals(ccache: str, cache_dir: str, environ: dict[str, str]) -> dict[str, int | float | None]:
-    """The cache's totals, in the receipt's terms (hits, misses, local and remote), plus its size."""
+    """The cache's totals, in the receipt's terms (hits, misses, local and remote), plus its size; BuildmgrError
+    where ccache cannot give them (never a table of zeros)."""
     command = [ccache, "--print-stats"]
     ran = proc.run(command, env=environ | {"CCACHE_DIR": cache_dir})
-    stats = parse_print_stats(ran.stdout) if ran.ok else {}
+    if not ran.ok:
+        raise BuildmgrError(f"{ccache} --print-stats failed ({ran.failure()}); the compile cache's totals are unknown")
+    stats = parse_print_stats(ran.stdout)
     hits = stats.get("direct_cache_hit", 0) + stats.get("preprocessed_cache_hit", 0)
     compiled = hits + stats.get("cache_miss", 0)
     return {

@@ -184,3 +184,16 @@ def test_remote_urls_get_short_timeouts_and_bad_ones_say_why():
     for bad in ("redis://h|connect-timeout=1", "cache.lan:6379", "redis+unix:"):
         with pytest.raises(ValueError):
             compile_cache.parse_remote(bad)
+
+
+def test_cache_stats_says_when_ccache_cannot_give_them(tmp_path):
+    """Not a table of zeros: a ccache that fails (a broken config, a full disk) is an error with ccache's reason."""
+    broken = tmp_path / "ccache"
+    broken.write_text("#!/bin/sh\necho 'ccache: error: cannot read configuration' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    result = buildmgr(make_env(tmp_path, BUILDMGR_CCACHE=str(broken)), "cache", "stats", "--json")
+    assert result.returncode == 1 and result.stdout == "", result.stdout
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"buildmgr: error: {broken} --print-stats failed (exit 1: ccache: error: cannot read configuration); "
+        "the compile cache's totals are unknown"
+    )
