@@ -134,7 +134,7 @@ def cmd_list(args: argparse.Namespace, dirs: Dirs) -> int:
         print(json.dumps({"builds": rows, "unreadable": skipped}, indent=2))
         return 0
     if not builds:
-        _err().print("no builds yet; run 'buildmgr build'")
+        _err().print("no build this buildmgr can read" if unreadable else "no builds yet; run 'buildmgr build'")
         return 0
     table = _table("build", "backends", "source", "finished", "prefix")
     for b in builds:

@@ -133,6 +133,9 @@ def test_list_names_a_prefix_whose_receipt_it_cannot_read_and_lists_the_rest(tmp
     assert table.returncode == 0, table.stderr
     assert "cpu-11111111" in table.stdout and "cpu-22222222" not in table.stdout
     assert f"{bad}: its receipt cannot be read (recipe.backends: expected a list" in table.stderr
+    (good / store.RECEIPT).unlink()
+    assert "no build this buildmgr can read" in buildmgr(env, "list").stderr
+    (good / store.RECEIPT).write_text(json.dumps(receipt_json("cpu-11111111")))
     listed = json.loads(buildmgr(env, "list", "--json").stdout)
     assert [b["id"] for b in listed["builds"]] == ["cpu-11111111"]
     assert listed["unreadable"] == [
