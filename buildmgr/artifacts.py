@@ -31,7 +31,7 @@ from buildmgr.fsutil import atomic_write_text, fsync_file, sha256_file, umask_mo
 from buildmgr.jsonshape import ShapeError
 from buildmgr.options import BuildRequest
 from buildmgr.receipt import SCHEMA as RECEIPT_SCHEMA
-from buildmgr.receipt import InstalledFrom, Receipt, RuntimeNeeds
+from buildmgr.receipt import InstalledFrom, Receipt
 from buildmgr.recipes import Recipe
 from buildmgr.source import build_label, unsafe_entry, version_label
 
@@ -184,7 +184,6 @@ class Packaged:
     checksum: Path
     sha256: str
     size: int
-    runtime: RuntimeNeeds  # what the packaged build needs from a host
 
 
 def receipt_stem(receipt: Receipt) -> str:
@@ -272,7 +271,7 @@ def package(build: store.Build, out_dir: Path, environ: dict[str, str]) -> Packa
     digest = sha256_file(archive)
     checksum = out_dir / f"{archive.name}.sha256"
     atomic_write_text(checksum, f"{digest}  {archive.name}\n")
-    return Packaged(archive, checksum, digest, archive.stat().st_size, receipt.runtime)
+    return Packaged(archive, checksum, digest, archive.stat().st_size)
 
 
 # --- reading an artifact: everything is checked before anything is extracted -------------------------------
@@ -459,11 +458,9 @@ def host_findings(receipt: Receipt, environ: dict[str, str], machine: str) -> li
                 )
             )
     if needs.cuda_sass or needs.cuda_ptx:
-        findings += cuda.kernel_findings(
-            list(needs.cuda_sass), list(needs.cuda_ptx), cuda.visible_capabilities(environ)
-        )
+        findings += cuda.kernel_findings(needs.cuda_sass, needs.cuda_ptx, cuda.visible_capabilities(environ))
     if needs.hip_targets:
-        findings += hip.kernel_findings(list(needs.hip_targets), hip.visible_targets(environ))
+        findings += hip.kernel_findings(needs.hip_targets, hip.visible_targets(environ))
     if receipt.recipe.define("GGML_NATIVE") == "ON":
         findings.append(
             (

@@ -9,10 +9,15 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from buildmgr import __version__
 from buildmgr.config import Dirs, ensure_writable
 from buildmgr.errors import BuildFailed, BuildmgrError, UserError
+
+if TYPE_CHECKING:
+    from buildmgr.inventory_file import BuildEntry, Inventory
+    from buildmgr.probe import Device
 
 
 @functools.cache
@@ -342,7 +347,6 @@ def _env_assignments(items: list[str]) -> dict[str, str]:
 def cmd_devices(args: argparse.Namespace, dirs: Dirs) -> int:
     from buildmgr import identity, inventory, probe, store
 
-    warn = _warn
     if args.parse is not None:
         devices = probe.parse_list_devices(_read_capture(args.parse, "--parse"))
         vulkan = probe.parse_vulkaninfo_summary(_read_capture(args.vulkaninfo, "--vulkaninfo"))
@@ -358,15 +362,15 @@ def cmd_devices(args: argparse.Namespace, dirs: Dirs) -> int:
     if args.env:
         environ = dict(os.environ) | _env_assignments(args.env)
         data = inventory.preview(store.installed(dirs), environ)
-        warn("preview under " + " ".join(f"{k}={v}" for k, v in (data.preview_env or {}).items()) + " (not stored)")
+        _warn("preview under " + " ".join(f"{k}={v}" for k, v in (data.preview_env or {}).items()) + " (not stored)")
     else:
-        data = None if args.refresh else inventory.read(dirs, warn)
+        data = None if args.refresh else inventory.read(dirs, _warn)
         builds = store.installed(dirs)
         if data is None or set(data.builds) != {b.id for b in builds}:
             ensure_writable(dirs.inventory, "set XDG_DATA_HOME to a writable directory")
-            data = inventory.refresh(dirs, builds, warn)
+            data = inventory.refresh(dirs, builds, _warn)
         for change in inventory.environment_changes(data.builds, dict(os.environ)):
-            warn(change)
+            _warn(change)
     if args.suggest:
         return _suggest(data, args.prefer, args.json)
     if args.json:
@@ -376,7 +380,7 @@ def cmd_devices(args: argparse.Namespace, dirs: Dirs) -> int:
     return 0
 
 
-def _suggest(data, prefer: str, as_json: bool) -> int:
+def _suggest(data: Inventory, prefer: str, as_json: bool) -> int:
     from buildmgr import inventory, placement
 
     suggestions = {}
@@ -393,8 +397,8 @@ def _suggest(data, prefer: str, as_json: bool) -> int:
     return 0
 
 
-def _devices_table(devices: list, builds: dict, notes: list[str]) -> None:
-    groups: dict[str, list] = {}
+def _devices_table(devices: list[Device], builds: dict[str, BuildEntry], notes: list[str]) -> None:
+    groups: dict[str, list[Device]] = {}
     for device in devices:
         groups.setdefault(device.physical_id, []).append(device)
     table = _table("physical device", "role", "PCI", "memory", *builds)
@@ -470,7 +474,7 @@ def cmd_package(args: argparse.Namespace, dirs: Dirs) -> int:
         raise UserError(f"-o {args.output}: not a directory")
     with _err().status(f"packaging {build.id} …"):
         packaged = artifacts.package(build, out_dir, dict(os.environ))
-    needs = packaged.runtime
+    needs = build.receipt.runtime  # package() refuses a build without it
     ccache = build.receipt.ccache or {}
     compiled = ccache.get("hits", 0) + ccache.get("misses", 0)
     result = {

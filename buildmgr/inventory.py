@@ -19,7 +19,7 @@ from buildmgr.config import Dirs
 from buildmgr.errors import UserError
 from buildmgr.fsutil import atomic_write_text, locked
 from buildmgr.inventory_file import BuildEntry, Card, Inventory, ProbeRecord
-from buildmgr.jsonshape import ShapeError
+from buildmgr.jsonshape import NewerSchema, ShapeError
 from buildmgr.probe import (
     Device,
     DrmCard,
@@ -93,13 +93,11 @@ def load(path: Path, warn=lambda message: None) -> Inventory:
         return Inventory.from_text(path.read_bytes())
     except FileNotFoundError:
         return Inventory.empty()
-    except ShapeError as err:
-        if "written by a newer buildmgr" in str(err):
-            raise UserError(
-                f"inventory {path}: {err}; upgrade buildmgr, or set XDG_DATA_HOME to use another inventory"
-            ) from None
-        problem = str(err)
-    except OSError as err:
+    except NewerSchema as err:
+        raise UserError(
+            f"inventory {path}: {err}; upgrade buildmgr, or set XDG_DATA_HOME to use another inventory"
+        ) from None
+    except (ShapeError, OSError) as err:
         problem = str(err)
     aside = path.with_name(f"{path.name}.corrupt-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}")
     os.replace(path, aside)

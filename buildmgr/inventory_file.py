@@ -6,7 +6,6 @@ moved aside by the reader), never a KeyError in `devices`, `refresh` or the plac
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,7 +64,9 @@ class Card:
 
 
 @dataclass(frozen=True)
-class Inventory:
+class Inventory(jsonshape.Record):
+    VERSION = SCHEMA
+
     schema: int
     builds: dict[str, BuildEntry]
     devices: tuple[Device, ...] = ()  # every build's devices, with identity and role
@@ -80,22 +81,10 @@ class Inventory:
     def empty(cls) -> Inventory:
         return cls(SCHEMA, {})
 
-    @classmethod
-    def from_json(cls, data: object) -> Inventory:
-        """Checked: raises ShapeError naming the first wrong field."""
-        return jsonshape.load_versioned(cls, data, SCHEMA)
-
-    @classmethod
-    def from_text(cls, text: str | bytes) -> Inventory:
-        return cls.from_json(jsonshape.parse(text))
-
     def to_json(self) -> dict[str, Any]:
         from buildmgr.backends import moves_with
 
-        data = jsonshape.dump(self)
+        data = super().to_json()
         for device in data["devices"]:  # which enumeration variables rename it: derived, never read back
             device["moves_with"] = list(moves_with(device["backend"]))
         return data
-
-    def to_text(self) -> str:
-        return json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n"

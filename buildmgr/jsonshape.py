@@ -12,7 +12,7 @@ import functools
 import json
 import types
 import typing
-from typing import Any
+from typing import Any, ClassVar
 
 # A field that is left out of the JSON when it is None (present only in some records, e.g. `installed_from`).
 OMIT_IF_NONE = {"omit_if_none": True}
@@ -22,6 +22,10 @@ _NAMES = {str: "a string", int: "a whole number", float: "a number", bool: "true
 
 class ShapeError(ValueError):
     """JSON that is not the record it should be; the message starts with the path of the wrong field."""
+
+
+class NewerSchema(ShapeError):
+    """A record written by a newer buildmgr: readers keep the file rather than set it aside."""
 
 
 @functools.cache
@@ -74,14 +78,31 @@ def parse(text: str | bytes) -> object:
         raise ShapeError(f"not JSON ({err})") from None
 
 
-def load_versioned(cls: type, data: object, schema: int) -> Any:
-    """`data` as the record `cls` of schema version `schema`; a higher version is named as a newer buildmgr's."""
-    found = data.get("schema") if isinstance(data, dict) else None
-    if type(found) is int and found > schema:
-        raise ShapeError(f"schema {found}: written by a newer buildmgr (this one reads {schema})")
-    if type(found) is not int or found != schema:
-        raise ShapeError(f"schema: expected {schema}, got {found!r}")
-    return load(cls, data)
+class Record:
+    """A file's top-level record (a frozen dataclass with a `schema` field): read checked, written as the file's
+    text. A higher schema than VERSION is a newer buildmgr's (NewerSchema)."""
+
+    VERSION: ClassVar[int]
+
+    @classmethod
+    def from_json(cls, data: object) -> Any:
+        """Checked: raises ShapeError naming the first wrong field."""
+        found = data.get("schema") if isinstance(data, dict) else None
+        if type(found) is int and found > cls.VERSION:
+            raise NewerSchema(f"schema {found}: written by a newer buildmgr (this one reads {cls.VERSION})")
+        if type(found) is not int or found != cls.VERSION:
+            raise ShapeError(f"schema: expected {cls.VERSION}, got {found!r}")
+        return load(cls, data)
+
+    @classmethod
+    def from_text(cls, text: str | bytes) -> Any:
+        return cls.from_json(parse(text))
+
+    def to_json(self) -> dict[str, Any]:
+        return dump(self)
+
+    def to_text(self) -> str:
+        return json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n"
 
 
 def _record(cls: type, value: object, where: str) -> Any:

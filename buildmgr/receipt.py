@@ -7,7 +7,6 @@ commit and fingerprint name directories, so they must be safe names.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -114,7 +113,9 @@ class InstalledFrom:
 
 
 @dataclass(frozen=True)
-class Receipt:
+class Receipt(jsonshape.Record):
+    VERSION = SCHEMA
+
     schema: int
     id: str
     buildmgr: str
@@ -140,7 +141,7 @@ class Receipt:
     @classmethod
     def from_json(cls, data: object) -> Receipt:
         """Checked: raises ShapeError naming the first wrong field."""
-        receipt = jsonshape.load_versioned(cls, data, SCHEMA)
+        receipt = super().from_json(data)
         for where, value, pattern in (
             ("id", receipt.id, _SAFE_NAME),
             ("source.llama_version", receipt.source.llama_version, _SAFE_NAME),
@@ -150,16 +151,6 @@ class Receipt:
             if not pattern.fullmatch(value):
                 raise ShapeError(f"{where}: {value[:60]!r} is not a safe {where.rsplit('.', 1)[-1]}")
         return receipt
-
-    @classmethod
-    def from_text(cls, text: str | bytes) -> Receipt:
-        return cls.from_json(jsonshape.parse(text))
-
-    def to_json(self) -> dict[str, Any]:
-        return jsonshape.dump(self)
-
-    def to_text(self) -> str:
-        return json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n"
 
     @property
     def backends(self) -> tuple[str, ...]:

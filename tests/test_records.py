@@ -32,7 +32,9 @@ def test_every_receipt_made_on_a_gpu_host_reads_back_as_the_same_json(path):
 def test_the_optional_parts_are_written_only_where_they_were_read():
     """`installed_from` only in an installed artifact (h200/typed/installed.receipt.json is a real one); `runtime`
     absent in receipts before 2026-11-30."""
-    assert Receipt.from_json(json.loads((FIXTURES / "h200" / "typed" / "installed.receipt.json").read_text())).installed_from
+    assert Receipt.from_json(
+        json.loads((FIXTURES / "h200" / "typed" / "installed.receipt.json").read_text())
+    ).installed_from
     made = receipt_json()
     installed = made | {
         "installed_from": {

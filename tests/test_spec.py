@@ -62,7 +62,8 @@ def test_every_field_of_the_typed_receipt_is_documented():
 
     def names(record) -> set[str]:
         found = set()
-        for name, kind in get_type_hints(record).items():
+        hints = get_type_hints(record)
+        for name, kind in ((f.name, hints[f.name]) for f in fields(record)):
             found.add(name)
             for part in (kind, *get_args(kind)):
                 if is_dataclass(part) and part is not record:

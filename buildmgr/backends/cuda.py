@@ -11,6 +11,7 @@ import functools
 import os
 import re
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -220,7 +221,7 @@ def inspect(host: Host, deep: bool) -> Report:
     return Report(tuple(checks), host_defines={"CMAKE_CUDA_COMPILER": nvcc}, versions={"nvcc": version or "?"})
 
 
-def kernel_findings(sass: list[str], ptx: list[str], capabilities: list[str]) -> list[tuple[str, str]]:
+def kernel_findings(sass: Sequence[str], ptx: Sequence[str], capabilities: list[str]) -> list[tuple[str, str]]:
     """(severity, line) per visible GPU whose capability this build has no machine code for.
 
     SASS for sm_XY runs on X.Y and newer minors of the same major; PTX for compute_XY is JIT-compiled by the driver

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
@@ -106,7 +107,7 @@ def visible_targets(environ: dict[str, str]) -> list[str]:
     return [g for g in found if g != "gfx000"]
 
 
-def kernel_findings(targets: list[str], visible: list[str]) -> list[tuple[str, str]]:
+def kernel_findings(targets: Sequence[str], visible: list[str]) -> list[tuple[str, str]]:
     """(severity, line) per visible AMD GPU whose gfx target is not compiled in (HIP code objects do not JIT)."""
     return [
         (
