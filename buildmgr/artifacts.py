@@ -496,8 +496,10 @@ def install(dirs: Dirs, artifact: Artifact, findings: list[tuple[str, str]], rep
     prefix = prefix_for(dirs.builds, receipt)
     warnings = tuple(line for severity, line in findings if severity == "warning")
     with locked(store.build_lock(dirs, build_id)):
-        existing = store.read_receipt(prefix)
-        if existing is not None and existing.files == receipt.files:
+        existing = store.load_receipt(prefix)
+        if isinstance(existing, store.Unreadable):
+            reporter.warn(f"{existing}; installing the artifact replaces it")
+        elif existing is not None and existing.files == receipt.files:
             return Installed(store.Build(build_id, prefix, existing), True, warnings)
         store.drop_stale_staging(dirs, build_id)
         log = store.run_log(dirs, f"install-{build_id}")

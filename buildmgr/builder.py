@@ -255,8 +255,10 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter, rebuild: bool = Fal
     prefix = plan.prefix(dirs.builds)
     tree = BuildTree(dirs.build_trees / plan.build_id)
     with locked(store.build_lock(dirs, plan.build_id)):
-        finished = None if rebuild else store.read_receipt(prefix)
-        if finished is not None:
+        finished = None if rebuild else store.load_receipt(prefix)
+        if isinstance(finished, store.Unreadable):
+            reporter.warn(f"{finished}; building it again replaces it")
+        elif finished is not None:
             reporter.say(f"{plan.build_id} was built by another buildmgr while this one waited; using it → {prefix}")
             return store.Build(plan.build_id, prefix, finished)
         store.drop_stale_staging(dirs, plan.build_id)  # left by a run of this id that was killed: we hold its lock

@@ -121,7 +121,7 @@ def cmd_list(args: argparse.Namespace, dirs: Dirs) -> int:
 
     builds, unreadable = store.scan(dirs)
     for skipped in unreadable:
-        _warn(f"{skipped.prefix}: its receipt cannot be read ({skipped.reason}); not listed")
+        _warn(f"{skipped}; not listed")
     if args.json:
         rows = [
             {

@@ -45,20 +45,32 @@ def build_lock(dirs: Dirs, build_id: str) -> Path:
     return dirs.data / "locks" / f"{build_id}.lock"
 
 
-def read_receipt(prefix: Path) -> Receipt | None:
-    """The prefix's receipt, or None where there is none or it is not a receipt this buildmgr reads."""
-    try:
-        return Receipt.from_text((prefix / RECEIPT).read_bytes())
-    except (OSError, ShapeError):
-        return None
-
-
 @dataclass(frozen=True)
 class Unreadable:
     """A prefix with a receipt this buildmgr cannot read: never used as a build, and `list` names it."""
 
     prefix: Path
     reason: str
+
+    def __str__(self) -> str:
+        return f"{self.prefix}: its receipt cannot be read ({self.reason})"
+
+
+def load_receipt(prefix: Path) -> Receipt | Unreadable | None:
+    """The prefix's receipt; Unreadable, with why, where this buildmgr cannot read the one there; None where there
+    is none."""
+    try:
+        return Receipt.from_text((prefix / RECEIPT).read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ShapeError) as err:
+        return Unreadable(prefix, str(err))
+
+
+def read_receipt(prefix: Path) -> Receipt | None:
+    """The prefix's receipt, or None where there is none or it is not a receipt this buildmgr reads."""
+    found = load_receipt(prefix)
+    return found if isinstance(found, Receipt) else None
 
 
 def scan(dirs: Dirs) -> tuple[list[Build], list[Unreadable]]:
@@ -68,12 +80,11 @@ def scan(dirs: Dirs) -> tuple[list[Build], list[Unreadable]]:
         prefix = receipt_path.parent
         if prefix.name.startswith(".") or prefix.parent.name.startswith("."):  # half removed or replaced
             continue
-        try:
-            receipt = Receipt.from_text(receipt_path.read_bytes())
-        except (OSError, ShapeError) as err:
-            unreadable.append(Unreadable(prefix, str(err)))
-            continue
-        builds.append(Build(receipt.id, prefix, receipt))
+        found = load_receipt(prefix)
+        if isinstance(found, Receipt):
+            builds.append(Build(found.id, prefix, found))
+        elif found is not None:
+            unreadable.append(found)
     return sorted(builds, key=lambda b: b.finished), unreadable
 
 
@@ -83,7 +94,7 @@ def installed(dirs: Dirs) -> list[Build]:
 
 def find(dirs: Dirs, ref: str) -> Build:
     """A build id, or a recipe name meaning that recipe's newest build."""
-    builds = installed(dirs)
+    builds, unreadable = scan(dirs)
     exact = [b for b in builds if b.id == ref]
     if exact:
         return exact[0]
@@ -92,7 +103,9 @@ def find(dirs: Dirs, ref: str) -> Build:
     if of_recipe:
         return of_recipe[-1]
     known = ", ".join(b.id for b in builds) or "none; run 'buildmgr build' first"
-    raise UserError(f"no installed build {ref!r}; installed: {known}")
+    skipped = f"; and {len(unreadable)} prefix{'es' if len(unreadable) > 1 else ''} whose receipt cannot be read "
+    skipped += f"('buildmgr list' names {'them' if len(unreadable) > 1 else 'it'})"
+    raise UserError(f"no installed build {ref!r}; installed: {known}" + (skipped if unreadable else ""))
 
 
 def file_hashes(prefix: Path) -> dict[str, str]:

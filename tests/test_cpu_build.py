@@ -411,6 +411,12 @@ def test_matrix_then_package_then_install_artifact_into_a_fresh_data_dir(env, fi
     assert again["id"] in json.loads(buildmgr(fresh, "devices", "--json").stdout)["builds"]
     repeat = json.loads(buildmgr(fresh, "install-artifact", str(archive), "--json").stdout)
     assert repeat["already_installed"]
+    installed_prefix = Path(result["prefix"])
+    (installed_prefix / "buildmgr-receipt.json").write_text('{"schema": 1}')  # a receipt this buildmgr cannot read
+    replaced = buildmgr(fresh, "install-artifact", str(archive), "--json")
+    assert not json.loads(replaced.stdout)["already_installed"]
+    assert "its receipt cannot be read (id is missing); installing the artifact replaces it" in replaced.stderr
+    assert receipt_of(fresh)["installed_from"]["sha256"] == packages[0]["sha256"]
 
 
 def test_no_path_of_this_host_is_in_the_binaries(env, first_build):

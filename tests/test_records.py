@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import buildmgr, make_env, receipt_json
+from conftest import WORKS, buildmgr, make_env, receipt_json, write_fake_tree
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -143,3 +143,17 @@ def test_list_names_a_prefix_whose_receipt_it_cannot_read_and_lists_the_rest(tmp
     assert listed["unreadable"] == [
         {"prefix": str(bad), "reason": "recipe.backends: expected a list, got 'CPU'"},
     ]
+
+
+def test_a_build_whose_receipt_cannot_be_read_is_built_again_and_says_so(tmp_path):
+    """Not silently: the prefix is replaced by a whole build with a readable receipt, and the run says why."""
+    tree = write_fake_tree(tmp_path / "src", WORKS)
+    env = make_env(tmp_path)
+    prefix = Path(json.loads(buildmgr(env, "build", "--source", str(tree), "--json").stdout)["prefix"])
+    (prefix / store.RECEIPT).write_text('{"schema": 1}')
+    which = buildmgr(env, "which", prefix.name)
+    assert which.returncode == 2 and "1 prefix whose receipt cannot be read ('buildmgr list' names it)" in which.stderr
+    again = buildmgr(env, "build", "--source", str(tree))
+    assert again.returncode == 0, again.stderr
+    assert f"{prefix}: its receipt cannot be read (id is missing); building it again replaces it" in again.stderr
+    assert store.read_receipt(prefix) is not None and buildmgr(env, "which", prefix.name).returncode == 0
