@@ -484,7 +484,9 @@ class Installed:
     warnings: tuple[str, ...]
 
 
-def install(dirs: Dirs, artifact: Artifact, findings: list[tuple[str, str]], reporter: Reporter) -> Installed:
+def install(
+    dirs: Dirs, artifact: Artifact, findings: list[tuple[str, str]], reporter: Reporter, environ: dict[str, str]
+) -> Installed:
     """Extract into staging, check the files against the receipt again, smoke-run here, publish atomically."""
     from datetime import UTC, datetime
 
@@ -509,7 +511,7 @@ def install(dirs: Dirs, artifact: Artifact, findings: list[tuple[str, str]], rep
                 if store.file_hashes(staging) != receipt.files:  # the file changed since it was checked
                     raise UserError(f"{artifact.path.name}: changed while it was being installed; try again")
             with reporter.phase("smoke"):
-                result = prove_runs(staging, receipt.source.short_commit, dirs, log, reporter)
+                result = prove_runs(staging, receipt.source.short_commit, dirs, log, reporter, environ)
             installed = dataclasses.replace(
                 receipt,
                 installed_from=InstalledFrom(
@@ -591,7 +593,7 @@ def verify(dirs: Dirs, artifact: Artifact, environ: dict[str, str], reporter: Re
     entries could be the artifact's own), and compare every installed file. `cold` also leaves the local cache out."""
     import uuid
 
-    from buildmgr import builder, source
+    from buildmgr import builder, compile_cache, source
     from buildmgr.options import all_recipes, resolve
 
     receipt = artifact.receipt
@@ -605,7 +607,8 @@ def verify(dirs: Dirs, artifact: Artifact, environ: dict[str, str], reporter: Re
             if source.is_synced(synced, pin):
                 work.sources.mkdir(parents=True)
                 os.symlink(synced.path, source.pinned_tree(pin, work).path)
-        plan = resolve(request, work, {k: v for k, v in environ.items() if k != "BUILDMGR_REMOTE_CACHE"}, reporter.warn)
+        isolated = compile_cache.without_remote(environ)
+        plan = resolve(request, work, isolated, reporter.warn)
         if plan.build_id != receipt.id:
             raise UserError(
                 f"this host cannot rebuild {receipt.id} identically (it would be {plan.build_id}): "
@@ -613,7 +616,7 @@ def verify(dirs: Dirs, artifact: Artifact, environ: dict[str, str], reporter: Re
             )
         where = "without any compile cache" if cold else f"with the local compile cache only ({dirs.ccache})"
         reporter.say(f"rebuilding {receipt.id} from its receipt, {where}")
-        rebuilt = builder.execute(dataclasses.replace(plan, remote_cache=None), work, reporter)
+        rebuilt = builder.execute(dataclasses.replace(plan, remote_cache=None), work, reporter, isolated)
         theirs, ours = receipt.files, rebuilt.receipt.files
         differ = tuple(sorted(name for name in set(theirs) | set(ours) if theirs.get(name) != ours.get(name)))
         return Verification(receipt.id, len(theirs), differ, rebuilt.receipt.ccache)

@@ -73,9 +73,14 @@ class BuildTree:
 
 
 def build_env(
-    plan: BuildPlan, dirs: Dirs, tree: BuildTree, statslog: Path, remote: compile_cache.Remote | None = None
+    plan: BuildPlan,
+    dirs: Dirs,
+    tree: BuildTree,
+    statslog: Path,
+    environ: dict[str, str],
+    remote: compile_cache.Remote | None = None,
 ) -> dict[str, str]:
-    env = dict(os.environ)
+    env = dict(environ)
     if remote is not None:
         env["CCACHE_REMOTE_STORAGE"] = remote.for_ccache
     if plan.toolchain.ccache.found:  # CMake's default launcher, for projects that configure during the build
@@ -152,9 +157,11 @@ def _prove_backends(plan: BuildPlan, reply: Reply, log: Path) -> None:
         raise BuildFailed("configure did not produce the requested build: " + "; ".join(problems), log=log)
 
 
-def prove_runs(staging: Path, short_commit: str, dirs: Dirs, log: Path, reporter: Reporter) -> SmokeResult:
+def prove_runs(
+    staging: Path, short_commit: str, dirs: Dirs, log: Path, reporter: Reporter, environ: dict[str, str]
+) -> SmokeResult:
     """Run the staged build; raise (so nothing is published) unless every check passed."""
-    result = smoke_run(staging, short_commit, tiny_model(dirs.cache))
+    result = smoke_run(staging, short_commit, tiny_model(dirs.cache), environ)
     with open(log, "a", encoding="utf-8") as handle:
         handle.writelines(f"smoke: {shlex.join(c.command)} -> {c.returncode}: {c.detail}\n" for c in result.checks)
     for check in result.checks:
@@ -231,14 +238,14 @@ def _targets(plan: BuildPlan, reply: Reply) -> tuple[str, ...]:
     return tuple(dict.fromkeys(plan.targets + proof.backend_targets(reply, plan.recipe.backends)))
 
 
-def configure_only(plan: BuildPlan, dirs: Dirs, reporter: Reporter) -> Configured:
+def configure_only(plan: BuildPlan, dirs: Dirs, reporter: Reporter, environ: dict[str, str]) -> Configured:
     """Preflight, configure and proof without compiling: minutes of nvcc saved when a flag is wrong."""
     tree = BuildTree(dirs.build_trees / plan.build_id)
     log, statslog = _log_paths(plan, dirs)
     with locked(store.build_lock(dirs, plan.build_id)):
         reporter.say(f"configuring [bold]{plan.build_id}[/] from {plan.source.origin}; log: {log}")
         try:
-            reply = _configure(plan, tree, dirs, reporter, log, build_env(plan, dirs, tree, statslog))
+            reply = _configure(plan, tree, dirs, reporter, log, build_env(plan, dirs, tree, statslog, environ))
         finally:
             _drop_statslogs(statslog)
     targets = _targets(plan, reply)
@@ -246,7 +253,9 @@ def configure_only(plan: BuildPlan, dirs: Dirs, reporter: Reporter) -> Configure
     return Configured(tree.build, log, targets)
 
 
-def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter, rebuild: bool = False) -> store.Build:
+def execute(
+    plan: BuildPlan, dirs: Dirs, reporter: Reporter, environ: dict[str, str], *, rebuild: bool = False
+) -> store.Build:
     """Run the whole pipeline; the prefix appears only if every stage passed.
 
     Under the build's lock the receipt is read again: a build of the same id that finished while this one waited
@@ -271,7 +280,7 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter, rebuild: bool = Fal
             remote = (
                 compile_cache.usable_remote(plan.remote_cache, reporter.warn) if plan.toolchain.ccache.found else None
             )
-            env = build_env(plan, dirs, tree, statslog, remote)
+            env = build_env(plan, dirs, tree, statslog, environ, remote)
             reply = _configure(plan, tree, dirs, reporter, log, env)
             targets = _targets(plan, reply)
             with reporter.phase("build", f"{', '.join(plan.targets)} with -j{plan.jobs}", spinner=False):
@@ -294,7 +303,7 @@ def execute(plan: BuildPlan, dirs: Dirs, reporter: Reporter, rebuild: bool = Fal
                         shutil.copy2(plan.source.path / "LICENSE", staging / "LICENSE")
                     needs = _runtime_needs(staging, log)
                 with reporter.phase("smoke"):
-                    result = prove_runs(staging, plan.source.short_commit, dirs, log, reporter)
+                    result = prove_runs(staging, plan.source.short_commit, dirs, log, reporter, environ)
                 receipt = Receipt.from_json(  # checked here, so that every receipt written can be read back
                     {
                         "schema": RECEIPT_SCHEMA,

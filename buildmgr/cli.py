@@ -65,7 +65,7 @@ def cmd_build(args: argparse.Namespace, dirs: Dirs) -> int:
         from buildmgr import builder
         from buildmgr.progress import Reporter
 
-        configured = builder.configure_only(build_plan, dirs, Reporter())
+        configured = builder.configure_only(build_plan, dirs, Reporter(), dict(os.environ))
         if args.json:
             print(
                 json.dumps(
@@ -97,7 +97,7 @@ def cmd_build(args: argparse.Namespace, dirs: Dirs) -> int:
         from buildmgr import builder  # a no-op never imports the pipeline (nor rich's progress, nor the File API)
         from buildmgr.progress import Reporter
 
-        build = builder.execute(build_plan, dirs, Reporter(), rebuild=args.rebuild)
+        build = builder.execute(build_plan, dirs, Reporter(), dict(os.environ), rebuild=args.rebuild)
         devices = _probe_after_build(dirs, build)
     if args.json:
         result = {"id": build_plan.build_id, "prefix": str(prefix), "up_to_date": up_to_date}
@@ -520,7 +520,7 @@ def cmd_install_artifact(args: argparse.Namespace, dirs: Dirs) -> int:
         raise BuildFailed(f"this host cannot run {args.file.name}: {errors[0]}; nothing was installed")
     ensure_writable(dirs.data, "set XDG_DATA_HOME to a writable directory")
     ensure_writable(dirs.cache, "set XDG_CACHE_HOME to a writable directory")
-    outcome = artifacts.install(dirs, artifact, findings, Reporter())
+    outcome = artifacts.install(dirs, artifact, findings, Reporter(), dict(os.environ))
     if outcome.already:
         _err().print(f"already installed: {outcome.build.id} ({outcome.build.prefix})")
         devices = None

@@ -52,6 +52,14 @@ def parse_remote(url: str) -> Remote:
     raise ValueError("use redis://host[:port], redis+unix:/path, http://host[:port]/path or file:/path")
 
 
+def without_remote(environ: dict[str, str]) -> dict[str, str]:
+    """The caller's environment with none of its ccache settings (remote storage, a config file, remote-only …) and
+    with remote storage switched off: `verify` must never read or write a remote, whose entries could be the
+    artifact's own. An empty CCACHE_REMOTE_STORAGE also overrides a remote_storage line in the cache dir's config."""
+    kept = {k: v for k, v in environ.items() if not k.startswith("CCACHE_") and k != "BUILDMGR_REMOTE_CACHE"}
+    return kept | {"CCACHE_REMOTE_STORAGE": ""}
+
+
 def usable_remote(url: str | None, warn: Callable[[str], None]) -> Remote | None:
     """The remote this build will use, or None (with one warning when one was asked for and cannot be used)."""
     if not url:

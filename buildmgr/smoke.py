@@ -108,12 +108,12 @@ def bench_check(tool: Path, model: Path, env: dict[str, str], extra_args: tuple[
     return ToolRun([tool.name, *command[1:2], model.name, *command[3:]], ran.returncode, ran.seconds, passed, detail)
 
 
-def smoke_run(prefix: Path, short_commit: str, model: Path) -> SmokeResult:
+def smoke_run(prefix: Path, short_commit: str, model: Path, environ: dict[str, str]) -> SmokeResult:
     """--version of every tool, then llama-bench on the CPU and on every device the build lists here.
 
     The runs are independent (each its own process, each device its own bench), so they run side by side: the smoke
     run of a many-device build takes about as long as its slowest device, not their sum."""
-    env = dict(os.environ)  # the user's own, LD_LIBRARY_PATH included: RPATH wins over it
+    env = dict(environ)  # the user's own, LD_LIBRARY_PATH included: RPATH wins over it
     bindir = prefix / "bin"
     bench = bindir / "llama-bench"
     tools = [bindir / name for name in VERSIONED_TOOLS if (bindir / name).exists()]

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -169,3 +172,52 @@ def write_fake_tree(root: Path, tool_source: str) -> Path:
         """)
     )
     return root
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def redis(tmp_path):
+    server = shutil.which("redis-server") or "/usr/bin/redis-server"
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            server,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    yield f"redis://127.0.0.1:{port}"
+    process.terminate()
+    process.wait(timeout=10)
+
+
+def redis_keys(url: str) -> int:
+    """How many keys the Redis server at redis://127.0.0.1:PORT holds (DBSIZE over its own protocol)."""
+    port = int(url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+        conn.sendall(b"DBSIZE\r\n")
+        reply = conn.recv(64)
+    assert reply.startswith(b":"), reply
+    return int(reply[1:].split(b"\r\n")[0])

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
-from conftest import WORKS, assert_user_error, buildmgr, make_env, write_fake_tree
+from conftest import WORKS, assert_user_error, buildmgr, free_port, make_env, redis_keys, write_fake_tree
 
 from buildmgr import compile_cache, toolchain
 
@@ -28,45 +26,6 @@ def project(root: Path) -> Path:
         (tree / "ggml" / name).write_text(f"int unit{i}(int x) {{ return x * {i} + {i * i}; }}\n")
     (tree / "ggml" / "CMakeLists.txt").write_text(f"add_library(ggml-cpu STATIC cpu.c {' '.join(names)})\n")
     return tree
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-@pytest.fixture
-def redis(tmp_path):
-    server = shutil.which("redis-server") or "/usr/bin/redis-server"
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            server,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(tmp_path),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            time.sleep(0.05)
-    yield f"redis://127.0.0.1:{port}"
-    process.terminate()
-    process.wait(timeout=10)
 
 
 def isolated_env(root: Path, **extra: str) -> dict[str, str]:
@@ -197,3 +156,23 @@ def test_cache_stats_says_when_ccache_cannot_give_them(tmp_path):
         f"buildmgr: error: {broken} --print-stats failed (exit 1: ccache: error: cannot read configuration); "
         "the compile cache's totals are unknown"
     )
+
+
+@pytest.mark.parametrize("cold", [False, True])
+def test_verify_never_reads_or_writes_a_remote_cache_the_caller_configured(tmp_path, redis, cold):
+    """verify must not touch any remote cache: a poisoned remote could make a tampered artifact verify. The caller's
+    remote comes through every channel ccache reads: the environment and a config file (CCACHE_CONFIGPATH)."""
+    from test_artifacts import git_tree, package_of
+
+    env = isolated_env(tmp_path)
+    archive = package_of(env, tmp_path, git_tree(tmp_path / "src", nondeterministic=False))
+    config = tmp_path / "conf" / "ccache.conf"  # not above the build dirs: ccache 4.14 reads ccache.conf there too
+    config.parent.mkdir()
+    config.write_text(f"remote_storage = {redis}\n")
+    caller = env | {"CCACHE_REMOTE_STORAGE": redis, "CCACHE_CONFIGPATH": str(config), "CCACHE_REMOTE_ONLY": "true"}
+    assert redis_keys(redis) == 0
+    result = buildmgr(caller, "verify", str(archive), "--json", *(["--cold"] if cold else []))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["differ"] == [] and report["ccache"]["remote_hits"] == report["ccache"]["remote_misses"] == 0
+    assert redis_keys(redis) == 0
