@@ -1,4 +1,5 @@
-"""Stages 4–7 in order: configure, build, install to staging, smoke run, publish with a receipt."""
+"""The build pipeline in order: configure, prove the backends, build, install to staging, smoke run, publish with a
+receipt. The orchestration; each stage's logic is in its own module."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from buildmgr import __version__, compile_cache, hostfacts, proc, proof, runtime, source, store
+from buildmgr import __version__, backends, compile_cache, hostfacts, proc, proof, runtime, source, store
 from buildmgr.backends import glslc_cache
 from buildmgr.cmake import Reply, read_reply, request_reply
 from buildmgr.config import Dirs
@@ -18,7 +19,7 @@ from buildmgr.diagnose import diagnose
 from buildmgr.errors import BuildFailed
 from buildmgr.fsutil import locked
 from buildmgr.install import install_targets
-from buildmgr.plan import RPATH_DEFINES, BuildPlan
+from buildmgr.plan import BuildPlan, rpath_defines
 from buildmgr.progress import Reporter
 from buildmgr.receipt import SCHEMA as RECEIPT_SCHEMA
 from buildmgr.receipt import Receipt, SmokeResult
@@ -26,10 +27,6 @@ from buildmgr.recipes import BASE_DEFINES
 from buildmgr.smoke import smoke_run, tiny_model
 
 TAIL_LINES = 20
-# Binaries find their libraries next to them (build tree) or in ../lib (prefix): no LD_LIBRARY_PATH.
-# DT_RPATH rather than RUNPATH on Linux: it is searched before LD_LIBRARY_PATH, so another build's
-# libllama.so on that path cannot be loaded into this one.
-LAUNCHER_LANGUAGES = ("C", "CXX", "CUDA", "HIP")
 
 
 def error_excerpt(lines: list[str], limit: int = TAIL_LINES) -> tuple[str, ...]:
@@ -106,11 +103,12 @@ def shader_statslog(statslog: Path) -> Path:
 
 
 def shader_launcher(plan: BuildPlan, tree: BuildTree, dirs: Dirs) -> dict[str, str]:
-    """glslc behind the shader cache, where the recipe compiles shaders."""
-    glslc = plan.host_defines.get("Vulkan_GLSLC_EXECUTABLE")
-    if glslc is None:
-        return {}
-    return {"Vulkan_GLSLC_EXECUTABLE": str(glslc_cache.launcher(tree.root, glslc, dirs.shader_cache))}
+    """Each shader compiler the recipe's backends found behind the shader cache."""
+    return {
+        define: str(glslc_cache.launcher(tree.root, plan.host_defines[define], dirs.shader_cache))
+        for define in backends.shader_compilers()
+        if define in plan.host_defines
+    }
 
 
 def reproducible_defines(tree: BuildTree) -> dict[str, str]:
@@ -126,9 +124,10 @@ def reproducible_defines(tree: BuildTree) -> dict[str, str]:
 
 def configure_command(plan: BuildPlan, tree: BuildTree, launchers: dict[str, str] | None = None) -> list[str]:
     tools = plan.toolchain
-    defines = dict(plan.defines) | plan.host_defines | RPATH_DEFINES | reproducible_defines(tree) | (launchers or {})
+    rpath = rpath_defines(hostfacts.read().system)
+    defines = dict(plan.defines) | plan.host_defines | rpath | reproducible_defines(tree) | (launchers or {})
     if tools.ccache.found:
-        defines |= {f"CMAKE_{lang}_COMPILER_LAUNCHER": str(tools.ccache.path) for lang in LAUNCHER_LANGUAGES}
+        defines |= {f"CMAKE_{lang}_COMPILER_LAUNCHER": str(tools.ccache.path) for lang in backends.languages()}
     return [
         str(tools.cmake.path),
         "-S",
@@ -210,6 +209,9 @@ class Configured:
     build_dir: Path
     log: Path
     targets: tuple[str, ...]  # the recipe's tools plus each backend's ggml target
+
+    def to_json(self) -> dict[str, object]:
+        return {"build_dir": str(self.build_dir), "log": str(self.log), "targets": list(self.targets)}
 
 
 def _log_paths(plan: BuildPlan, dirs: Dirs) -> tuple[Path, Path]:

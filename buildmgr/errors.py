@@ -27,3 +27,10 @@ class BuildFailed(BuildmgrError):
         self.log = log
         self.tail = tail
         self.hints = hints  # known fixes matched in the log, printed above the tail
+
+
+class CannotRunHere(BuildmgrError):
+    """This host certainly cannot run what was asked for (an artifact's glibc, libraries or GPU code): nothing was
+    built, nothing was installed."""
+
+    exit_code = 1

@@ -7,18 +7,19 @@ Identity, strongest first:
 2. only where no device of a pair has a hardware id (captured text, or a probe that fell back): the same
    description once a driver's parenthesis is removed, one such device per backend, and total memory within
    5 % or 512 MiB (or a driver parenthesis that shows one card seen through two drivers, such as an APU's
-   iGPU under ROCm and Vulkan). Each such pairing is said in a note;
+   iGPU seen through two backends). Each such pairing is said in a note;
 3. otherwise the device stands alone. Two devices of one backend never share an id.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import replace
 
-from buildmgr.backends import NOT_A_CARD, cuda
-from buildmgr.backends import vulkan as vulkan_backend
-from buildmgr.probe import Device, DrmCard, NvidiaGpu, VulkanGpu, normalize_pci
+from buildmgr import backends
+from buildmgr.backends import NOT_A_CARD
+from buildmgr.devices import Captures, Device, DrmCard, Selection, State, alone_id, normalize_pci
 
 MEMORY_TOLERANCE = 0.05
 MEMORY_SLACK_MIB = 512
@@ -35,13 +36,13 @@ def memory_close(a: int | None, b: int | None) -> bool:
     return a is not None and b is not None and abs(a - b) <= max(MEMORY_SLACK_MIB, MEMORY_TOLERANCE * max(a, b))
 
 
-def enrich(
-    devices: list[Device], nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu], drm: list[DrmCard] = ()
-) -> tuple[list[Device], list[str]]:
-    """Add UUID, PCI bus id and role from nvidia-smi / vulkaninfo (each matched by its backend's module) and the
-    kernel driver from sysfs, only where a match is one to one."""
+def enrich(devices: list[Device], captures: Captures, drm: Sequence[DrmCard] = ()) -> tuple[list[Device], list[str]]:
+    """Add UUID, PCI bus id and role from each vendor tool's capture (matched by its backend's module, in the
+    backends' order) and the kernel driver from sysfs, only where a match is one to one."""
     notes: list[str] = []
-    matched = vulkan_backend.match_vulkaninfo(cuda.match_nvidia_smi(devices, nvidia), vulkan, notes)
+    matched = devices
+    for name, capture in backends.captures():
+        matched = capture.match(matched, list(captures.get(name, [])), notes)
     drivers = {normalize_pci(c.pci_bus_id): c.driver for c in drm if c.pci_bus_id}
     return [replace(d, kernel_driver=drivers[d.pci_bus_id]) if d.pci_bus_id in drivers else d for d in matched], notes
 
@@ -103,14 +104,14 @@ def assign_physical_ids(devices: list[Device]) -> tuple[list[Device], list[str]]
             None,
         )
         ids[device.name] = keyed or (
-            f"match:{'+'.join(m.name for m in members)}" if len(members) > 1 else f"alone:{device.name}"
+            f"match:{'+'.join(m.name for m in members)}" if len(members) > 1 else alone_id(device.name)
         )
     result = [replace(d, physical_id=ids[d.name]) for d in devices]
     return _share_roles(result), sorted(set(notes))
 
 
 def _share_roles(devices: list[Device]) -> list[Device]:
-    """One card has one role: the most specific any of its names got (an iGPU under Vulkan is one under ROCm)."""
+    """One card has one role: the most specific any of its names got (an iGPU through one backend is one through every other)."""
     precedence = ("cpu", "remote", "igpu", "accel", "gpu", "unknown")
     best: dict[str, str] = {}
     for device in devices:
@@ -119,40 +120,45 @@ def _share_roles(devices: list[Device]) -> list[Device]:
     return [replace(d, type=best[d.physical_id]) for d in devices]
 
 
-def default_selection(devices: list[Device]) -> dict[str, str]:
+def default_selection(devices: list[Device]) -> dict[str, Selection]:
     """What llama.cpp does with each device when no -dev is given (llama_prepare_model_devices at the pin).
 
     `devices` are one build's, in ggml's registry order. RPC servers and discrete GPUs are used, a GPU
     whose device_id an earlier GPU already has is skipped, and iGPUs (of the first iGPU's backend) are used
-    only when no discrete GPU is. Without ggml's own types (a probe that fell back) the answer is 'unknown'.
+    only when no discrete GPU is. Without ggml's own types (a probe that fell back) the answer is unknown.
     """
     if any(d.ggml_type is None for d in devices):
-        return {d.name: "unknown: ggml's device types were not read (the API probe did not run)" for d in devices}
-    verdicts: dict[str, str] = {}
+        unread = Selection(State.UNKNOWN, "ggml's device types were not read (the API probe did not run)")
+        return {d.name: unread for d in devices}
+    verdicts: dict[str, Selection] = {}
     used_ids: dict[str, str] = {}
     igpus: list[Device] = []
     for device in devices:
         if device.ggml_type in ("cpu", "accel"):
-            verdicts[device.name] = "not a -dev: works beside the CPU"
-        elif device.ggml_type == "gpu" and device.backend == "RPC":
-            verdicts[device.name] = "used (RPC server)"
+            verdicts[device.name] = Selection(State.NOT_A_DEV, "works beside the CPU")
+        elif device.ggml_type == "gpu" and NOT_A_CARD.get(device.backend) == "remote":
+            verdicts[device.name] = Selection(State.USED, "RPC server")
         elif device.ggml_type == "gpu":
             earlier = used_ids.get(device.device_id) if device.device_id else None
             if earlier:
-                verdicts[device.name] = f"skipped: same device id as {earlier}"
+                verdicts[device.name] = Selection(State.SKIPPED, f"same device id as {earlier}")
             else:
-                verdicts[device.name] = "used"
+                verdicts[device.name] = Selection(State.USED)
                 if device.device_id:
                     used_ids[device.device_id] = device.name
         elif device.ggml_type == "igpu":
             if not igpus or igpus[-1].backend == device.backend:
                 igpus.append(device)
             else:
-                verdicts[device.name] = f"skipped: iGPU already used through {igpus[0].backend}"
-    discrete = any(v == "used" for v in verdicts.values())
+                verdicts[device.name] = Selection(State.SKIPPED, f"iGPU already used through {igpus[0].backend}")
+    discrete = any(v == Selection(State.USED) for v in verdicts.values())
     for device in igpus:
-        verdicts[device.name] = "unused: iGPUs are used only when there is no discrete GPU" if discrete else "used"
-    return {d.name: verdicts.get(d.name, f"unknown ggml type {d.ggml_type}") for d in devices}
+        verdicts[device.name] = (
+            Selection(State.UNUSED, "iGPUs are used only when there is no discrete GPU")
+            if discrete
+            else Selection(State.USED)
+        )
+    return {d.name: verdicts.get(d.name, Selection(State.UNKNOWN, f"ggml type {d.ggml_type}")) for d in devices}
 
 
 def role_notes(devices: list[Device]) -> list[str]:
@@ -176,9 +182,7 @@ def role_notes(devices: list[Device]) -> list[str]:
     return notes
 
 
-def resolve(
-    devices: list[Device], nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu], drm: list[DrmCard] = ()
-) -> tuple[list[Device], list[str]]:
-    enriched, notes = enrich(devices, nvidia, vulkan, drm)
+def resolve(devices: list[Device], captures: Captures, drm: Sequence[DrmCard] = ()) -> tuple[list[Device], list[str]]:
+    enriched, notes = enrich(devices, captures, drm)
     identified, pairing = assign_physical_ids(enriched)
     return identified, notes + pairing + role_notes(identified)

@@ -1,4 +1,4 @@
-"""Stage 5: install the recipe's targets, and only those, into staging, from CMake's File API.
+"""Install the recipe's targets, and only those, into staging, from CMake's File API.
 
 `cmake --install` would fail on every tool the recipe did not build, so the install rules
 are read from the codemodel and applied to the targets built and their dependencies.

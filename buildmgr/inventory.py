@@ -1,4 +1,4 @@
-"""Stage 9: the per-host device inventory, `<data>/inventory/<hostname>.json`.
+"""The per-host device inventory, `<data>/inventory/<hostname>.json`.
 
 Per build: the backends it was compiled with (from its receipt) and the devices its last probe
 found, with the time and the environment of that probe. A failed probe is recorded with its reason
@@ -8,34 +8,20 @@ and keeps the last good result. Written atomically under a lock; a corrupt file 
 from __future__ import annotations
 
 import os
-import shutil
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from buildmgr import backends, hostfacts, identity, proc, store
+from buildmgr import backends, hostfacts, identity, store
 from buildmgr.config import Dirs
+from buildmgr.devices import Captures, Device, DrmCard, Selection, alone_id, plain_name, qualified
 from buildmgr.errors import UserError
 from buildmgr.fsutil import atomic_write_text, locked
 from buildmgr.inventory_file import BuildEntry, Card, Inventory, ProbeRecord
 from buildmgr.jsonshape import NewerSchema, ShapeError
-from buildmgr.probe import (
-    Device,
-    DrmCard,
-    NvidiaGpu,
-    ProbeResult,
-    VulkanGpu,
-    enumeration_env,
-    parse_nvidia_smi_csv,
-    parse_vulkaninfo_summary,
-    probe_build,
-    read_drm_cards,
-)
-
-# One nvidia-smi call: the columns parse_nvidia_smi_csv reads, then the driver version.
-NVIDIA_QUERY = ["--query-gpu=index,name,uuid,pci.bus_id,memory.total,driver_version", "--format=csv,noheader"]
-VULKANINFO_SKIPPED = "not run: ggml gave every Vulkan device a PCI id"
+from buildmgr.probe import ProbeResult, enumeration_env, probe_build, read_drm_cards, run_capture
 
 
 def path_for(dirs: Dirs) -> Path:
@@ -46,42 +32,20 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _capture(command: list[str]) -> str:
-    if shutil.which(command[0]) is None:
-        return ""
-    ran = proc.run(command, timeout=30)
-    return ran.stdout if ran.ok else ""
+def captures_wanted(builds: Mapping[str, BuildEntry]) -> list[str]:
+    """The backends whose vendor tool adds something to what these builds' probes found."""
+    seen = [(entry.backends, entry.devices) for entry in builds.values()]
+    return [name for name, capture in backends.captures() if capture.wanted(seen)]
 
 
-def nvidia_smi() -> list[NvidiaGpu]:
-    """nvidia-smi's GPUs, with the driver version (empty where it is missing)."""
-    return parse_nvidia_smi_csv(_capture(["nvidia-smi", *NVIDIA_QUERY]))
-
-
-def vulkaninfo_needed(builds: dict[str, BuildEntry]) -> bool:
-    """vulkaninfo (slow: it starts every Vulkan driver) only adds what ggml cannot say: a Vulkan device without a
-    PCI id (a CPU driver such as lavapipe), or why a Vulkan build sees no device at all."""
-    for entry in builds.values():
-        if "Vulkan" in entry.backends:
-            vulkan = [d for d in entry.devices if d.backend == "Vulkan"]
-            if not vulkan or any(d.pci_bus_id is None for d in vulkan):
-                return True
-    return False
-
-
-def vulkaninfo() -> list[VulkanGpu]:
-    return parse_vulkaninfo_summary(_capture(["vulkaninfo", "--summary"]))
-
-
-def describe_host(nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu] | None, drm: list[DrmCard]) -> dict[str, object]:
-    return hostfacts.read().inventory_json() | {
-        "drivers": {
-            "nvidia": nvidia[0].driver if nvidia else None,
-            "vulkan_devices": [asdict(g) for g in vulkan] if vulkan is not None else VULKANINFO_SKIPPED,
-            "kernel_gpus": [asdict(card) for card in drm],
-        },
-        "nvidia_gpus": [asdict(g) for g in nvidia],
-    }
+def describe_host(captures: Captures, drm: Sequence[DrmCard]) -> dict[str, object]:
+    """The inventory's `host`: this host's facts, what each vendor tool said (or that it was not run), its GPUs."""
+    described: dict = hostfacts.read().inventory_json() | {"drivers": {}}
+    for name, capture in backends.captures():
+        for key, value in capture.host_json(captures.get(name)).items():
+            described[key] = described[key] | value if isinstance(value, dict) and key in described else value
+    described["drivers"]["kernel_gpus"] = [asdict(card) for card in drm]
+    return described
 
 
 # --- reading and writing ---------------------------------------------------------------------
@@ -135,36 +99,35 @@ def _same(a: Device, b: Device) -> bool:
 
 
 def absence_reasons(
-    backends_built: list[str], seen: set[str], env: dict[str, str], vulkan: list[VulkanGpu], nvidia: list[NvidiaGpu]
+    backends_built: Sequence[str], seen: set[str], env: Mapping[str, str], captures: Captures
 ) -> list[str]:
     """Why a compiled backend shows no device here: 'built ≠ present', explained where its module can."""
     reasons = []
     for name in backends_built:
-        why = None if name in seen else backends.why_absent(name, env, vulkan, nvidia)
+        why = None if name in seen else backends.why_absent(name, env, captures)
         if why is not None:
             reasons.append(f"{name}: built ≠ present: {why}")
     return reasons
 
 
-def summarize(
-    inventory: Inventory, nvidia: list[NvidiaGpu], vulkan: list[VulkanGpu], drm: list[DrmCard] = ()
-) -> Inventory:
+def summarize(inventory: Inventory, captures: Captures, drm: Sequence[DrmCard] = ()) -> Inventory:
     """Identity over every build's devices, the per-card view, and notes (pure)."""
     union: list[Device] = []
     for entry in inventory.builds.values():
         union += [d for d in entry.devices if not any(_same(d, u) for u in union)]
     renamed = sorted({d.name for d in union if sum(u.name == d.name for u in union) > 1})
-    union = [replace(d, name=f"{d.name}@{d.pci_bus_id}") if d.name in renamed else d for d in union]
-    devices, notes = identity.resolve(union, nvidia, vulkan, drm)
+    union = [replace(d, name=qualified(d.name, d.pci_bus_id)) if d.name in renamed else d for d in union]
+    devices, notes = identity.resolve(union, captures, drm)
     notes += [
         f"{name} is a different card in different builds (probed under different environments): "
         "'buildmgr devices --refresh' probes them all under this one"
         for name in renamed
     ]
     builds = {}
+    selections = {}
     for build_id, entry in sorted(inventory.builds.items()):
         seen = {d.backend for d in entry.devices}
-        absent = absence_reasons(list(entry.backends), seen, entry.probe.env, vulkan, nvidia)
+        absent = absence_reasons(entry.backends, seen, entry.probe.env, captures)
         notes += [f"{build_id}: {reason}" for reason in absent]
         probe = entry.probe
         if not probe.ok:
@@ -175,13 +138,16 @@ def summarize(
                 "names and memory come from --list-devices, without PCI ids or device types"
             )
         notes += [f"{build_id}: {m}" for m in probe.mismatches]
-        builds[build_id] = replace(
-            entry, absent=tuple(absent), default_selection=identity.default_selection(list(entry.devices))
-        )
-    return replace(inventory, builds=builds, devices=tuple(devices), cards=cards(devices, builds), notes=tuple(notes))
+        selections[build_id] = identity.default_selection(list(entry.devices))
+        sentences = {name: selection.sentence() for name, selection in selections[build_id].items()}
+        builds[build_id] = replace(entry, absent=tuple(absent), default_selection=sentences)
+    found = cards(devices, builds, selections)
+    return replace(inventory, builds=builds, devices=tuple(devices), cards=found, notes=tuple(notes))
 
 
-def cards(devices: list[Device], builds: dict[str, BuildEntry]) -> tuple[Card, ...]:
+def cards(
+    devices: list[Device], builds: Mapping[str, BuildEntry], selections: Mapping[str, Mapping[str, Selection]]
+) -> tuple[Card, ...]:
     """One row per physical card: its names in each build, and the one each build uses when no -dev is given."""
     rows: dict[str, dict] = {}
     for device in devices:
@@ -197,25 +163,28 @@ def cards(devices: list[Device], builds: dict[str, BuildEntry]) -> tuple[Card, .
                 "memory_total_mib": {},
                 "names": {},
                 "default": {},
+                "members": (),
             },
         )
+        row["members"] = (*row["members"], device.name)
         row["pci_bus_id"] = row["pci_bus_id"] or device.pci_bus_id
         row["uuid"] = row["uuid"] or device.uuid
         row["memory_total_mib"][device.backend] = device.memory_total_mib
     by_name = {d.name: d for d in devices}
     for build_id, entry in builds.items():
         for listed in entry.devices:
-            device = by_name.get(listed.name) or by_name.get(f"{listed.name}@{listed.pci_bus_id}")
+            device = by_name.get(listed.name) or by_name.get(qualified(listed.name, listed.pci_bus_id))
             if device is None:
                 continue
             row = rows[device.physical_id]
             row["names"][build_id] = (*row["names"].get(build_id, ()), listed.name)
-            if entry.default_selection.get(listed.name, "").startswith("used"):
+            selection = selections.get(build_id, {}).get(listed.name)
+            if selection is not None and selection.used:
                 row["default"][build_id] = listed.name
     return tuple(Card(**row) for row in rows.values())
 
 
-def environment_changes(builds: dict[str, BuildEntry], environ: dict[str, str]) -> list[str]:
+def environment_changes(builds: Mapping[str, BuildEntry], environ: Mapping[str, str]) -> list[str]:
     """The names were probed under one environment; under another they may mean other cards."""
     changed = []
     for build_id, entry in sorted(builds.items()):
@@ -235,20 +204,27 @@ def environment_changes(builds: dict[str, BuildEntry], environ: dict[str, str]) 
     return changed
 
 
-def _probe_all(builds: list[store.Build], environ: dict[str, str]):
-    """Every build's probe and nvidia-smi at once: each waits on driver start-up, not on the others."""
-    with ThreadPoolExecutor(max_workers=len(builds) + 1) as pool:
-        nvidia = pool.submit(nvidia_smi)
+def _probe_all(builds: list[store.Build], environ: Mapping[str, str]) -> tuple[dict[str, ProbeResult], dict]:
+    """Every build's probe and each vendor tool wanted whatever the probes find, at once: each waits on driver
+    start-up, not on the others."""
+    early = [(name, capture) for name, capture in backends.captures() if capture.wanted(())]
+    with ThreadPoolExecutor(max_workers=len(builds) + len(early) + 1) as pool:
+        captured = {name: pool.submit(run_capture, capture) for name, capture in early}
         probes = {b.id: pool.submit(probe_build, b.prefix, environ) for b in builds}
-        return {k: f.result() for k, f in probes.items()}, nvidia.result()
+        return {k: f.result() for k, f in probes.items()}, {k: f.result() for k, f in captured.items()}
 
 
-def refresh(
-    dirs: Dirs, builds: list[store.Build], warn=lambda message: None, environ: dict[str, str] | None = None
-) -> Inventory:
+def _complete_captures(captured: dict, builds: Mapping[str, BuildEntry]) -> dict:
+    """The captures run beside the probes, and those the probes' results call for."""
+    later = {
+        name: run_capture(backends.module(name).CAPTURE) for name in captures_wanted(builds) if name not in captured
+    }
+    return captured | later
+
+
+def refresh(dirs: Dirs, builds: list[store.Build], environ: Mapping[str, str], warn=lambda message: None) -> Inventory:
     """Probe the given builds, merge into the stored inventory, and write it back atomically under a lock."""
-    environ = dict(os.environ if environ is None else environ)
-    results, nvidia = _probe_all(builds, environ)
+    results, captured = _probe_all(builds, environ)
     path = path_for(dirs)
     with locked(path.with_suffix(".lock")):
         stored = load(path, warn)
@@ -256,32 +232,31 @@ def refresh(
         inventory = replace(stored, builds={k: v for k, v in stored.builds.items() if k in installed})
         for build in builds:
             inventory = record_probe(inventory, build, results[build.id])
-        vulkan = vulkaninfo() if vulkaninfo_needed(inventory.builds) else None
+        captured = _complete_captures(captured, inventory.builds)
         drm = read_drm_cards()
         inventory = replace(
             inventory,
             updated=_now(),
-            host=describe_host(nvidia, vulkan, drm),
+            host=describe_host(captured, drm),
             probe_env=enumeration_env(environ),
         )
-        inventory = summarize(inventory, nvidia, vulkan or [], drm)
+        inventory = summarize(inventory, captured, drm)
         atomic_write_text(path, inventory.to_text())
     return inventory
 
 
-def preview(builds: list[store.Build], environ: dict[str, str]) -> Inventory:
+def preview(builds: list[store.Build], environ: Mapping[str, str]) -> Inventory:
     """What the names would be under another environment: a fresh probe of every build, stored nowhere."""
-    results, nvidia = _probe_all(builds, environ)
+    results, captured = _probe_all(builds, environ)
     inventory = replace(Inventory.empty(), preview_env=enumeration_env(environ))
     for build in builds:
         inventory = record_probe(inventory, build, results[build.id])
-    vulkan = vulkaninfo() if vulkaninfo_needed(inventory.builds) else []
-    return summarize(inventory, nvidia, vulkan, read_drm_cards())
+    return summarize(inventory, _complete_captures(captured, inventory.builds), read_drm_cards())
 
 
 def build_devices(inventory: Inventory, build_id: str) -> list[Device]:
     """One build's devices from its last good probe, with the identity and role the summary gave them."""
-    summary = {(d.name.split("@")[0], d.pci_bus_id): d for d in inventory.devices}
+    summary = {(plain_name(d.name), d.pci_bus_id): d for d in inventory.devices}
     devices = []
     entry = inventory.builds.get(build_id)
     for device in entry.devices if entry is not None else ():
@@ -289,7 +264,7 @@ def build_devices(inventory: Inventory, build_id: str) -> list[Device]:
         devices.append(
             replace(
                 device,
-                physical_id=known.physical_id if known else f"alone:{device.name}",
+                physical_id=known.physical_id if known else alone_id(device.name),
                 type=known.type if known else device.type,
             )
         )
@@ -305,21 +280,25 @@ def read(dirs: Dirs, warn=lambda message: None) -> Inventory | None:
         return load(path, warn)
 
 
-def placement_view(
-    dirs: Dirs, build: store.Build, environ: dict[str, str]
-) -> tuple[list[Device], dict[str, str], dict[str, str], bool]:
-    """One build's devices under the current environment, for the placement check.
+@dataclass(frozen=True)
+class View:
+    """One build's devices under the current environment, as the placement check needs them."""
 
-    The stored probe serves when its enumeration variables are today's; otherwise the build is probed afresh,
-    and names that now mean another card than at the stored probe are returned in `moved` (name → old id).
-    Returns (devices with physical ids, llama.cpp's default verdicts, moved, probed afresh).
-    """
+    devices: tuple[Device, ...]  # with physical ids, registry order
+    default: dict[str, Selection]  # what llama.cpp does with each without -dev
+    moved: dict[str, str]  # name → the card it meant at the stored probe, where it now means another
+    fresh: bool  # probed afresh (the stored probe was of another environment)
+
+
+def placement_view(dirs: Dirs, build: store.Build, environ: Mapping[str, str]) -> View:
+    """The stored probe serves when its enumeration variables are today's; otherwise the build is probed afresh,
+    and names that now mean another card than at the stored probe are in `moved`."""
     inventory = read(dirs) or Inventory.empty()
     entry = inventory.builds.get(build.id)
     stored = {d.name: d for d in build_devices(inventory, build.id)}
     if entry is not None and not environment_changes({build.id: entry}, environ):
         devices = list(stored.values())
-        return devices, identity.default_selection(devices), {}, False
+        return View(tuple(devices), identity.default_selection(devices), {}, False)
     result = probe_build(build.prefix, environ)
     devices, _ = identity.assign_physical_ids(list(result.devices))
     moved = {
@@ -327,4 +306,4 @@ def placement_view(
         for d in devices
         if d.name in stored and d.pci_bus_id and stored[d.name].pci_bus_id and stored[d.name].pci_bus_id != d.pci_bus_id
     }
-    return devices, identity.default_selection(devices), moved, True
+    return View(tuple(devices), identity.default_selection(devices), moved, True)

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from buildmgr import jsonshape
+from buildmgr.devices import Device
 from buildmgr.jsonshape import OMIT_IF_NONE
-from buildmgr.probe import Device
 
 SCHEMA = 1
 
@@ -40,7 +40,8 @@ class BuildEntry:
     probe: ProbeRecord
     last_good: ProbeRecord | None = field(default=None, metadata=OMIT_IF_NONE)  # a failed probe keeps this one
     absent: tuple[str, ...] = ()  # why a compiled backend shows no device here
-    default_selection: dict[str, str] = field(default_factory=dict)  # name → what llama.cpp does without -dev
+    # name → what llama.cpp does without -dev, for people (devices.Selection.sentence); code uses the typed verdicts
+    default_selection: dict[str, str] = field(default_factory=dict)
 
     @property
     def devices(self) -> tuple[Device, ...]:
@@ -61,6 +62,8 @@ class Card:
     memory_total_mib: dict[str, int | None]  # per backend
     names: dict[str, tuple[str, ...]]  # per build
     default: dict[str, str]  # per build
+    # every name of it, in any build (NAME@PCI where two cards share a name); absent in inventories before 2026-12-01
+    members: tuple[str, ...] | None = field(default=None, metadata=OMIT_IF_NONE)
 
 
 @dataclass(frozen=True)

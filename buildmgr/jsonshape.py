@@ -80,9 +80,10 @@ def parse(text: str | bytes) -> object:
 
 class Record:
     """A file's top-level record (a frozen dataclass with a `schema` field): read checked, written as the file's
-    text. A higher schema than VERSION is a newer buildmgr's (NewerSchema)."""
+    text. A higher schema than VERSION is a newer buildmgr's (NewerSchema); OLDEST is the oldest still read."""
 
     VERSION: ClassVar[int]
+    OLDEST: ClassVar[int | None] = None  # None: only VERSION
 
     @classmethod
     def from_json(cls, data: object) -> Any:
@@ -90,7 +91,8 @@ class Record:
         found = data.get("schema") if isinstance(data, dict) else None
         if type(found) is int and found > cls.VERSION:
             raise NewerSchema(f"schema {found}: written by a newer buildmgr (this one reads {cls.VERSION})")
-        if type(found) is not int or found != cls.VERSION:
+        oldest = cls.VERSION if cls.OLDEST is None else cls.OLDEST
+        if type(found) is not int or not oldest <= found <= cls.VERSION:
             raise ShapeError(f"schema: expected {cls.VERSION}, got {found!r}")
         return load(cls, data)
 

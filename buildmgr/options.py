@@ -7,7 +7,7 @@ and only then anything that creates directories (the writable check, a git clone
 from __future__ import annotations
 
 import dataclasses
-import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,15 +15,15 @@ from buildmgr import backends, hostfacts, source, toolchain
 from buildmgr.backends import cpu
 from buildmgr.config import Dirs, Settings, ensure_writable, resource_path
 from buildmgr.errors import UserError
-from buildmgr.plan import RPATH_DEFINES, Arch, BuildPlan, make_plan, parse_jobs
+from buildmgr.memo import Memo
+from buildmgr.plan import RPATH_KEYS, Arch, BuildPlan, make_plan, parse_jobs
 from buildmgr.recipes import Recipe, compose, load_recipes, parse_defines, with_defines
 
 
 @dataclass(frozen=True)
 class BuildRequest:
     recipe: str = "cpu"
-    sm: str | None = None
-    gfx: str | None = None
+    arch: tuple[tuple[str, str], ...] = ()  # (arch option flag, value) as given: (("--sm", "86"),)
     source: str | None = None
     jobs: str | None = None
     defines: tuple[str, ...] = ()
@@ -41,15 +41,15 @@ def all_recipes(dirs: Dirs, wanted: str = "", warn=lambda message: None) -> dict
 
 
 def backend_host(
-    environ: dict[str, str] | None = None, toolchain_cache: Path | None = None, ccache: str = "bundled"
+    environ: Mapping[str, str], toolchain_cache: Path | None = None, ccache: str = "bundled"
 ) -> backends.Host:
     """What the backends' checks look at: this host's facts, the environment and the toolchain."""
     facts = hostfacts.read()
     return backends.Host(
-        dict(os.environ if environ is None else environ),
+        dict(environ),
         facts.system,
         facts.machine,
-        toolchain.detect(toolchain_cache, ccache),
+        toolchain.detect(environ, toolchain_cache, ccache),
     )
 
 
@@ -64,14 +64,10 @@ def available_gib() -> float:
     return 4.0
 
 
-def _arch_values(request: BuildRequest) -> dict[str, str | None]:
-    return {"--sm": request.sm, "--gfx": request.gfx}
-
-
 def check_arch_flags(recipe: Recipe, request: BuildRequest) -> None:
     """An architecture option only for a recipe with the backend it belongs to."""
     taken = {option.flag for option in backends.arch_options(recipe.backends)}
-    given = {flag for flag, value in _arch_values(request).items() if value is not None}
+    given = {flag for flag, _ in request.arch}
     for option in backends.arch_options():
         if option.flag in given - taken:
             raise UserError(
@@ -80,11 +76,12 @@ def check_arch_flags(recipe: Recipe, request: BuildRequest) -> None:
             )
 
 
-def resolve_arch(recipe: Recipe, request: BuildRequest, host: backends.Host, memo: backends.Memo) -> Arch:
+def resolve_arch(recipe: Recipe, request: BuildRequest, host: backends.Host, memo: Memo) -> Arch:
     """Each architecture option of the recipe's backends → its define, and the labels joined for the build id."""
-    values = _arch_values(request)
+    values = dict(request.arch)
     resolved = [
-        (option, option.resolve(values[option.flag], host, memo)) for option in backends.arch_options(recipe.backends)
+        (option, option.resolve(values.get(option.flag), host, memo))
+        for option in backends.arch_options(recipe.backends)
     ]
     return Arch(
         tuple((option.define, value) for option, (value, _) in resolved), "-".join(label for _, (_, label) in resolved)
@@ -93,9 +90,7 @@ def resolve_arch(recipe: Recipe, request: BuildRequest, host: backends.Host, mem
 
 # -D keys buildmgr sets itself: a user value would be overridden, so it is refused instead.
 OWNED_DEFINES = {
-    "CMAKE_CUDA_ARCHITECTURES": "use --sm",
-    "GPU_TARGETS": "use --gfx",
-    "AMDGPU_TARGETS": "use --gfx",
+    **backends.owned_defines(),
     "LLAMA_BUILD_COMMIT": "it comes from the source",
     "LLAMA_BUILD_NUMBER": "it comes from the source",
     "GGML_CCACHE": "buildmgr runs ccache itself",
@@ -103,8 +98,8 @@ OWNED_DEFINES = {
     "CMAKE_C_FLAGS_INIT": "buildmgr maps source paths for reproducible binaries; pass CFLAGS in the environment",
     "CMAKE_CXX_FLAGS_INIT": "buildmgr maps source paths for reproducible binaries; pass CXXFLAGS in the environment",
     "CMAKE_UNITY_BUILD_RELOCATABLE": "buildmgr sets it for reproducible binaries",
-    **{f"CMAKE_{lang}_COMPILER_LAUNCHER": "buildmgr runs ccache itself" for lang in ("C", "CXX", "CUDA", "HIP")},
-    **{key: "buildmgr sets the $ORIGIN RPATH the prefix relies on" for key in RPATH_DEFINES},
+    **{f"CMAKE_{lang}_COMPILER_LAUNCHER": "buildmgr runs ccache itself" for lang in backends.languages()},
+    **{key: "buildmgr sets the $ORIGIN RPATH the prefix relies on" for key in RPATH_KEYS},
 }
 
 
@@ -114,19 +109,19 @@ def refuse_owned(defines: dict[str, str]) -> None:
             raise UserError(f"-D {key} is set by buildmgr ({OWNED_DEFINES[key]}); leave it out")
 
 
-def resolve(request: BuildRequest, dirs: Dirs, environ: dict[str, str] | None = None, warn=lambda m: None) -> BuildPlan:
+def resolve(request: BuildRequest, dirs: Dirs, environ: Mapping[str, str], warn=lambda m: None) -> BuildPlan:
     extra = parse_defines(request.defines)
     refuse_owned(extra)
     recipe = with_defines(compose(request.recipe, all_recipes(dirs, request.recipe, warn)), extra)
     check_arch_flags(recipe, request)
     spec = source.parse_source_spec(request.source)
-    settings = Settings.load(dirs, dict(os.environ if environ is None else environ))
+    settings = Settings.load(dirs, environ)
     host = backend_host(environ, dirs.toolchain_cache, settings.ccache)
     cpu.check_defines(dict(recipe.defines), host.machine)
     gib_per_job = backends.gib_per_job(recipe.backends)
     jobs = parse_jobs(request.jobs, hostfacts.read().cpus or 1, available_gib(), gib_per_job)
     toolchain.require(host.toolchain, recipe.tools, recipe.name)
-    memo = backends.Memo.load(dirs.preflight_cache)
+    memo = Memo.load(dirs.preflight_cache)
     report = backends.inspect(recipe.backends, host, memo=memo)
     if report.failures:
         raise UserError(

@@ -7,26 +7,25 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from buildmgr import hostfacts
 from buildmgr.errors import UserError
 from buildmgr.recipes import BASE_DEFINES, Recipe
 from buildmgr.source import SourceTree
 from buildmgr.toolchain import Toolchain
 
-# Every build gets an $ORIGIN-relative RPATH (DT_RPATH, so LD_LIBRARY_PATH cannot pull in another build's libs).
-RPATH_DEFINES = {
+# Every build gets an $ORIGIN-relative RPATH: binaries find their libraries next to them (build tree) or in ../lib
+# (prefix), with no LD_LIBRARY_PATH. On Linux DT_RPATH rather than RUNPATH: it is searched before LD_LIBRARY_PATH, so
+# another build's libllama.so on that path cannot be loaded into this one.
+_RPATH = {
     "CMAKE_BUILD_WITH_INSTALL_RPATH": "ON",
     "CMAKE_INSTALL_RPATH": "$ORIGIN/../lib;$ORIGIN",
     "CMAKE_INSTALL_LIBDIR": "lib",
-} | (
-    {
-        "CMAKE_EXE_LINKER_FLAGS": "-Wl,--disable-new-dtags",
-        "CMAKE_SHARED_LINKER_FLAGS": "-Wl,--disable-new-dtags",
-        "CMAKE_MODULE_LINKER_FLAGS": "-Wl,--disable-new-dtags",
-    }
-    if hostfacts.read().system == "Linux"
-    else {}
-)
+}
+_OLD_DTAGS = {f"CMAKE_{kind}_LINKER_FLAGS": "-Wl,--disable-new-dtags" for kind in ("EXE", "SHARED", "MODULE")}
+RPATH_KEYS = tuple(_RPATH) + tuple(_OLD_DTAGS)  # refused from the user on every system
+
+
+def rpath_defines(system: str) -> dict[str, str]:
+    return _RPATH | (_OLD_DTAGS if system == "Linux" else {})
 
 
 # Bumped when how buildmgr compiles changes the binaries without changing a define (2: build trees with a src/ link

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from rich.console import Console
@@ -25,7 +24,7 @@ def parse_ninja_status(line: str) -> tuple[int, int, str] | None:
 class NinjaCounter:
     """Progress of the outer Ninja only.
 
-    ExternalProjects (e.g. Vulkan's shader generator) run a nested Ninja whose [n/m] lines
+    ExternalProjects (e.g. a backend's shader generator) run a nested Ninja whose [n/m] lines
     are interleaved with ours; they have a smaller total, so lines below the largest total
     seen are ignored and the count never goes back.
     """
@@ -48,9 +47,14 @@ class NinjaCounter:
 @dataclass
 class Reporter:
     console: Console = field(default_factory=lambda: Console(stderr=True, highlight=False, soft_wrap=True))
-    in_ci: bool = field(default_factory=lambda: bool(os.environ.get("CI")))
-    github: bool = field(default_factory=lambda: os.environ.get("GITHUB_ACTIONS") == "true")
+    in_ci: bool = False
+    github: bool = False
     timings: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def for_environment(cls, environ: Mapping[str, str]) -> Reporter:
+        """Calm output in CI, and folded groups under GitHub Actions."""
+        return cls(in_ci=bool(environ.get("CI")), github=environ.get("GITHUB_ACTIONS") == "true")
 
     def say(self, message: str) -> None:
         self.console.print(message)

@@ -15,7 +15,7 @@ from buildmgr import jsonshape
 from buildmgr.jsonshape import OMIT_IF_NONE, ShapeError
 
 FILE_NAME = "buildmgr-receipt.json"
-SCHEMA = 1
+SCHEMA = 2  # 2: runtime.device_code per backend (schema 1 named each backend's code in its own field)
 
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,200}")
 _COMMIT = re.compile(r"[0-9a-f]{7,40}")
@@ -97,9 +97,7 @@ class RuntimeNeeds:
     libstdcxx: str | None
     libstdcxx_file: str | None
     needed: dict[str, tuple[str, ...]]  # library → the files that need it
-    cuda_sass: tuple[str, ...]
-    cuda_ptx: tuple[str, ...]
-    hip_targets: tuple[str, ...]
+    device_code: dict[str, tuple[str, ...]] = field(default_factory=dict)  # backend → its GPU code objects
 
 
 @dataclass(frozen=True)
@@ -115,6 +113,7 @@ class InstalledFrom:
 @dataclass(frozen=True)
 class Receipt(jsonshape.Record):
     VERSION = SCHEMA
+    OLDEST = 1
 
     schema: int
     id: str
@@ -141,6 +140,8 @@ class Receipt(jsonshape.Record):
     @classmethod
     def from_json(cls, data: object) -> Receipt:
         """Checked: raises ShapeError naming the first wrong field."""
+        if isinstance(data, dict) and type(data.get("schema")) is int and data["schema"] == 1:
+            data = _from_schema_1(data)
         receipt = super().from_json(data)
         for where, value, pattern in (
             ("id", receipt.id, _SAFE_NAME),
@@ -155,3 +156,21 @@ class Receipt(jsonshape.Record):
     @property
     def backends(self) -> tuple[str, ...]:
         return self.recipe.backends
+
+
+def _from_schema_1(data: dict[str, Any]) -> dict[str, Any]:
+    """A schema-1 receipt as schema 2: its GPU code, which each backend kept in a field of its own, per backend."""
+    runtime = data.get("runtime")
+    if not isinstance(runtime, dict):
+        return data | {"schema": SCHEMA}
+    from buildmgr.backends import device_code_of_schema_1
+
+    legacy = device_code_of_schema_1(runtime)
+    kept = {k: v for k, v in runtime.items() if k not in legacy_fields()}
+    return data | {"schema": SCHEMA, "runtime": kept | {"device_code": legacy}}
+
+
+def legacy_fields() -> set[str]:
+    from buildmgr.backends import device_codes
+
+    return {key for _, code in device_codes() for key in code.schema_1}

@@ -1,4 +1,4 @@
-"""Stage 2: recipes (one TOML file each) and their composition with '+'. Pure apart from loading."""
+"""Recipes (one TOML file each) and their composition with '+'. Pure apart from loading."""
 
 from __future__ import annotations
 
@@ -196,7 +196,7 @@ def parse_defines(items: tuple[str, ...]) -> dict[str, str]:
     for item in items:
         match = _DEFINE.match(item)
         if not match:
-            raise UserError(f"--define {item!r}: expected KEY=VALUE, e.g. -D GGML_CUDA_FA=OFF")
+            raise UserError(f"--define {item!r}: expected KEY=VALUE, e.g. -D GGML_NATIVE=OFF")
         defines[match.group(1)] = match.group(2)
     return defines
 

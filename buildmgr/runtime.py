@@ -1,8 +1,8 @@
 """What a prefix needs from the host that runs it, read from its ELF files (pyelftools), and whether a host has it.
 
 Recorded in every receipt as `runtime`: the glibc and libstdc++ floors (the highest GLIBC_x.y / GLIBCXX_x.y.z symbol
-versions any file needs), the NEEDED libraries the prefix does not ship, and the GPU code compiled in (CUDA SASS and
-PTX from `.nv_fatbin`, HIP targets from `.hip_fatbin`). These are the facts behind "GLIBC_2.38 not found" and
+versions any file needs), the NEEDED libraries the prefix does not ship, and the GPU code compiled in, per backend
+(each backend module names the ELF section it reads and how). These are the facts behind "GLIBC_2.38 not found" and
 "no kernel image is available", checked before an artifact is installed on another machine.
 """
 
@@ -11,17 +11,15 @@ from __future__ import annotations
 import os
 import re
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from buildmgr import proc
+from buildmgr import backends, proc
 
 _ELF_MAGIC = b"\x7fELF"
-_FATBIN_MAGIC = 0xBA55ED50
-_FATBIN_PTX, _FATBIN_ELF = 1, 2
-_HIP_TARGET = re.compile(rb"amdgcn-amd-amdhsa--(gfx[0-9a-f]+)")
 _FLOORS = {"glibc": "GLIBC_", "libstdcxx": "GLIBCXX_"}
 
 
@@ -30,37 +28,7 @@ class ElfFile:
     needed: tuple[str, ...]
     soname: str | None
     version_needs: tuple[str, ...]  # e.g. GLIBC_2.34, GLIBCXX_3.4.30
-    cuda_sass: tuple[int, ...] = ()
-    cuda_ptx: tuple[int, ...] = ()
-    hip_targets: tuple[str, ...] = ()
-
-
-def fatbin_archs(data: bytes) -> tuple[set[int], set[int]]:
-    """(SASS archs, PTX archs) of every fat binary container in a `.nv_fatbin` section.
-
-    Layout (as cuobjdump reads it): a 16-byte header (magic, version, header size, size of what follows), then
-    entries of `kind u16, version u16, header_size u32, payload_size u64, …, arch u32 at +28`, each followed by its
-    payload.
-    """
-    sass: set[int] = set()
-    ptx: set[int] = set()
-    offset = 0
-    while offset + 16 <= len(data):
-        magic, _, header_size, size = struct.unpack_from("<IHHQ", data, offset)
-        if magic != _FATBIN_MAGIC:
-            offset += 8  # containers are 8-byte aligned; padding between them is skipped
-            continue
-        entry, end = offset + header_size, min(offset + header_size + size, len(data))
-        while entry + 32 <= end:
-            kind, _, entry_header, payload = struct.unpack_from("<HHIQ", data, entry)
-            (arch,) = struct.unpack_from("<I", data, entry + 28)
-            if entry_header == 0:
-                break
-            {_FATBIN_ELF: sass, _FATBIN_PTX: ptx}.get(kind, set()).add(arch)
-            entry += entry_header + payload
-        offset = max(end, offset + 16)
-        offset += -offset % 8
-    return sass, ptx
+    device_code: dict[str, frozenset[str]] = field(default_factory=dict)  # backend → GPU code found
 
 
 def read_elf(path: Path) -> ElfFile | None:
@@ -70,6 +38,7 @@ def read_elf(path: Path) -> ElfFile | None:
     from elftools.elf.elffile import ELFFile
     from elftools.elf.gnuversions import GNUVerNeedSection
 
+    readers = {code.section: (name, code) for name, code in backends.device_codes()}
     with open(path, "rb") as handle:
         if handle.read(4) != _ELF_MAGIC:
             return None
@@ -79,9 +48,7 @@ def read_elf(path: Path) -> ElfFile | None:
             needed: list[str] = []
             soname = None
             versions: list[str] = []
-            sass: set[int] = set()
-            ptx: set[int] = set()
-            hip: set[str] = set()
+            code: dict[str, set[str]] = {}
             for section in elf.iter_sections():
                 if isinstance(section, DynamicSection):
                     for tag in section.iter_tags():
@@ -91,15 +58,12 @@ def read_elf(path: Path) -> ElfFile | None:
                             soname = tag.soname
                 elif isinstance(section, GNUVerNeedSection):
                     versions += [aux.name for _, auxes in section.iter_versions() for aux in auxes]
-                elif section.name == ".nv_fatbin":
-                    found_sass, found_ptx = fatbin_archs(section.data())
-                    sass |= found_sass
-                    ptx |= found_ptx
-                elif section.name == ".hip_fatbin":
-                    hip |= {m.decode() for m in _HIP_TARGET.findall(section.data())}
+                elif section.name in readers:
+                    backend, reader = readers[section.name]
+                    code.setdefault(backend, set()).update(reader.read(section.data()))
         except (ELFError, struct.error, ValueError) as err:
             raise ValueError(f"{path}: unreadable ELF file ({err})") from None
-    return ElfFile(tuple(needed), soname, tuple(versions), tuple(sorted(sass)), tuple(sorted(ptx)), tuple(sorted(hip)))
+    return ElfFile(tuple(needed), soname, tuple(versions), {k: frozenset(v) for k, v in code.items() if v})
 
 
 def _version_of(symbol_version: str, prefix: str) -> Version | None:
@@ -141,14 +105,18 @@ def scan_prefix(prefix: Path) -> dict[str, object]:
         "elf_files": len(files),
         **floors,
         "needed": dict(sorted(external.items())),
-        "cuda_sass": sorted({f"sm_{a}" for f in files.values() for a in f.cuda_sass}, key=_arch_number),
-        "cuda_ptx": sorted({f"compute_{a}" for f in files.values() for a in f.cuda_ptx}, key=_arch_number),
-        "hip_targets": sorted({t for f in files.values() for t in f.hip_targets}),
+        "device_code": device_code(files.values()),
     }
 
 
-def _arch_number(name: str) -> int:
-    return int(name.rsplit("_", 1)[1])
+def device_code(files: Iterable[ElfFile]) -> dict[str, list[str]]:
+    """Per backend, every GPU code object any of these files carries, in the backend's order."""
+    found: dict[str, set[str]] = {}
+    for facts in files:
+        for backend, codes in facts.device_code.items():
+            found.setdefault(backend, set()).update(codes)
+    order = dict(backends.device_codes())
+    return {backend: sorted(codes, key=order[backend].order) for backend, codes in found.items()}
 
 
 # --- the host that would run it -----------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Stage 6: prove a staged build runs: every tool's --version, then llama-bench on a tiny model."""
+"""Prove a staged build runs: every tool's --version, then llama-bench on a tiny model."""
 
 from __future__ import annotations
 

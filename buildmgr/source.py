@@ -1,4 +1,4 @@
-"""Stage 1: a llama.cpp source tree with a known identity (pinned sdist, local checkout or git)."""
+"""A llama.cpp source tree with a known identity (pinned sdist, local checkout or git)."""
 
 from __future__ import annotations
 

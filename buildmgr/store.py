@@ -1,4 +1,4 @@
-"""Stage 7: prefixes and their receipts. A receipt is the single source of truth about a build."""
+"""Prefixes and their receipts. A receipt is the single source of truth about a build."""
 
 from __future__ import annotations
 
@@ -39,6 +39,14 @@ class Build:
         if not name or name in (".", "..") or "/" in name or "\0" in name:
             raise UserError(f"tool {name!r} must be the name of a program in the build's bin/, e.g. llama-cli")
         return self.prefix / "bin" / name
+
+    def installed_tool(self, name: str) -> Path:
+        """A tool this build has; UserError naming the ones it has otherwise."""
+        path = self.tool(name)
+        if not path.is_file():
+            tools = sorted(p.name for p in (self.prefix / "bin").iterdir() if p.is_file())
+            raise UserError(f"build {self.id} has no {name}; it has: {', '.join(tools)}")
+        return path
 
 
 def build_lock(dirs: Dirs, build_id: str) -> Path:

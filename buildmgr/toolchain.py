@@ -1,4 +1,4 @@
-"""Stage 3: which programs build this recipe, with their versions; problems as one-line fixes."""
+"""Which programs build this recipe, with their versions; problems as one-line fixes."""
 
 from __future__ import annotations
 
@@ -8,13 +8,15 @@ import os
 import shutil
 import sys
 import sysconfig
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from buildmgr import cmake, proc
-from buildmgr.backends import stamps
 from buildmgr.errors import UserError
+from buildmgr.findings import Check
 from buildmgr.fsutil import atomic_write_text
+from buildmgr.memo import stamps
 
 MIN_CMAKE = "3.18"
 MIN_NINJA = "1.10"
@@ -75,8 +77,8 @@ def _program(name: str, command: str) -> Tool:
     return Tool(name, path, version) if version else Tool(name)
 
 
-def _compilers() -> tuple[str, str]:
-    return os.environ.get("CC") or "cc", os.environ.get("CXX") or "c++"
+def _compilers(environ: Mapping[str, str]) -> tuple[str, str]:
+    return environ.get("CC") or "cc", environ.get("CXX") or "c++"
 
 
 def ccache_path(choice: str) -> str | None:
@@ -91,9 +93,9 @@ def ccache_path(choice: str) -> str | None:
     return None
 
 
-def programs_fingerprint(ccache: str = "bundled") -> str:
+def programs_fingerprint(environ: Mapping[str, str], ccache: str = "bundled") -> str:
     """Path, size and mtime of every program detect() would run: while these stay, so do the versions."""
-    programs = [shutil.which(c) or c for c in _compilers()] + [ccache_path(ccache) or f"ccache:{ccache}"]
+    programs = [shutil.which(c) or c for c in _compilers(environ)] + [ccache_path(ccache) or f"ccache:{ccache}"]
     paths = (*map(str, cmake.candidate_paths()), *programs)
     return hashlib.sha256(json.dumps(stamps(paths)).encode()).hexdigest()
 
@@ -109,15 +111,16 @@ def _load(cache_file: Path, fingerprint: str) -> Toolchain | None:
         return None
 
 
-def detect(cache_file: Path | None = None, ccache: str = "bundled") -> Toolchain:
-    """Find and version every tool. With a cache file whose fingerprint still matches, run nothing."""
-    fingerprint = programs_fingerprint(ccache)
+def detect(environ: Mapping[str, str], cache_file: Path | None = None, ccache: str = "bundled") -> Toolchain:
+    """Find and version every tool (CC and CXX name the compilers). With a cache file whose fingerprint still
+    matches, run nothing."""
+    fingerprint = programs_fingerprint(environ, ccache)
     cached = _load(cache_file, fingerprint) if cache_file else None
     if cached:
         return cached
     found_cmake = cmake.find_cmake(MIN_CMAKE)
     found_ninja = cmake.find_ninja(MIN_NINJA)
-    cc, cxx = _compilers()
+    cc, cxx = _compilers(environ)
     return Toolchain(
         cmake=Tool("cmake", str(found_cmake.path), found_cmake.version) if found_cmake else Tool("cmake"),
         ninja=Tool("ninja", str(found_ninja.path), found_ninja.version) if found_ninja else Tool("ninja"),
@@ -144,6 +147,20 @@ def problems(toolchain: Toolchain, required: tuple[str, ...]) -> list[str]:
             minimum = {"cmake": f" >= {MIN_CMAKE}", "ninja": f" >= {MIN_NINJA}"}.get(name, "")
             missing.append(f"{name}{minimum} not found: {INSTALL_HINTS.get(name, f'install {name}')}")
     return missing
+
+
+def checks(toolchain: Toolchain) -> list[Check]:
+    """Each build tool as a preflight check: `doctor` lists them before every backend's."""
+    return [
+        Check(
+            "build",
+            tool.name,
+            tool.found,
+            f"{tool.version or 'not found'} {tool.path or ''}".strip(),
+            "" if tool.found else INSTALL_HINTS.get(tool.name, ""),
+        )
+        for tool in toolchain.tools().values()
+    ]
 
 
 def require(toolchain: Toolchain, required: tuple[str, ...], recipe: str) -> None:

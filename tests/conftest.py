@@ -71,9 +71,7 @@ def receipt_json(build_id: str = "cpu-0123abcd", *, recipe=None, source=None, ho
             "libstdcxx": None,
             "libstdcxx_file": None,
             "needed": {},
-            "cuda_sass": [],
-            "cuda_ptx": [],
-            "hip_targets": [],
+            "device_code": {},
         }
         | (runtime or {}),
         "log": "/dev/null",
@@ -221,3 +219,8 @@ def redis_keys(url: str) -> int:
         reply = conn.recv(64)
     assert reply.startswith(b":"), reply
     return int(reply[1:].split(b"\r\n")[0])
+
+
+def captured(nvidia=(), vulkan=()) -> dict[str, list]:
+    """The vendor tools' captures as identity and the inventory take them: per backend name."""
+    return {"CUDA": list(nvidia), "Vulkan": list(vulkan)}

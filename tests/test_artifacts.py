@@ -23,11 +23,15 @@ from pathlib import Path
 import pytest
 from conftest import COMMIT, assert_user_error, buildmgr, make_receipt
 
-from buildmgr import artifacts, runtime, store
+from buildmgr import runtime, store
+from buildmgr.artifacts import archive as archives
+from buildmgr.artifacts import compat, cpu_arch_of, reproduce
+from buildmgr.artifacts import matrix as matrices
 from buildmgr.backends import cuda, hip
-from buildmgr.errors import UserError
+from buildmgr.errors import CannotRunHere, UserError
 from buildmgr.options import all_recipes
 from buildmgr.progress import Reporter
+from buildmgr.receipt import Receipt
 
 BUILD_ID = "cpu-0123abcd"
 VERSION_SCRIPT = "#!/bin/sh\necho 'version: 0.5.0-dev (build 11312, commit 0c1e570)'\n"
@@ -50,7 +54,7 @@ def fake_build(root: Path, tool: str = VERSION_SCRIPT, **runtime_needs) -> store
 
 
 def packaged(tmp_path: Path, **kwargs) -> Path:
-    return artifacts.package(fake_build(tmp_path / "src", **kwargs), tmp_path / "dist", {}).archive
+    return archives.package(fake_build(tmp_path / "src", **kwargs), tmp_path / "dist", {}).archive
 
 
 def repack(archive: Path, change) -> Path:
@@ -86,10 +90,10 @@ def assert_nothing_installed(tmp_env: dict[str, str]) -> None:
 
 def test_two_packages_of_one_build_are_byte_identical_and_say_nothing_of_where_they_were_made(tmp_path):
     build = fake_build(tmp_path / "src")
-    first = artifacts.package(build, tmp_path / "a", {})
+    first = archives.package(build, tmp_path / "a", {})
     os.utime(build.prefix / "LICENSE", (1, 1))  # a file's own time never reaches the archive
-    second = artifacts.package(build, tmp_path / "b", {})
-    assert first.archive.name == "llama-b11312-bin-linux-cpu-x64.tar.gz" or platform.machine() != "x86_64"
+    second = archives.package(build, tmp_path / "b", {})
+    assert first.archive.name == f"llama-b11312-bin-linux-cpu-{cpu_arch_of(platform.machine())}.tar.gz"
     assert first.archive.read_bytes() == second.archive.read_bytes()
     raw = first.archive.read_bytes()
     assert raw[3] & 0x08 == 0 and struct.unpack("<I", raw[4:8])[0] == 0  # gzip: no file name, mtime 0
@@ -110,11 +114,11 @@ def test_two_packages_of_one_build_are_byte_identical_and_say_nothing_of_where_t
 
 def test_source_date_epoch_sets_every_entry_time(tmp_path):
     build = fake_build(tmp_path / "src")
-    archive = artifacts.package(build, tmp_path / "a", {"SOURCE_DATE_EPOCH": "1700000000"}).archive
+    archive = archives.package(build, tmp_path / "a", {"SOURCE_DATE_EPOCH": "1700000000"}).archive
     with tarfile.open(archive) as tar:
         assert {m.mtime for m in tar.getmembers()} == {1700000000}
     with pytest.raises(UserError, match="SOURCE_DATE_EPOCH"):
-        artifacts.package(build, tmp_path / "b", {"SOURCE_DATE_EPOCH": "yesterday"})
+        archives.package(build, tmp_path / "b", {"SOURCE_DATE_EPOCH": "yesterday"})
 
 
 def test_the_manifest_lists_every_file_and_sha256sum_can_check_it(tmp_path):
@@ -124,17 +128,17 @@ def test_the_manifest_lists_every_file_and_sha256sum_can_check_it(tmp_path):
     with tarfile.open(archive) as tar:
         tar.extractall(out, filter="data")
     top = out / archive.name.removesuffix(".tar.gz")
-    listed = {line.split("  ", 1)[1] for line in (top / artifacts.MANIFEST).read_text().splitlines()}
+    listed = {line.split("  ", 1)[1] for line in (top / archives.MANIFEST).read_text().splitlines()}
     files = {str(p.relative_to(top)) for p in top.rglob("*") if p.is_file() and not p.is_symlink()}
-    assert listed == files - {artifacts.MANIFEST}
-    assert subprocess.run(["sha256sum", "--quiet", "-c", artifacts.MANIFEST], cwd=top, check=False).returncode == 0
+    assert listed == files - {archives.MANIFEST}
+    assert subprocess.run(["sha256sum", "--quiet", "-c", archives.MANIFEST], cwd=top, check=False).returncode == 0
 
 
 def test_a_prefix_changed_after_its_build_is_not_packaged(tmp_path):
     build = fake_build(tmp_path / "src")
     (build.prefix / "bin" / "llama-cli").write_text("#!/bin/sh\necho changed\n")
     with pytest.raises(Exception, match="no longer matches its receipt"):
-        artifacts.package(build, tmp_path / "dist", {})
+        archives.package(build, tmp_path / "dist", {})
     assert not (tmp_path / "dist").exists() or not any((tmp_path / "dist").iterdir())
 
 
@@ -172,7 +176,7 @@ def test_a_manifest_rewritten_to_match_still_disagrees_with_the_receipt(tmp_env,
     def swap_tool_and_manifest(info, data):
         if info.name.endswith("bin/llama-cli"):
             return [(info, evil)]
-        if info.name.endswith(artifacts.MANIFEST):
+        if info.name.endswith(archives.MANIFEST):
             lines = [
                 f"{hashlib.sha256(evil).hexdigest()}  bin/llama-cli" if line.endswith("  bin/llama-cli") else line
                 for line in data.decode().splitlines()
@@ -195,7 +199,7 @@ def test_a_manifest_rewritten_to_match_still_disagrees_with_the_receipt(tmp_env,
 def test_entries_that_leave_the_tree_are_refused(tmp_env, tmp_path, entry, why):
     def add_entry(info, data):
         rows = [(info, data)]
-        if info.name.endswith(artifacts.MANIFEST):
+        if info.name.endswith(archives.MANIFEST):
             rows.append((tarfile.TarInfo(entry), b"x"))
         return rows
 
@@ -208,7 +212,7 @@ def test_entries_that_leave_the_tree_are_refused(tmp_env, tmp_path, entry, why):
 def test_a_link_that_leaves_the_tree_is_refused(tmp_env, tmp_path):
     def add_link(info, data):
         rows = [(info, data)]
-        if info.name.endswith(artifacts.MANIFEST):
+        if info.name.endswith(archives.MANIFEST):
             link = tarfile.TarInfo(info.name.rsplit("/", 1)[0] + "/lib/libc.so.6")
             link.type, link.linkname = tarfile.SYMTYPE, "../../../../lib/x86_64-linux-gnu/libc.so.6"
             rows.append((link, b""))
@@ -252,7 +256,7 @@ def test_a_receipt_of_the_wrong_shape_is_refused_with_the_field_named(tmp_env, t
         receipt_bytes = next(tar.extractfile(m).read() for m in tar.getmembers() if m.name.endswith(store.RECEIPT))
 
     def matching_manifest(info, data):
-        if not info.name.endswith(artifacts.MANIFEST):
+        if not info.name.endswith(archives.MANIFEST):
             return [(info, data)]
         lines = [
             f"{hashlib.sha256(receipt_bytes).hexdigest()}  {store.RECEIPT}" if line.endswith(store.RECEIPT) else line
@@ -291,52 +295,94 @@ def test_a_missing_library_is_named_with_where_it_comes_from(tmp_path):
     receipt = fake_build(
         tmp_path, needed={"libvulkan.so.1": ["lib/libggml-vulkan.so"], "libnope.so.9": ["bin/x"]}
     ).receipt
-    findings = artifacts.host_findings(receipt, {"LD_LIBRARY_PATH": ""}, platform.machine())
-    by_library = {line.split(" ", 1)[0]: (severity, line) for severity, line in findings}
-    assert by_library["libnope.so.9"][0] == "error" and "nothing runs without it" in by_library["libnope.so.9"][1]
+    findings = compat.host_findings(receipt, {"LD_LIBRARY_PATH": ""}, platform.machine())
+    by_library = {f.message.split(" ", 1)[0]: f for f in findings}
+    assert (
+        by_library["libnope.so.9"].severity == "error"
+        and "nothing runs without it" in by_library["libnope.so.9"].message
+    )
     if runtime.host_libraries({}, platform.machine()).find("libvulkan.so.1") is None:
-        assert "apt libvulkan1" in by_library["libvulkan.so.1"][1]
+        assert "apt libvulkan1" in by_library["libvulkan.so.1"].message
     else:
         assert "libvulkan.so.1" not in by_library
 
 
 def test_a_library_needed_only_by_a_loadable_backend_module_is_a_warning(tmp_path):
-    build = fake_build(tmp_path, needed={"libcuda.so.1": ["lib/libggml-cuda.so"]})
+    """A library no host has, so the finding is there on every host (with or without a GPU driver)."""
+    build = fake_build(tmp_path, needed={"libnothere.so.7": ["lib/libggml-cuda.so"]})
     recipe = dataclasses.replace(build.receipt.recipe, resolved_defines={"GGML_BACKEND_DL": "ON"})
     receipt = dataclasses.replace(build.receipt, recipe=recipe)
-    findings = artifacts.host_findings(receipt, {"LD_LIBRARY_PATH": ""}, platform.machine())
-    if runtime.host_libraries({}, platform.machine()).find("libcuda.so.1") is None:
-        assert findings == [("warning", findings[0][1])] and "that backend will not load" in findings[0][1]
-    non_dl = artifacts.host_findings(build.receipt, {"LD_LIBRARY_PATH": ""}, platform.machine())
-    assert all(severity == "error" for severity, line in non_dl if "libcuda.so.1" in line)
+    [found] = compat.host_findings(receipt, {"LD_LIBRARY_PATH": ""}, platform.machine())
+    assert found.severity == "warning" and "that backend will not load" in found.message
+    compat.require_runnable([found], "x.tar.gz")  # a warning does not block
+    [blocking] = compat.host_findings(build.receipt, {"LD_LIBRARY_PATH": ""}, platform.machine())
+    assert blocking.severity == "error" and "nothing runs without it" in blocking.message
+    with pytest.raises(CannotRunHere, match="this host cannot run x.tar.gz: libnothere.so.7 is not found"):
+        compat.require_runnable([blocking], "x.tar.gz")
 
 
 def test_an_artifact_for_another_cpu_is_refused(tmp_path):
     receipt = fake_build(tmp_path).receipt
     other = "aarch64" if platform.machine() == "x86_64" else "x86_64"
-    assert artifacts.host_findings(receipt, {}, other)[0][0] == "error"
+    [found] = compat.host_findings(receipt, {}, other)
+    assert (
+        found.severity == "error"
+        and found.message == f"built for {platform.machine().lower()}, and this host is {other}"
+    )
 
 
 def test_cuda_kernels_sass_runs_on_newer_minors_ptx_jits_upward_and_nothing_else_runs():
     assert cuda.kernel_findings(["sm_80"], [], ["8.6"]) == []
-    [(severity, line)] = cuda.kernel_findings(["sm_80"], ["compute_80"], ["9.0"])
-    assert severity == "warning" and "JIT-compile compute_80" in line
-    [(severity, line)] = cuda.kernel_findings(["sm_90"], ["compute_90"], ["8.6"])
-    assert severity == "error" and "no kernel image is available" in line and "--sm 86" in line
+    [jit] = cuda.kernel_findings(["sm_80"], ["compute_80"], ["9.0"])
+    assert (
+        jit.severity == "warning"
+        and "JIT-compile compute_80" in jit.message
+        and jit.fix.startswith("build with --sm 90")
+    )
+    [none] = cuda.kernel_findings(["sm_90"], ["compute_90"], ["8.6"])
+    assert (
+        none.severity == "error" and "no kernel image is available" in none.message and none.fix == "build with --sm 86"
+    )
     assert cuda.kernel_findings(["sm_86", "sm_90"], [], ["8.9", "9.0"]) == []
     assert hip.kernel_findings(["gfx1100"], ["gfx1100"]) == []
-    assert hip.kernel_findings(["gfx1100"], ["gfx1151"])[0][0] == "error"
+    assert hip.kernel_findings(["gfx1100"], ["gfx1151"])[0].fix == "build with --gfx gfx1151"
 
 
-def test_the_h200_artifacts_recorded_what_cuobjdump_lists():
-    """On the H200 (2026-11-30): the --sm 80 build has sm_80 SASS and compute_80 PTX; cuobjdump agrees."""
+def test_gpu_code_is_read_per_backend_from_the_sections_of_a_real_elf_file(tmp_path):
+    """An object file with a `.nv_fatbin` and a `.hip_fatbin` section (added by objcopy): each backend's reader
+    finds its own code, and the receipt keeps it per backend."""
+    source = tmp_path / "k.c"
+    source.write_text("int k(void) { return 1; }\n")
+    prefix = tmp_path / "prefix" / "lib"
+    prefix.mkdir(parents=True)
+    obj = prefix / "libk.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(obj), str(source)], check=True)
+    (tmp_path / "nv").write_bytes(_fatbin([(2, 90), (1, 90), (2, 80)]))
+    (tmp_path / "hip").write_bytes(
+        b"__CLANG_OFFLOAD_BUNDLE__ hipv4-amdgcn-amd-amdhsa--gfx1100 hipv4-amdgcn-amd-amdhsa--gfx1151"
+    )
+    for section, blob in ((".nv_fatbin", "nv"), (".hip_fatbin", "hip")):
+        subprocess.run(["objcopy", "--add-section", f"{section}={tmp_path / blob}", str(obj)], check=True)
+    needs = runtime.scan_prefix(tmp_path / "prefix")
+    assert needs["device_code"] == {"CUDA": ["sm_80", "sm_90", "compute_90"], "ROCm": ["gfx1100", "gfx1151"]}
+    receipt = make_receipt("cuda-0123abcd", runtime=needs)
+    assert receipt.runtime.device_code["CUDA"] == ("sm_80", "sm_90", "compute_90")
+
+
+def test_a_schema_1_receipt_from_the_h200_still_reads_with_its_gpu_code():
+    """On the H200 (2026-11-30): the --sm 80 build's receipt (schema 1, each backend's code in its own field) had
+    sm_80 SASS and compute_80 PTX, as cuobjdump listed; read now, the code is CUDA's, and the warning install-artifact
+    printed on that H200 (capability 9.0) is what the check says today."""
     fixtures = Path(__file__).parent / "fixtures" / "h200x2" / "artifacts"
-    for tag, arch in (("cuda-sm80", "80"), ("cuda+vulkan-sm90", "90")):
-        needs = json.loads((fixtures / f"runtime-{tag}.json").read_text())["runtime"]
-        assert needs["cuda_sass"] == [f"sm_{arch}"] and needs["cuda_ptx"] == [f"compute_{arch}"]
-        assert f"sm_{arch}" in (fixtures / f"cuobjdump-{tag}.txt").read_text()
+    schema_1 = json.loads((fixtures / "runtime-cuda-sm80.json").read_text())["runtime"]
+    assert "device_code" not in schema_1 and "sm_80" in (fixtures / "cuobjdump-cuda-sm80.txt").read_text()
+    receipt = Receipt.from_json(
+        json.loads(json.dumps(make_receipt("cuda-0123abcd").to_json() | {"schema": 1, "runtime": schema_1}))
+    )
+    assert receipt.runtime.device_code == {"CUDA": ("sm_80", "compute_80")}
+    [warning] = cuda.kernel_findings(["sm_80"], ["compute_80"], ["9.0"])
     installed = json.loads((fixtures / "install-cuda-sm80.json").read_text())
-    assert "JIT-compile compute_80" in installed["warnings"][0]
+    assert installed["warnings"][0] == warning.text()
 
 
 # --- ELF facts --------------------------------------------------------------------------------------------------
@@ -353,8 +399,8 @@ def _fatbin(entries: list[tuple[int, int]]) -> bytes:
 
 def test_fatbin_entries_give_sass_and_ptx_archs_across_containers():
     data = _fatbin([(2, 80), (1, 80)]) + b"\0" * 8 + _fatbin([(2, 90)])
-    assert runtime.fatbin_archs(data) == ({80, 90}, {80})
-    assert runtime.fatbin_archs(b"\0" * 64) == (set(), set())
+    assert cuda.fatbin_archs(data) == ({80, 90}, {80})
+    assert cuda.fatbin_archs(b"\0" * 64) == (set(), set())
 
 
 @pytest.mark.skipif(not os.environ.get("BUILDMGR_TEST_CUDA_HOME"), reason="run ci/test.sh to provision nvcc")
@@ -367,7 +413,7 @@ def test_archs_read_from_a_real_nvcc_library_are_the_ones_compiled(tmp_path):
     (tmp_path / "prefix" / "lib").mkdir(parents=True)
     shutil.copy(tmp_path / "libk.so", tmp_path / "prefix" / "lib")
     needs = runtime.scan_prefix(tmp_path / "prefix")
-    assert needs["cuda_sass"] == ["sm_75", "sm_90"] and needs["cuda_ptx"] == ["compute_90"]
+    assert needs["device_code"] == {"CUDA": ["sm_75", "sm_90", "compute_90"]}
 
 
 def test_glibc_floor_and_needed_libraries_come_from_the_elf_files(tmp_path):
@@ -398,8 +444,10 @@ def known(tmp_path: Path):
 
 
 def test_matrix_fans_out_per_arch_and_leaves_out_what_cannot_build_with_a_reason(tmp_path):
-    request = artifacts.MatrixRequest(("cpu", "universal+cuda+vulkan", "metal", "hip", "cuda"), sm=("86,89", "90"))
-    entries, skipped = artifacts.matrix(request, known(tmp_path), 11312, COMMIT)
+    request = matrices.MatrixRequest(
+        ("cpu", "universal+cuda+vulkan", "metal", "hip", "cuda"), {"--sm": ("86,89", "90")}
+    )
+    entries, skipped = matrices.matrix(request, known(tmp_path), 11312, COMMIT)
     names = [e["artifact"] for e in entries]
     assert names == [
         "llama-b11312-bin-linux-cpu-x64.tar.gz",
@@ -418,9 +466,10 @@ def test_matrix_fans_out_per_arch_and_leaves_out_what_cannot_build_with_a_reason
 
 
 def test_matrix_names_match_what_package_makes(tmp_path):
-    [entry], _ = artifacts.matrix(artifacts.MatrixRequest(("cpu",)), known(tmp_path), 11312, COMMIT)
+    here = cpu_arch_of(platform.machine())
+    [entry], _ = matrices.matrix(matrices.MatrixRequest(("cpu",), cpu_archs=(here,)), known(tmp_path), 11312, COMMIT)
     build = fake_build(tmp_path)
-    assert artifacts.receipt_stem(build.receipt) + ".tar.gz" == entry["artifact"] or platform.machine() != "x86_64"
+    assert archives.receipt_stem(build.receipt) + ".tar.gz" == entry["artifact"]
 
 
 @pytest.mark.parametrize(
@@ -562,16 +611,16 @@ def test_verify_needs_a_source_it_can_fetch_again(tmp_path):
     known_recipes = all_recipes(Dirs(tmp_path / "d", tmp_path / "c", tmp_path / "cfg"))
     defines = {"GGML_NATIVE": "OFF", "CMAKE_CUDA_ARCHITECTURES": "86-real;89"}
     pinned = make_receipt(source={"origin": "pypi:llama-cpp-python==0.3.36"}, recipe={"resolved_defines": defines})
-    request = artifacts.request_from_receipt(
+    request = reproduce.request_from_receipt(
         make_receipt("cuda-0123abcd", recipe={"resolved_defines": defines}), known_recipes, COMMIT
     )
-    assert (request.recipe, request.sm, request.source) == ("cuda", "86,89", None)
+    assert (request.recipe, request.arch, request.source) == ("cuda", (("--sm", "86,89"),), None)
     assert "GGML_NATIVE=OFF" in request.defines
     with pytest.raises(UserError, match="this buildmgr pins 1234567"):
-        artifacts.request_from_receipt(pinned, known_recipes, "1234567" + COMMIT[7:])
+        reproduce.request_from_receipt(pinned, known_recipes, "1234567" + COMMIT[7:])
     local = make_receipt(source={"origin": "path:/home/me/llama.cpp"})
     with pytest.raises(UserError, match="verify needs the pinned source or a git URL"):
-        artifacts.request_from_receipt(local, known_recipes, COMMIT)
+        reproduce.request_from_receipt(local, known_recipes, COMMIT)
 
 
 def test_verify_on_a_host_whose_toolchain_differs_says_what_differs(tmp_env, tmp_path):
@@ -588,5 +637,7 @@ def test_verify_on_a_host_whose_toolchain_differs_says_what_differs(tmp_env, tmp
 def test_a_host_whose_glibc_cannot_be_read_is_told_the_floor_was_not_checked(tmp_path, monkeypatch):
     receipt = fake_build(tmp_path, glibc="2.34", glibc_file="bin/llama-cli").receipt
     monkeypatch.setattr(runtime, "host_glibc", lambda: None)
-    findings = artifacts.host_findings(receipt, {"LD_LIBRARY_PATH": ""}, platform.machine())
-    assert ("warning", "this host's glibc version is unknown (musl?); GLIBC_2.34 is not checked") in findings
+    findings = compat.host_findings(receipt, {"LD_LIBRARY_PATH": ""}, platform.machine())
+    assert "warning: this host's glibc version is unknown (musl?); GLIBC_2.34 is not checked" in [
+        f.line() for f in findings
+    ]

@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
+from buildmgr.captures import parse_list_devices
+from buildmgr.devices import normalize_pci
 from buildmgr.identity import resolve
-from buildmgr.probe import normalize_pci, parse_list_devices
 
 CAPTURES = Path(__file__).parent / "fixtures" / "captures"
 
@@ -60,7 +61,7 @@ def test_roles_from_text_never_claim_a_discrete_gpu():
 
 
 def test_strix_halo_igpu_under_rocm_and_vulkan_is_one_card_from_the_uma_line():
-    devices, notes = resolve(parse_list_devices((CAPTURES / "strix-halo.txt").read_text()), [], [])
+    devices, notes = resolve(parse_list_devices((CAPTURES / "strix-halo.txt").read_text()), {})
     rocm, vulkan = devices
     assert (rocm.memory_total_mib, vulkan.memory_total_mib) == (98304, 126976)  # 29 % apart
     assert rocm.physical_id == vulkan.physical_id and rocm.type == vulkan.type == "igpu"
@@ -70,7 +71,7 @@ def test_strix_halo_igpu_under_rocm_and_vulkan_is_one_card_from_the_uma_line():
 
 def test_same_name_without_a_driver_parenthesis_and_far_apart_memory_stays_apart():
     text = "Available devices:\n  CUDA0: NVIDIA A100 (40000 MiB, 1 MiB free)\n  Vulkan0: NVIDIA A100 (81000 MiB, 1 MiB free)\n"
-    cuda, vulkan = resolve(parse_list_devices(text), [], [])[0]
+    cuda, vulkan = resolve(parse_list_devices(text), {})[0]
     assert cuda.physical_id != vulkan.physical_id
 
 

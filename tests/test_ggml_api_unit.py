@@ -1,8 +1,15 @@
 """The API probe's pure parts: records → devices, llama.cpp's default device choice, the cross-check."""
 
+from conftest import captured
+
+from buildmgr.backends.cuda import NvidiaGpu
+from buildmgr.backends.vulkan import VulkanGpu
+from buildmgr.devices import Selection, State
 from buildmgr.identity import assign_physical_ids, default_selection, enrich
-from buildmgr.probe import NvidiaGpu, VulkanGpu, _api_devices, cross_check
+from buildmgr.probe import api_devices, cross_check
 from buildmgr.proc import Ran
+
+USED = Selection(State.USED)
 
 GIB = 1 << 30
 
@@ -41,7 +48,7 @@ def api(records):
 
     from buildmgr.ggml_api import MARKER
 
-    return _api_devices(Ran(0, "noise\n" + MARKER + json.dumps(records) + "\n", "", 1.0))
+    return api_devices(Ran(0, "noise\n" + MARKER + json.dumps(records) + "\n", "", 1.0))
 
 
 def test_records_become_devices_without_the_cpu_and_with_mib_as_list_devices_prints():
@@ -71,7 +78,7 @@ def test_nvidia_smi_and_vulkaninfo_enrich_by_pci_then_uuid():
         NvidiaGpu(0, "NVIDIA H200", "aaaa", "0000:00:06.0", 143771),
     ]
     vulkan = [VulkanGpu(0, "NVIDIA H200", "gpu", "aaaa"), VulkanGpu(1, "NVIDIA H200", "gpu", "bbbb")]
-    enriched, _ = enrich(devices, nvidia, vulkan)
+    enriched, _ = enrich(devices, captured(nvidia, vulkan))
     assert {d.name: d.uuid for d in enriched} == {
         "CUDA0": "aaaa",
         "CUDA1": "bbbb",
@@ -82,7 +89,9 @@ def test_nvidia_smi_and_vulkaninfo_enrich_by_pci_then_uuid():
 
 def test_lavapipe_is_a_cpu_driver_whatever_ggml_calls_it():
     [device], _ = api([record(0, "Vulkan0", "Vulkan", "gpu", None, 2, "llvmpipe (LLVM 15.0.6, 256 bits)")])
-    [typed], notes = enrich([device], [], [VulkanGpu(0, "llvmpipe (LLVM 15.0.6, 256 bits)", "cpu", "6d65")])
+    [typed], notes = enrich(
+        [device], captured(vulkan=[VulkanGpu(0, "llvmpipe (LLVM 15.0.6, 256 bits)", "cpu", "6d65")])
+    )
     assert typed.type == "cpu" and typed.ggml_type == "gpu"
     assert notes == ["Vulkan0: ggml reports gpu, but vulkaninfo says it is a CPU driver"]
 
@@ -90,11 +99,12 @@ def test_lavapipe_is_a_cpu_driver_whatever_ggml_calls_it():
 def test_default_selection_skips_the_second_name_of_one_card():
     devices, _ = api(TWO_H200)
     assert default_selection(devices) == {
-        "CUDA0": "used",
-        "CUDA1": "used",
-        "Vulkan0": "skipped: same device id as CUDA0",
-        "Vulkan1": "skipped: same device id as CUDA1",
+        "CUDA0": USED,
+        "CUDA1": USED,
+        "Vulkan0": Selection(State.SKIPPED, "same device id as CUDA0"),
+        "Vulkan1": Selection(State.SKIPPED, "same device id as CUDA1"),
     }
+    assert default_selection(devices)["Vulkan0"].sentence() == "skipped: same device id as CUDA0"  # as stored
 
 
 def test_default_selection_leaves_the_igpu_out_beside_a_discrete_card():
@@ -107,19 +117,20 @@ def test_default_selection_leaves_the_igpu_out_beside_a_discrete_card():
         ]
     )
     chosen = default_selection(devices)
-    assert chosen["Vulkan1"] == "used" and chosen["RPC0"] == "used (RPC server)"
-    assert chosen["ROCm0"].startswith("unused: iGPUs are used only when there is no discrete GPU")
-    assert chosen["Vulkan0"] == "skipped: iGPU already used through ROCm"
+    assert chosen["Vulkan1"] == USED and chosen["RPC0"] == Selection(State.USED, "RPC server")
+    assert chosen["ROCm0"].state is State.UNUSED  # iGPUs only where there is no discrete GPU
+    assert chosen["Vulkan0"] == Selection(State.SKIPPED, "iGPU already used through ROCm")
+    assert chosen["RPC0"].sentence() == "used (RPC server)"
     assert [d.type for d in devices] == ["igpu", "igpu", "gpu", "remote"]
     apu_only = default_selection(devices[:2])
-    assert apu_only == {"ROCm0": "used", "Vulkan0": "skipped: iGPU already used through ROCm"}
+    assert apu_only == {"ROCm0": USED, "Vulkan0": Selection(State.SKIPPED, "iGPU already used through ROCm")}
 
 
 def test_without_ggml_types_the_choice_is_unknown_not_guessed():
-    from buildmgr.probe import parse_list_devices
+    from buildmgr.captures import parse_list_devices
 
     listed = parse_list_devices("Available devices:\n  CUDA0: NVIDIA H200 (1 MiB, 1 MiB free)\n")
-    assert default_selection(listed)["CUDA0"].startswith("unknown")
+    assert default_selection(listed)["CUDA0"].state is State.UNKNOWN
 
 
 def test_cross_check_reports_names_missing_on_either_side():
@@ -132,6 +143,6 @@ def test_cross_check_reports_names_missing_on_either_side():
 
 
 def test_a_crashed_or_silent_child_is_explained():
-    assert _api_devices(Ran(-11, "", "", 1.0)) == (None, "crashed (SIGSEGV)")
-    assert _api_devices(Ran(-1, "", "", 60.0, timed_out=True)) == (None, "timed out after 60 s")
-    assert _api_devices(Ran(0, "no marker", "", 1.0))[1].startswith("unreadable answer")
+    assert api_devices(Ran(-11, "", "", 1.0)) == (None, "crashed (SIGSEGV)")
+    assert api_devices(Ran(-1, "", "", 60.0, timed_out=True)) == (None, "timed out after 60 s")
+    assert api_devices(Ran(0, "no marker", "", 1.0))[1].startswith("unreadable answer")

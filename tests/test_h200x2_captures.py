@@ -3,29 +3,27 @@
 import json
 from pathlib import Path
 
-from conftest import buildmgr
+from conftest import buildmgr, captured
 
+from buildmgr.backends.cuda import parse_nvidia_smi_csv
+from buildmgr.backends.vulkan import parse_vulkaninfo_summary
+from buildmgr.captures import parse_list_devices
+from buildmgr.devices import Selection, State
 from buildmgr.identity import default_selection, resolve
-from buildmgr.probe import (
-    _api_devices,
-    cross_check,
-    parse_list_devices,
-    parse_nvidia_smi_csv,
-    parse_vulkaninfo_summary,
-)
+from buildmgr.probe import api_devices, cross_check
 from buildmgr.proc import Ran
 
 HOST = Path(__file__).parent / "fixtures" / "h200x2"
 
 
 def api(name: str):
-    devices, error = _api_devices(Ran(0, (HOST / name).read_text(), "", 1.0))
+    devices, error = api_devices(Ran(0, (HOST / name).read_text(), "", 1.0))
     assert error == ""
     return devices
 
 
 def tools():
-    return (
+    return captured(
         parse_nvidia_smi_csv((HOST / "nvidia-smi.csv").read_text()),
         parse_vulkaninfo_summary((HOST / "vulkaninfo-summary.txt").read_text()),
     )
@@ -36,7 +34,7 @@ def cards(devices):
 
 
 def test_each_cuda_name_pairs_with_exactly_one_vulkan_name_by_pci_id():
-    devices, notes = resolve(api("api.json"), *tools())
+    devices, notes = resolve(api("api.json"), tools())
     assert cards(devices) == {
         "CUDA0": "pci:0000:00:06.0",
         "CUDA1": "pci:0000:00:07.0",
@@ -51,7 +49,7 @@ def test_each_cuda_name_pairs_with_exactly_one_vulkan_name_by_pci_id():
 
 
 def test_under_the_second_card_environment_the_names_follow_the_card():
-    devices, _ = resolve(api("api-second-card.json"), *tools())
+    devices, _ = resolve(api("api-second-card.json"), tools())
     assert cards(devices) == {"CUDA0": "pci:0000:00:07.0", "Vulkan0": "pci:0000:00:07.0"}
 
 
@@ -62,12 +60,10 @@ def test_the_api_and_list_devices_agree_on_that_host():
 
 
 def test_llama_cpp_would_use_each_card_once_through_cuda():
-    assert default_selection(api("api.json")) == {
-        "CUDA0": "used",
-        "CUDA1": "used",
-        "Vulkan0": "skipped: same device id as CUDA0",
-        "Vulkan1": "skipped: same device id as CUDA1",
-    }
+    chosen = default_selection(api("api.json"))
+    assert [name for name, selection in chosen.items() if selection.used] == ["CUDA0", "CUDA1"]
+    assert chosen["Vulkan0"] == Selection(State.SKIPPED, "same device id as CUDA0")
+    assert chosen["Vulkan1"] == Selection(State.SKIPPED, "same device id as CUDA1")
 
 
 def test_text_alone_cannot_pair_twins_and_says_so(tmp_env):

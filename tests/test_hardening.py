@@ -30,7 +30,7 @@ def dirs_of(env: dict[str, str]) -> Dirs:
     old = {k: os.environ.get(k) for k in ("XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME")}
     os.environ.update({k: env[k] for k in old})
     try:
-        return Dirs.from_environment()
+        return Dirs.from_environment(os.environ)
     finally:
         for key, value in old.items():
             if value is None:

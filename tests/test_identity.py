@@ -1,8 +1,12 @@
 from pathlib import Path
 
+from conftest import captured
+
+from buildmgr.backends.cuda import NvidiaGpu, parse_nvidia_smi_csv
+from buildmgr.backends.vulkan import VulkanGpu, parse_vulkaninfo_summary
+from buildmgr.captures import parse_list_devices
 from buildmgr.identity import resolve
 from buildmgr.inventory import absence_reasons
-from buildmgr.probe import NvidiaGpu, VulkanGpu, parse_list_devices, parse_nvidia_smi_csv, parse_vulkaninfo_summary
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -12,7 +16,7 @@ def by_name(devices):
 
 
 def test_h200_cuda0_and_vulkan0_are_one_card_by_name_and_memory():
-    devices, notes = resolve(parse_list_devices((FIXTURES / "h200" / "list-devices.txt").read_text()), [], [])
+    devices, notes = resolve(parse_list_devices((FIXTURES / "h200" / "list-devices.txt").read_text()), {})
     d = by_name(devices)
     assert d["CUDA0"].physical_id == d["Vulkan0"].physical_id  # 143155 vs 143771 MiB: within 5 %
     assert "CUDA0 ≡ Vulkan0 by description and memory only (no hardware id for both)" in notes
@@ -20,7 +24,7 @@ def test_h200_cuda0_and_vulkan0_are_one_card_by_name_and_memory():
 
 def test_h200_with_nvidia_smi_gets_the_pci_id_as_identity():
     nvidia = parse_nvidia_smi_csv((FIXTURES / "h200" / "nvidia-smi.csv").read_text())
-    devices, _ = resolve(parse_list_devices((FIXTURES / "h200" / "list-devices.txt").read_text()), nvidia, [])
+    devices, _ = resolve(parse_list_devices((FIXTURES / "h200" / "list-devices.txt").read_text()), captured(nvidia))
     d = by_name(devices)
     assert d["CUDA0"].physical_id == d["Vulkan0"].physical_id == "pci:0000:00:06.0"
     assert d["CUDA0"].uuid == "1fdea520-81c5-69c8-0529-9a5edbbe6109"
@@ -33,7 +37,7 @@ def test_uuid_from_both_tools_pairs_cuda_and_vulkan():
     )  # memory disagrees
     nvidia = [NvidiaGpu(0, "NVIDIA A100", "aaaa", "00:01.0", 40000)]
     vulkan = [VulkanGpu(0, "NVIDIA A100", "gpu", "aaaa")]
-    d = by_name(resolve(listed, nvidia, vulkan)[0])
+    d = by_name(resolve(listed, captured(nvidia, vulkan))[0])
     assert d["CUDA0"].physical_id == d["Vulkan0"].physical_id == "pci:00:01.0"
     assert d["Vulkan0"].uuid == "aaaa"
 
@@ -45,7 +49,7 @@ def test_two_identical_cards_are_never_merged_and_the_pairing_is_unknown():
   Vulkan0: NVIDIA GeForce RTX 3090 (24576 MiB, 23000 MiB free)
   Vulkan1: NVIDIA GeForce RTX 3090 (24576 MiB, 23000 MiB free)
 """)
-    devices, notes = resolve(listed, [], [])
+    devices, notes = resolve(listed, {})
     ids = [d.physical_id for d in devices]
     assert len(set(ids)) == 4
     assert any("pairing unknown" in n and "CUDA0" in n and "Vulkan1" in n for n in notes)
@@ -62,11 +66,13 @@ def test_identical_cards_that_no_tool_can_tie_stay_apart():
     # vulkaninfo names differ from llama.cpp's here, so only nvidia-smi ties CUDA devices; no guess is made
     devices, _ = resolve(
         listed,
-        [
-            NvidiaGpu(0, "NVIDIA GeForce RTX 3090", "aaaa", "01", 24576),
-            NvidiaGpu(1, "NVIDIA GeForce RTX 3090", "bbbb", "02", 24576),
-        ],
-        vulkan,
+        captured(
+            [
+                NvidiaGpu(0, "NVIDIA GeForce RTX 3090", "aaaa", "01", 24576),
+                NvidiaGpu(1, "NVIDIA GeForce RTX 3090", "bbbb", "02", 24576),
+            ],
+            vulkan,
+        ),
     )
     d = by_name(devices)
     assert d["CUDA0"].physical_id != d["CUDA1"].physical_id
@@ -83,7 +89,7 @@ def test_apu_igpu_is_named_and_rocm_alias_shares_its_type():
         VulkanGpu(0, "NVIDIA GeForce RTX 4090", "gpu", "cccc"),
         VulkanGpu(1, "AMD Radeon Graphics (RADV GFX1151)", "igpu", "dddd"),
     ]
-    devices, notes = resolve(listed, [], vulkan)
+    devices, notes = resolve(listed, captured(vulkan=vulkan))
     d = by_name(devices)
     assert d["Vulkan1"].type == d["ROCm0"].type == "igpu"
     assert d["ROCm0"].physical_id == d["Vulkan1"].physical_id != d["Vulkan0"].physical_id
@@ -94,22 +100,22 @@ def test_same_backend_never_shares_even_with_a_repeated_uuid():
     listed = parse_list_devices(
         "Available devices:\n  Vulkan0: X (100 MiB, 1 MiB free)\n  Vulkan1: X (100 MiB, 1 MiB free)\n"
     )
-    devices, _ = resolve(listed, [], [VulkanGpu(0, "Y", "gpu", "same"), VulkanGpu(1, "Z", "gpu", "same")])
+    devices, _ = resolve(listed, captured(vulkan=[VulkanGpu(0, "Y", "gpu", "same"), VulkanGpu(1, "Z", "gpu", "same")]))
     assert devices[0].physical_id != devices[1].physical_id
 
 
 def test_lavapipe_absence_is_explained():
     vulkan = parse_vulkaninfo_summary((FIXTURES / "lavapipe-vulkaninfo-summary.txt").read_text())
-    [reason] = absence_reasons(["CPU", "Vulkan"], set(), {}, vulkan, [])
+    [reason] = absence_reasons(["CPU", "Vulkan"], set(), {}, captured(vulkan=vulkan))
     assert "built ≠ present" in reason and "CPU-type (llvmpipe" in reason and "GGML_VK_VISIBLE_DEVICES=0" in reason
-    [hidden] = absence_reasons(["CPU", "Vulkan"], set(), {"GGML_VK_VISIBLE_DEVICES": ""}, vulkan, [])
+    [hidden] = absence_reasons(["CPU", "Vulkan"], set(), {"GGML_VK_VISIBLE_DEVICES": ""}, captured(vulkan=vulkan))
     assert "set and empty" in hidden
-    [cuda] = absence_reasons(["CPU", "CUDA"], set(), {}, vulkan, [])
+    [cuda] = absence_reasons(["CPU", "CUDA"], set(), {}, captured(vulkan=vulkan))
     assert "no NVIDIA GPU visible" in cuda
-    assert absence_reasons(["CPU", "CUDA"], set(), {"CUDA_VISIBLE_DEVICES": ""}, [], [])[0].endswith(
+    assert absence_reasons(["CPU", "CUDA"], set(), {"CUDA_VISIBLE_DEVICES": ""}, captured(vulkan=[]))[0].endswith(
         "CUDA_VISIBLE_DEVICES hides every CUDA device"
     )
-    assert absence_reasons(["CPU", "Vulkan"], {"Vulkan"}, {}, vulkan, []) == []
+    assert absence_reasons(["CPU", "Vulkan"], {"Vulkan"}, {}, captured(vulkan=vulkan)) == []
 
 
 def test_twins_with_one_ambiguous_vulkaninfo_row_never_share_an_id():
@@ -118,12 +124,12 @@ def test_twins_with_one_ambiguous_vulkaninfo_row_never_share_an_id():
         "Available devices:\n  Vulkan0: NVIDIA H200 (143771 MiB, 1 MiB free)\n"
         "  Vulkan1: NVIDIA H200 (143771 MiB, 1 MiB free)\n"
     )
-    devices, _ = resolve(listed, [], [VulkanGpu(0, "NVIDIA H200", "gpu", "1fdea520")])
+    devices, _ = resolve(listed, captured(vulkan=[VulkanGpu(0, "NVIDIA H200", "gpu", "1fdea520")]))
     assert devices[0].physical_id != devices[1].physical_id
     assert devices[0].uuid is None and devices[1].uuid is None  # one row cannot be two cards
     nvidia = [NvidiaGpu(0, "NVIDIA H200", "1fdea520", "0000:00:06.0", 143771)]
     cuda = parse_list_devices(
         "Available devices:\n  CUDA0: NVIDIA H200 (143155 MiB, 1 MiB free)\n  CUDA1: NVIDIA H200 (143155 MiB, 1 MiB free)\n"
     )
-    devices, _ = resolve(cuda, nvidia, [])
+    devices, _ = resolve(cuda, captured(nvidia))
     assert devices[0].physical_id != devices[1].physical_id and devices[0].uuid is None

@@ -11,20 +11,10 @@ import pytest
 
 from buildmgr.errors import UserError
 from buildmgr.identity import assign_physical_ids, default_selection
-from buildmgr.placement import (
-    Here,
-    Placement,
-    bench_args,
-    check,
-    classify,
-    memory_findings,
-    parse,
-    parse_bench,
-    parse_common,
-    suggest,
-    weights_per_device,
-)
-from buildmgr.probe import _api_devices
+from buildmgr.placement.check import Here, check, cpu_overrides, memory_findings, suggest, weights_per_device
+from buildmgr.placement.syntax import Placement, bench_args, describe, parse, parse_bench, parse_common
+from buildmgr.placement.verify import classify
+from buildmgr.probe import api_devices
 from buildmgr.proc import Ran
 
 HOST = Path(__file__).parent / "fixtures" / "h200x2"
@@ -32,7 +22,7 @@ PIN = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 
 
 def h200x2(environment: str = "") -> Here:
-    devices, _ = _api_devices(Ran(0, (HOST / f"api{environment}.json").read_text(), "", 1.0))
+    devices, _ = api_devices(Ran(0, (HOST / f"api{environment}.json").read_text(), "", 1.0))
     devices, _ = assign_physical_ids(devices)
     return Here(tuple(devices), default_selection(devices), PIN, free_mib={d.name: d.memory_free_mib for d in devices})
 
@@ -78,8 +68,8 @@ def test_an_unknown_name_lists_the_valid_ones():
 def test_overrides_onto_a_device_outside_the_model_say_which_abort_and_what_works():
     [placement], _ = parse("llama-cli", ["-dev", "CUDA0,CUDA1", "-sm", "none", "-ot", "ffn=CUDA1"], {})
     [finding] = check(placement, h200x2())
-    assert "with -sm none only the main device (CUDA0) holds the model" in finding.message
-    assert "pre-allocated tensor" in finding.message and finding.fix.startswith("override onto CUDA0 or CPU")
+    assert (finding.severity, finding.rule, finding.subject) == ("error", "override-outside-devices", "-ot ffn=CUDA1")
+    assert finding.fix.startswith("override onto CUDA0 or CPU")  # with -sm none, only the main device holds it
 
 
 def test_without_dev_the_model_gets_llama_cpp_s_default_devices():
@@ -122,6 +112,14 @@ def test_llama_bench_reads_commas_as_tests_and_slashes_as_devices_together():
     [together], notes = parse_bench(["-dev", "CUDA0/CUDA1", "-ts", "3/1", "-ot", "a=CPU;b=CUDA1"])
     assert together.devices == ("CUDA0", "CUDA1") and together.tensor_split == (3.0, 1.0) and notes == []
     assert together.overrides == (("a", "CPU"), ("b", "CUDA1"))
+    [again], _ = parse_bench(bench_args(together))  # written in llama-bench's syntax, it reads back as itself
+    assert again == together
+    common, _ = parse_common(describe(together).split(), {})  # and in llama-cli's
+    assert (common.devices, common.tensor_split, common.overrides) == (
+        together.devices,
+        together.tensor_split,
+        together.overrides,
+    )
     assert bench_args(together) == [
         "-dev",
         "CUDA0/CUDA1",
@@ -178,8 +176,11 @@ def test_captured_failures_are_classified():
 
 def test_suggest_uses_each_card_once_discrete_first():
     here = h200x2()
-    names, shares = suggest(list(here.devices), here.default, "dgpu")
-    assert names == ["CUDA0", "CUDA1"] and shares == [1, 1]
+    suggestion = suggest(list(here.devices), here.default, "dgpu")
+    assert suggestion.devices == ("CUDA0", "CUDA1") and suggestion.tensor_split == (1, 1)
+    assert suggestion.flags() == "-dev CUDA0,CUDA1 -ts 1,1"
+    [placement], _ = parse("llama-cli", suggestion.flags().split(), {})  # what it prints reads back as itself
+    assert placement.devices == suggestion.devices and check(placement, here) == []
 
 
 def test_weights_per_device_from_the_gguf_header(tmp_path):
@@ -197,7 +198,7 @@ def test_weights_per_device_from_the_gguf_header(tmp_path):
     one_layer = weights_per_device(Placement(devices=("CUDA0",), gpu_layers="1"), model, here, ["CUDA0"])
     assert one_layer["CUDA0"] * 2 == layered["CUDA0"] + layered["CUDA1"] - _output_bytes(model)  # 1 of 2 layers
     small = Here(here.devices, here.default, PIN, free_mib={"CUDA0": 0, "CUDA1": 0}, host_free_mib=1 << 20)
-    assert {f.flag for f in memory_findings(layered, small)} == {"CUDA0", "CUDA1"}
+    assert {f.subject for f in memory_findings(layered, small)} == {"CUDA0", "CUDA1"}
     with pytest.raises(UserError, match="is not a GGUF model"):
         (tmp_path / "bad.gguf").write_text("not a model")
         weights_per_device(Placement(), tmp_path / "bad.gguf", here, ["CUDA0"])
@@ -210,10 +211,8 @@ def _output_bytes(model: Path) -> int:
 
 
 def test_cpu_moe_keeps_expert_tensors_on_the_cpu():
-    from buildmgr.placement import _cpu_overrides
-
-    assert _cpu_overrides(Placement(cpu_moe=True)) == ((r"\.ffn_(up|down|gate|gate_up)_(ch|)exps", "CPU"),)
-    [(pattern, target)] = _cpu_overrides(Placement(n_cpu_moe=1))
+    assert cpu_overrides(Placement(cpu_moe=True)) == ((r"\.ffn_(up|down|gate|gate_up)_(ch|)exps", "CPU"),)
+    [(pattern, target)] = cpu_overrides(Placement(n_cpu_moe=1))
     assert target == "CPU"
     assert re.search(pattern, "blk.0.ffn_up_exps.weight") and not re.search(pattern, "blk.1.ffn_up_exps.weight")
 

@@ -4,8 +4,12 @@ from pathlib import Path
 
 import pytest
 
+from buildmgr.backends.cuda import parse_nvidia_smi_csv
+from buildmgr.backends.vulkan import parse_vulkaninfo_summary
+from buildmgr.captures import parse_list_devices
+from buildmgr.devices import DrmCard
 from buildmgr.errors import UserError
-from buildmgr.probe import DrmCard, parse_list_devices, parse_nvidia_smi_csv, parse_vulkaninfo_summary, read_drm_cards
+from buildmgr.probe import read_drm_cards
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

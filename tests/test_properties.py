@@ -12,12 +12,13 @@ from conftest import make_receipt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from buildmgr import placement
-from buildmgr.backends.cuda import parse_sm
+from buildmgr.backends.cuda import parse_nvidia_smi_csv, parse_sm
 from buildmgr.backends.hip import parse_gfx
+from buildmgr.backends.vulkan import parse_vulkaninfo_summary
+from buildmgr.captures import parse_list_devices
 from buildmgr.config import resource_path
 from buildmgr.errors import UserError
-from buildmgr.probe import parse_list_devices, parse_nvidia_smi_csv, parse_vulkaninfo_summary
+from buildmgr.placement import syntax
 from buildmgr.recipes import compose, load_recipes, parse_defines, parse_recipe
 from buildmgr.source import parse_source_spec
 from buildmgr.store import Build
@@ -117,10 +118,10 @@ def test_captured_text(listing, vulkaninfo, nvidia_smi):
         st.one_of(hostile, st.sampled_from(["-dev", "-sm", "-mg", "-ts", "-ot", "-ngl", "--device=x", "-ncmoe"])),
         max_size=8,
     ),
-    st.dictionaries(st.sampled_from([o.env for o in placement.OPTIONS]), hostile, max_size=3),
+    st.dictionaries(st.sampled_from([o.env for o in syntax.OPTIONS]), hostile, max_size=3),
 )
 def test_placement_flags(tool, args, environ):
-    works_or_user_error(placement.parse, tool, args, environ)
+    works_or_user_error(syntax.parse, tool, args, environ)
 
 
 @pytest.mark.parametrize("name", ["cpu", "cuda", "vulkan"])

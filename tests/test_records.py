@@ -18,15 +18,29 @@ from buildmgr.receipt import Receipt
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REAL = sorted(FIXTURES.rglob("*receipt.json"))
-H200 = json.loads((FIXTURES / "h200" / "cold-2" / "buildmgr.receipt.json").read_text())
+H200_SCHEMA_1 = json.loads((FIXTURES / "h200" / "cold-2" / "buildmgr.receipt.json").read_text())
 H200X2_INVENTORY = json.loads((FIXTURES / "h200x2" / "devices.json").read_text())
+
+
+def as_schema_2(data: dict) -> dict:
+    """What a schema-1 receipt is in schema 2: `cuda_sass` + `cuda_ptx` are CUDA's device code, `hip_targets` ROCm's."""
+    if data["schema"] != 1:
+        return data
+    if "runtime" not in data:
+        return data | {"schema": 2}
+    runtime = {k: v for k, v in data["runtime"].items() if k not in ("cuda_sass", "cuda_ptx", "hip_targets")}
+    cuda = data["runtime"]["cuda_sass"] + data["runtime"]["cuda_ptx"]
+    code = ({"CUDA": cuda} if cuda else {}) | (
+        {"ROCm": data["runtime"]["hip_targets"]} if data["runtime"]["hip_targets"] else {}
+    )
+    return data | {"schema": 2, "runtime": runtime | {"device_code": code}}
 
 
 @pytest.mark.parametrize("path", REAL, ids=lambda p: str(p.relative_to(FIXTURES)))
 def test_every_receipt_made_on_a_gpu_host_reads_back_as_the_same_json(path):
     data = json.loads(path.read_text())
     # receipts from before the shader cache lack the key; it is written as null
-    assert Receipt.from_json(data).to_json() == {"shader_cache": None} | data
+    assert Receipt.from_json(data).to_json() == {"shader_cache": None} | as_schema_2(data)
 
 
 def test_the_optional_parts_are_written_only_where_they_were_read():
@@ -84,6 +98,7 @@ def _checked(path: str) -> bool:
     return path not in ("", "schema") and not path.startswith("host.") and ".moves_with" not in path
 
 
+H200 = as_schema_2(H200_SCHEMA_1)
 LEAVES = [(Receipt, H200, leaf) for leaf in _leaves(H200) if _checked(leaf[0])]
 LEAVES += [(Inventory, H200X2_INVENTORY, leaf) for leaf in _leaves(H200X2_INVENTORY) if _checked(leaf[0])]
 
@@ -117,9 +132,9 @@ def test_a_missing_field_is_named(field):
 
 def test_a_newer_schema_is_named_as_such_and_a_missing_one_is_not_a_receipt():
     with pytest.raises(ShapeError, match="written by a newer buildmgr"):
-        Receipt.from_json(H200 | {"schema": 2})
+        Receipt.from_json(H200 | {"schema": 3})
     for schema in (0, None, True, "1"):
-        with pytest.raises(ShapeError, match="^schema: expected 1"):
+        with pytest.raises(ShapeError, match="^schema: expected 2"):
             Receipt.from_json(H200 | {"schema": schema})
 
 

@@ -5,14 +5,14 @@ from dataclasses import fields
 from pathlib import Path
 
 from buildmgr.backends import enumeration_variables
-from buildmgr.cli import _parser
-from buildmgr.probe import Device
+from buildmgr.cli import parser
+from buildmgr.devices import Device
 
 SPEC = (Path(__file__).parent.parent / "docs" / "spec.md").read_text()
 
 
 def subcommands() -> set[str]:
-    action = next(a for a in _parser()._actions if a.dest == "command")
+    action = next(a for a in parser(None)._actions if a.dest == "command")
     return set(action.choices)
 
 
@@ -43,13 +43,13 @@ def documented_receipt_fields() -> set[str]:
 
 
 def test_every_matrix_entry_field_is_documented(tmp_path):
-    from buildmgr import artifacts
+    from buildmgr.artifacts import matrix
     from buildmgr.config import Dirs
     from buildmgr.options import all_recipes
 
     known = all_recipes(Dirs(tmp_path / "d", tmp_path / "c", tmp_path / "cfg"))
-    request = artifacts.MatrixRequest(("cpu", "universal+cuda+vulkan"), sm=("90",))
-    entries, _ = artifacts.matrix(request, known, 11312, "0c1e57098bba43ac29e6e3b677cdceebdd22334f")
+    request = matrix.MatrixRequest(("cpu", "universal+cuda+vulkan"), {"--sm": ("90",)})
+    entries, _ = matrix.matrix(request, known, 11312, "0c1e57098bba43ac29e6e3b677cdceebdd22334f")
     section = SPEC.split("**matrix** entries")[1].split("\n\n")[0]
     assert set(entries[0]) | set(entries[1]) <= set(re.findall(r"`(\w+)`", section))
 

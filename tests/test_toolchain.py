@@ -21,11 +21,11 @@ def refuse_programs(monkeypatch) -> None:
 
 def test_a_remembered_toolchain_starts_no_program(tmp_path, monkeypatch):
     cache = tmp_path / "toolchain.json"
-    found = toolchain.detect(cache)
+    found = toolchain.detect(os.environ, cache)
     assert found.cmake.found and found.cc.found
     toolchain.remember(found, cache)
     refuse_programs(monkeypatch)
-    assert toolchain.detect(cache) == found
+    assert toolchain.detect(os.environ, cache) == found
 
 
 def test_a_changed_compiler_is_detected_again(tmp_path, monkeypatch):
@@ -35,13 +35,13 @@ def test_a_changed_compiler_is_detected_again(tmp_path, monkeypatch):
     fake_cc.chmod(fake_cc.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("CC", str(fake_cc))
     cache = tmp_path / "toolchain.json"
-    first = toolchain.detect(cache)
+    first = toolchain.detect(os.environ, cache)
     assert first.cc.version == "fake-cc 1.0"
     toolchain.remember(first, cache)
 
     fake_cc.write_text("#!/bin/sh\necho 'fake-cc 2.0 (upgraded)'\n")
     os.utime(fake_cc, ns=(0, fake_cc.stat().st_mtime_ns + 10**9))
-    assert toolchain.detect(cache).cc.version == "fake-cc 2.0 (upgraded)"
+    assert toolchain.detect(os.environ, cache).cc.version == "fake-cc 2.0 (upgraded)"
 
 
 @pytest.mark.parametrize("content", ["", "{not json", '{"fingerprint": "x", "tools": {}}', "[]"])
@@ -56,11 +56,11 @@ def test_an_unreadable_or_stale_cache_means_detecting_again(tmp_path, monkeypatc
         real_init(self, args, *rest, **kwargs)
 
     monkeypatch.setattr(subprocess.Popen, "__init__", counting)
-    found = toolchain.detect(cache)
+    found = toolchain.detect(os.environ, cache)
     assert started, "the bad cache was trusted: no program was asked for its version"
     assert found.cmake.found and found.cmake.version
 
 
 def test_no_cache_file_is_written_by_detect(tmp_path):
-    toolchain.detect(tmp_path / "toolchain.json")
+    toolchain.detect(os.environ, tmp_path / "toolchain.json")
     assert list(Path(tmp_path).iterdir()) == []

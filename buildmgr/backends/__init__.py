@@ -1,5 +1,7 @@
-"""Per-backend knowledge, one module each: what to check before compiling, which ggml target proves
-the backend is in the build, which host paths CMake needs, and how much memory a compile job takes.
+"""Per-backend knowledge, one module each, behind the `Backend` Protocol below: where its toolkit is on this host
+(`locate`), what to check before compiling, which ggml target proves it is in a build, its GPU-architecture option,
+the vendor tool whose capture adds to ggml's device list, the GPU code its binaries carry, and the build failures
+it is known for. Nothing outside this package names a backend; the functions here are the generic ways in.
 
 Backend names are the ones llama.cpp prints (`CUDA0`, `Vulkan0`, `ROCm0` …).
 """
@@ -7,232 +9,146 @@ Backend names are the ones llama.cpp prints (`CUDA0`, `Vulkan0`, `ROCm0` …).
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
-import os
-import shutil
-from collections import Counter
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+import re
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
+from buildmgr.backends.base import (
+    NOT_A_CARD,
+    ArchOption,
+    Backend,
+    Capture,
+    DeviceCode,
+    Host,
+    Report,
+)
 from buildmgr.errors import UserError
+from buildmgr.findings import Check, Finding, Signature
+from buildmgr.memo import Memo, stamps
 
-if TYPE_CHECKING:  # the device commands read backend facts without paying for the toolchain's imports
-    from pathlib import Path
+if TYPE_CHECKING:
+    from buildmgr.devices import Captures
 
-    from buildmgr.probe import NvidiaGpu, VulkanGpu
-    from buildmgr.toolchain import Toolchain
-
-
-# Devices that are not a card: BLAS does the CPU's matrix work, and RPC is another host. Each has a fixed role
-# (whatever ggml reports), is never one physical card with another backend's device, and is not benched.
-NOT_A_CARD = {"BLAS": "accel", "RPC": "remote"}
+__all__ = ["NOT_A_CARD", "ArchOption", "Backend", "Capture", "Check", "DeviceCode", "Host", "Report"]
 
 
-@dataclass(frozen=True)
-class Check:
-    """One preflight fact: what was looked for, what was found, and how to fix it if it failed."""
-
-    backend: str
-    what: str
-    ok: bool
-    found: str = ""
-    fix: str = ""
-
-    def line(self) -> str:
-        return f"{self.backend}: {self.what}: {self.found}" + ("" if self.ok else f"; {self.fix}")
-
-
-@dataclass(frozen=True)
-class Report:
-    checks: tuple[Check, ...] = ()
-    host_defines: dict[str, str] = field(default_factory=dict)  # paths on this host: not identity
-    versions: dict[str, str] = field(default_factory=dict)  # versions that change the binaries: identity
-
-    @property
-    def failures(self) -> list[Check]:
-        return [c for c in self.checks if not c.ok]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "checks": [asdict(c) for c in self.checks],
-            "host_defines": self.host_defines,
-            "versions": self.versions,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Report:
-        return cls(tuple(Check(**c) for c in data["checks"]), dict(data["host_defines"]), dict(data["versions"]))
-
-
-@dataclass(frozen=True)
-class Host:
-    """What a backend may look at. Read once, so checks are pure over it in tests."""
-
-    environ: dict[str, str]
-    system: str
-    machine: str
-    toolchain: Toolchain
-
-
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class ArchOption:
-    """A backend's GPU-architecture option of `buildmgr build` (`--sm` for CUDA, `--gfx` for HIP)."""
-
-    flag: str
-    define: str  # the CMake define its value resolves to
-    language: str  # how an error names the backend
-    example: str
-    resolve: Callable[[str | None, Host, Memo], tuple[str, str]]  # value (or None) → (define value, label)
-
-
-def stamps(paths: tuple[str, ...]) -> list[list[Any]]:
-    """Path, size and mtime of each file: while these stay, so does what running or reading them said."""
-    found: list[list[Any]] = []
-    for path in paths:
-        try:
-            stat = os.stat(path)
-        except OSError:
-            found.append([path, None])
-            continue
-        found.append([path, os.path.realpath(path), stat.st_size, stat.st_mtime_ns])
-    return found
-
-
-@dataclass
-class Memo:
-    """Preflight facts that cost a program run (nvcc --version, --list-gpu-arch, a compile probe), kept while the
-    files behind them stay, so a no-op build of a GPU recipe starts no program. `doctor` never uses it."""
-
-    entries: dict[str, Any] = field(default_factory=dict)
-    changed: bool = False
-    LIMIT = 64  # entries; the oldest go first
-
-    @classmethod
-    def load(cls, path: Path) -> Memo:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return cls()
-        return cls(data) if isinstance(data, dict) else cls()
-
-    def recall(
-        self,
-        key: list[Any],
-        compute: Callable[[], T],
-        encode: Callable[[T], Any],
-        decode: Callable[[Any], T],
-        keep: Callable[[T], bool] = lambda _: True,
-    ) -> T:
-        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
-        if digest in self.entries:
-            try:
-                return decode(self.entries[digest])
-            except (KeyError, TypeError, ValueError):
-                pass  # written by another buildmgr version: compute again
-        value = compute()
-        if keep(value):
-            self.entries[digest] = encode(value)
-            self.changed = True
-        return value
-
-    def save(self, path: Path) -> None:
-        from buildmgr.fsutil import atomic_write_text
-
-        if self.changed:
-            kept = dict(list(self.entries.items())[-self.LIMIT :])
-            atomic_write_text(path, json.dumps(kept))
-
-
-def one_to_one(devices: list[Any], rows: list[Any], same: Callable[[Any, Any], bool]) -> dict[str, Any]:
-    """Device name → the one row (of nvidia-smi, vulkaninfo …) it matches, where that row matches no other device."""
-    matches = {d.name: [r for r in rows if same(d, r)] for d in devices}
-    claimed = Counter(id(r) for found in matches.values() for r in found)
-    return {name: found[0] for name, found in matches.items() if len(found) == 1 and claimed[id(found[0])] == 1}
-
-
-def which(name: str, *dirs: str) -> str | None:
-    for directory in dirs:
-        if directory and os.access(os.path.join(directory, name), os.X_OK):
-            return os.path.join(directory, name)
-    return shutil.which(name)
-
-
-class Backend(Protocol):
-    """What every module in backends/ provides (a test holds each one to it). A module that runs programs in
-    `inspect` also names their files in `inputs(host)`, so that its answers can be remembered."""
-
-    NAME: str  # as llama.cpp prints its devices: CUDA0, Vulkan0, ROCm0 …
-    GGML_TARGET: str  # the CMake target that proves the backend is in a build
-    MIN_CMAKE: str
-    GIB_PER_JOB: float  # memory one compile job of this backend takes
-    ENUMERATION_ENV: tuple[str, ...]  # variables that hide, reorder or rename its devices
-    RUNTIME_LIBRARIES: dict[str, str]  # soname stem → where it comes from
-    SYSTEMS: tuple[str, ...]  # where the artifacts workflow can build it
-    CI_SETUP: str  # the provisioning step that workflow needs ("" none)
-    DRIVER_LIBRARY: str  # the library a device of it needs at run time ("" none)
-    ARCH: ArchOption | None  # its GPU-architecture option; None where it has none
-
-    def inspect(self, host: Host, deep: bool) -> Report: ...
-
-    def why_absent(self, environ: dict[str, str], vulkan: list[VulkanGpu], nvidia: list[NvidiaGpu]) -> str | None:
-        """Why a build with this backend shows no device of it here; None where no device is expected."""
-        ...
-
-
-def _modules() -> dict[str, Backend]:
+@functools.cache
+def all_modules() -> tuple[Backend, ...]:
+    """Every backend, in a fixed order: CUDA's arch option before HIP's (their labels join into the build id),
+    nvidia-smi's match before vulkaninfo's."""
     from buildmgr.backends import cpu, cuda, hip, metal, rpc, sycl, vulkan
 
-    return {m.NAME: m for m in (cpu, cuda, vulkan, hip, sycl, metal, rpc)}
+    return (cpu, cuda, vulkan, hip, sycl, metal, rpc)
+
+
+def _by_name() -> dict[str, Backend]:
+    return {m.NAME: m for m in all_modules()}
 
 
 def module(name: str) -> Backend:
-    modules = _modules()
+    modules = _by_name()
     if name not in modules:
         raise UserError(f"unknown backend {name!r} in a recipe; known: {', '.join(modules)}")
     return modules[name]
 
 
+def known_backends() -> tuple[str, ...]:
+    return tuple(_by_name())
+
+
 def arch_options(names: tuple[str, ...] | None = None) -> list[ArchOption]:
-    """The architecture options of these backends (of all, without names), in a fixed order: CUDA's before HIP's,
-    as their labels join into the build id."""
-    chosen = _modules().values() if names is None else [m for m in _modules().values() if m.NAME in names]
+    """The architecture options of these backends (of all, without names), in a fixed order."""
+    chosen = all_modules() if names is None else [m for m in all_modules() if m.NAME in names]
     return [m.ARCH for m in chosen if m.ARCH is not None]
 
 
-def why_absent(name: str, environ: dict[str, str], vulkan: list[VulkanGpu], nvidia: list[NvidiaGpu]) -> str | None:
-    found = _modules().get(name)
-    return found.why_absent(environ, vulkan, nvidia) if found is not None else "no device found"
+def captures() -> list[tuple[str, Capture]]:
+    return [(m.NAME, m.CAPTURE) for m in all_modules() if m.CAPTURE is not None]
 
 
-def known_backends() -> tuple[str, ...]:
-    return tuple(_modules())
+def device_codes() -> list[tuple[str, DeviceCode]]:
+    return [(m.NAME, m.DEVICE_CODE) for m in all_modules() if m.DEVICE_CODE is not None]
+
+
+def device_code_of_schema_1(runtime: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """A schema-1 receipt's GPU code, which each backend kept in fields of its own, per backend."""
+    found: dict[str, list[Any]] = {}
+    for name, code in device_codes():
+        values = [v for key in code.schema_1 if isinstance(runtime.get(key), list) for v in runtime[key]]
+        if values:
+            found[name] = values
+    return found
+
+
+def kernel_findings(device_code: Mapping[str, Sequence[str]], environ: Mapping[str, str]) -> list[Finding]:
+    """Per backend with GPU code in a build, a finding for each GPU here that cannot run it."""
+    return [
+        finding
+        for name, code in device_codes()
+        if device_code.get(name)
+        for finding in code.findings(device_code[name], environ)
+    ]
+
+
+def build_failures() -> tuple[Signature, ...]:
+    return tuple(s for m in all_modules() for s in m.BUILD_FAILURES)
+
+
+def log_roles() -> list[tuple[str, re.Pattern[str], str]]:
+    return [(m.NAME, pattern, role) for m in all_modules() for pattern, role in m.LOG_ROLES]
+
+
+def languages() -> tuple[str, ...]:
+    """Every CMake language a build may compile: C, C++ and each backend's own."""
+    return ("C", "CXX", *(language for m in all_modules() for language in m.LANGUAGES))
+
+
+def splits(device_backend: str) -> Mapping[str, str | None]:
+    """What was observed of each split mode over a device of this backend (none for one that is not a module)."""
+    backend = _by_name().get(device_backend)
+    return backend.SPLITS if backend is not None else {}
+
+
+def shader_compilers() -> tuple[str, ...]:
+    return tuple(m.SHADER_COMPILER for m in all_modules() if m.SHADER_COMPILER)
+
+
+def owned_defines() -> dict[str, str]:
+    """-D keys the architecture options set: each refused from the user, with the option to use instead."""
+    return {key: f"use {option.flag}" for option in arch_options() for key in option.owns}
+
+
+def why_absent(name: str, environ: Mapping[str, str], found: Captures) -> str | None:
+    backend = _by_name().get(name)
+    return backend.why_absent(environ, found) if backend is not None else "no device found"
+
+
+def inputs(name: str, host: Host) -> tuple[str, ...]:
+    """The files behind what a backend's checks and arch option find by running programs."""
+    return module(name).locate(host).inputs
 
 
 def inspect(backends: tuple[str, ...], host: Host, deep: bool = True, memo: Memo | None = None) -> Report:
     """Preflight every backend of a recipe. `deep` also compiles a probe (nvcc) where that is the only proof.
 
-    With a memo, a backend that runs programs (it names their files in `inputs`) is not asked again while those
-    files stay; a report with a failure is never kept, so a fix is seen at once."""
+    With a memo, a backend that runs programs (its `locate` names their files) is not asked again while those files
+    stay; a report with a failure is never kept, so a fix is seen at once."""
     checks: list[Check] = []
     defines: dict[str, str] = {}
     versions: dict[str, str] = {}
     for name in backends:
         backend = module(name)
-        if memo is not None and hasattr(backend, "inputs"):
+        found = backend.locate(host)
+        if memo is not None and found.inputs:
             report = memo.recall(
-                ["inspect", name, deep, stamps(backend.inputs(host))],
-                functools.partial(backend.inspect, host, deep),
+                ["inspect", name, deep, stamps(found.inputs)],
+                functools.partial(backend.inspect, host, found, deep),
                 Report.to_json,
                 Report.from_json,
                 keep=lambda r: not r.failures,
             )
         else:
-            report = backend.inspect(host, deep)
+            report = backend.inspect(host, found, deep)
         checks.extend(report.checks)
         defines.update(report.host_defines)
         versions.update(report.versions)
@@ -262,12 +178,12 @@ def _older(version: str | None, minimum: str) -> bool:
 
 def enumeration_variables() -> tuple[str, ...]:
     """Every variable that changes which devices some backend enumerates, and under which names."""
-    return tuple(dict.fromkeys(v for m in _modules().values() for v in m.ENUMERATION_ENV))
+    return tuple(dict.fromkeys(v for m in all_modules() for v in m.ENUMERATION_ENV))
 
 
 def moves_with(device_backend: str) -> tuple[str, ...]:
     """The variables that rename a device of this backend (as llama.cpp prints it: CUDA, Vulkan, ROCm …)."""
-    found = _modules().get(device_backend)
+    found = _by_name().get(device_backend)
     return found.ENUMERATION_ENV if found is not None else ()
 
 
@@ -277,7 +193,7 @@ def gib_per_job(backends: tuple[str, ...]) -> float:
 
 def library_source(soname: str) -> str:
     """Where a library that a build needs comes from, e.g. libvulkan.so.1 → the Vulkan loader (apt libvulkan1)."""
-    for backend in _modules().values():
+    for backend in all_modules():
         for stem, source in backend.RUNTIME_LIBRARIES.items():
             if soname.startswith(stem):
                 return source
@@ -302,4 +218,12 @@ def unbuildable_in_ci(backends: tuple[str, ...], system: str, loadable: bool) ->
 
 def ci_setup(backends: tuple[str, ...]) -> tuple[str, ...]:
     """The workflow's provisioning steps these backends need, e.g. ('cuda', 'vulkan')."""
-    return tuple(sorted({module(name).CI_SETUP for name in backends} - {"", None}))
+    return tuple(sorted({module(name).CI_SETUP for name in backends} - {"", None}))  # type: ignore[arg-type]
+
+
+def ci_runner(backends: tuple[str, ...]) -> tuple[str, str] | None:
+    """The (ubuntu release, container) these backends need on a Linux runner: a container wins, then the newest
+    release; None where any runner does."""
+    needs = [module(name).CI_RUNNER for name in backends]
+    found = [n for n in needs if n is not None]
+    return max(found, key=lambda n: (bool(n[1]), n[0]), default=None)

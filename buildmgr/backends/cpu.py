@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-from buildmgr.backends import Check, Host, Report
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from buildmgr.backends.base import Host, Nothing, Report
 from buildmgr.errors import UserError
+from buildmgr.findings import Check
+
+if TYPE_CHECKING:
+    from buildmgr.devices import Captures
 
 NAME = "CPU"
 GGML_TARGET = "ggml-cpu"  # with GGML_CPU_ALL_VARIANTS: ggml-cpu-haswell, ggml-cpu-skylakex, …
@@ -26,9 +33,21 @@ CI_SETUP = ""
 # A library only a GPU host has, which every tool of a non-DL build loads at start ("": none).
 DRIVER_LIBRARY = ""
 ARCH = None
+LANGUAGES: tuple[str, ...] = ()
+SHADER_COMPILER = None
+CI_RUNNER = None
+CAPTURE = None
+DEVICE_CODE = None
+BUILD_FAILURES = ()
+LOG_ROLES = ()
+SPLITS: dict[str, str | None] = {}
 
 
-def inspect(host: Host, deep: bool) -> Report:
+def locate(host: Host) -> Nothing:
+    return Nothing()
+
+
+def inspect(host: Host, found: Nothing, deep: bool) -> Report:
     tools = host.toolchain
     checks = tuple(
         Check(NAME, tool.name, tool.found, tool.version or "not found", "apt-get install build-essential")
@@ -47,5 +66,5 @@ def check_defines(defines: dict[str, str], machine: str) -> None:
         )
 
 
-def why_absent(environ: dict[str, str], vulkan: list, nvidia: list) -> str | None:
+def why_absent(environ: Mapping[str, str], captures: Captures) -> str | None:
     return None  # the CPU is always a device

@@ -1,4 +1,5 @@
-"""CUDA: nvcc, its host compiler, and the compute capabilities it can build.
+"""CUDA: nvcc, its host compiler, and the compute capabilities it can build; nvidia-smi's view of the GPUs; the
+SASS and PTX in `.nv_fatbin`.
 
 Arch policy for `--sm`: real machine code (SASS) for every listed capability, and PTX only for
 the highest, so newer GPUs can still JIT it: `--sm 86,89` → CMAKE_CUDA_ARCHITECTURES=86-real;89.
@@ -6,26 +7,34 @@ the highest, so newer GPUs can still JIT it: `--sm 86,89` → CMAKE_CUDA_ARCHITE
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import functools
 import os
 import re
+import struct
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildmgr import proc
-from buildmgr.backends import ArchOption, Check, Host, Memo, Report, one_to_one, stamps, which
+from buildmgr.backends.base import ArchOption, Capture, DeviceCode, Host, Report, one_to_one, which
+from buildmgr.devices import normalize_pci
 from buildmgr.errors import UserError
+from buildmgr.findings import Check, Finding, Signature
+from buildmgr.memo import Memo, stamps
 
 if TYPE_CHECKING:
-    from buildmgr.probe import Device, NvidiaGpu, VulkanGpu
+    from buildmgr.devices import Captures, Device
 
 NAME = "CUDA"
 GGML_TARGET = "ggml-cuda"
 MIN_CMAKE = "3.18"
 GIB_PER_JOB = 4.0  # nvcc on ggml-cuda's template instances
+LANGUAGES = ("CUDA",)
+SHADER_COMPILER = None
 # Variables that hide, reorder or rename this backend's devices: recorded with every probe.
 ENUMERATION_ENV: tuple[str, ...] = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GGML_CUDA_DEVICES")
 # Libraries the built files may need from the host (soname stem → where it comes from).
@@ -39,15 +48,79 @@ RUNTIME_LIBRARIES = {
 # Where the artifacts workflow can build it, and the provisioning step it needs ("" none).
 SYSTEMS = ("linux",)
 CI_SETUP = "cuda"
+# The workflow's CUDA toolkit: upstream's own release image at the pin. Its major decides the lowest --sm.
+CI_IMAGE_VERSION = "13.4.1"
+CI_RUNNER = ("ubuntu-24.04", f"nvidia/cuda:{CI_IMAGE_VERSION}-devel-ubuntu24.04")
 DRIVER_LIBRARY = "libcuda.so.1"
+LOG_ROLES = ()
+# Seen at the pin on 2×H200: no split buffer type; any CUDA device in a -sm tensor set aborts.
+SPLITS: dict[str, str | None] = {"row": "row-split-unsupported", "tensor": "tensor-split-unsupported"}
+BUILD_FAILURES = (
+    Signature(
+        "unsupported-gpu-arch",
+        re.compile(r"Unsupported gpu architecture '(compute|sm)_\d+\w*'"),
+        "this nvcc cannot build that compute capability: pick another --sm (CUDA 13 builds 75 and newer)",
+    ),
+    Signature(
+        "no-cuda-device-for-native",
+        re.compile(r"Unsupported gpu architecture 'compute_No CUDA devices found"),
+        "CMake asked for the native CUDA arch on a host without a visible GPU: pass --sm, e.g. --sm 86",
+    ),
+    Signature(
+        "unsupported-host-compiler",
+        re.compile(r"unsupported GNU version|unsupported (clang|Microsoft Visual Studio) version"),
+        "nvcc does not support this host compiler: install a supported gcc and set CUDAHOSTCXX=/usr/bin/g++-N",
+    ),
+    Signature(
+        "cuda-driver-library-missing",
+        re.compile(r"CUDA::cuda_driver\s+but the target was not found"),
+        "the CUDA driver library (libcuda.so) is missing: install the NVIDIA driver or the toolkit's "
+        "lib64/stubs/libcuda.so, or build without it: -D GGML_CUDA_NO_VMM=ON",
+    ),
+)
 _SM = re.compile(r"^(\d{1,2})\.?(\d)([af]?)$")
 # Lowest capability each nvcc major can build, when `nvcc --list-gpu-arch` is not available.
 _LOWEST_BY_MAJOR = {11: 35, 12: 50, 13: 75}
+_TOOLKIT_ROOTS = ("CUDA_HOME", "CUDAToolkit_ROOT", "CUDA_PATH")  # variables naming the toolkit, first wins
+_DEFAULT_BIN = "/usr/local/cuda/bin"
+_CUBLAS_LIBRARIES = ("lib64/libcublas.so*", "targets/*/lib/libcublas.so*", "lib/libcublas.so*")
+_CUBLAS_HEADERS = ("include/cublas_v2.h", "targets/*/include/cublas_v2.h")
 
 
-def find_nvcc(environ: dict[str, str]) -> str | None:
-    roots = [environ.get(k, "") for k in ("CUDA_HOME", "CUDAToolkit_ROOT", "CUDA_PATH")]
-    return which("nvcc", *(os.path.join(r, "bin") for r in roots if r), "/usr/local/cuda/bin")
+@dataclass(frozen=True)
+class Toolkit:
+    """The CUDA toolkit found here: nvcc, the root it sits in, cuBLAS and the host compiler nvcc will use."""
+
+    nvcc: str | None
+    cublas_libraries: tuple[Path, ...] = ()
+    cublas_headers: tuple[Path, ...] = ()
+    host_compiler: str | None = None
+
+    @property
+    def root(self) -> Path | None:
+        return Path(self.nvcc).resolve().parent.parent if self.nvcc else None
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        if self.nvcc is None:
+            return ()
+        compiler = [self.host_compiler] if self.host_compiler else []
+        return (self.nvcc, *compiler, *map(str, self.cublas_libraries + self.cublas_headers))
+
+
+def find_nvcc(environ: Mapping[str, str]) -> str | None:
+    roots = [environ.get(k, "") for k in _TOOLKIT_ROOTS]
+    return which("nvcc", *(os.path.join(r, "bin") for r in roots if r), _DEFAULT_BIN)
+
+
+def locate(host: Host) -> Toolkit:
+    nvcc = find_nvcc(host.environ)
+    if nvcc is None:
+        return Toolkit(None)
+    root = Path(nvcc).resolve().parent.parent
+    libraries = tuple(p for pattern in _CUBLAS_LIBRARIES for p in root.glob(pattern))
+    headers = tuple(p for pattern in _CUBLAS_HEADERS for p in root.glob(pattern))
+    return Toolkit(nvcc, libraries, headers, host.environ.get("CUDAHOSTCXX") or host.toolchain.cxx.path)
 
 
 def parse_nvcc_version(text: str) -> str | None:
@@ -151,46 +224,21 @@ def _host_compiler_check(nvcc: str, cxx: str | None) -> Check:
     )
 
 
-def _cublas_files(toolkit: Path) -> tuple[list[Path], list[Path]]:
-    libraries = [
-        p
-        for pattern in ("lib64/libcublas.so*", "targets/*/lib/libcublas.so*", "lib/libcublas.so*")
-        for p in toolkit.glob(pattern)
-    ]
-    headers = [p for pattern in ("include/cublas_v2.h", "targets/*/include/cublas_v2.h") for p in toolkit.glob(pattern)]
-    return libraries, headers
-
-
-def _host_compiler(host: Host) -> str | None:
-    return host.environ.get("CUDAHOSTCXX") or host.toolchain.cxx.path
-
-
-def inputs(host: Host) -> tuple[str, ...]:
-    """The files behind what inspect() and resolve_sm() find: nvcc, its host compiler and cuBLAS."""
-    nvcc = find_nvcc(host.environ)
-    if nvcc is None:
-        return ()
-    libraries, headers = _cublas_files(Path(nvcc).resolve().parent.parent)
-    compiler = _host_compiler(host)
-    return (nvcc, *([compiler] if compiler else []), *map(str, libraries + headers))
-
-
-def _cublas_check(toolkit: Path) -> Check:
+def _cublas_check(found: Toolkit) -> Check:
     """ggml-cuda links cuBLAS; a toolkit without it fails configure with 'CUDA::cublas ... not found'."""
-    libraries, headers = _cublas_files(toolkit)
-    ok = bool(libraries and headers)
+    ok = bool(found.cublas_libraries and found.cublas_headers)
     return Check(
         NAME,
         "cuBLAS",
         ok,
-        str(libraries[0].parent) if ok else f"not in {toolkit}",
+        str(found.cublas_libraries[0].parent) if ok else f"not in {found.root}",
         "install cuBLAS into the CUDA toolkit (NVIDIA's libcublas-dev-<version> or cuda-toolkit package; "
         "for a toolkit made of NVIDIA's PyPI wheels, copy the nvidia-cublas wheel's include/ and lib/ into it)",
     )
 
 
-def inspect(host: Host, deep: bool) -> Report:
-    nvcc = find_nvcc(host.environ)
+def inspect(host: Host, found: Toolkit, deep: bool) -> Report:
+    nvcc = found.nvcc
     if nvcc is None:
         return Report(
             (
@@ -215,14 +263,59 @@ def inspect(host: Host, deep: bool) -> Report:
             "nvcc --version did not answer; check the CUDA installation",
         )
     ]
-    checks.append(_cublas_check(Path(nvcc).resolve().parent.parent))
+    checks.append(_cublas_check(found))
     if deep and version:
-        checks.append(_host_compiler_check(nvcc, _host_compiler(host)))
+        checks.append(_host_compiler_check(nvcc, found.host_compiler))
     return Report(tuple(checks), host_defines={"CMAKE_CUDA_COMPILER": nvcc}, versions={"nvcc": version or "?"})
 
 
-def kernel_findings(sass: Sequence[str], ptx: Sequence[str], capabilities: list[str]) -> list[tuple[str, str]]:
-    """(severity, line) per visible GPU whose capability this build has no machine code for.
+# --- the GPU code in a build, and what a host's GPUs make of it ----------------------------------------------------
+
+_FATBIN_MAGIC = 0xBA55ED50
+_FATBIN_PTX, _FATBIN_ELF = 1, 2
+
+
+def fatbin_archs(data: bytes) -> tuple[set[int], set[int]]:
+    """(SASS archs, PTX archs) of every fat binary container in a `.nv_fatbin` section.
+
+    Layout (as cuobjdump reads it): a 16-byte header (magic, version, header size, size of what follows), then
+    entries of `kind u16, version u16, header_size u32, payload_size u64, …, arch u32 at +28`, each followed by its
+    payload.
+    """
+    sass: set[int] = set()
+    ptx: set[int] = set()
+    offset = 0
+    while offset + 16 <= len(data):
+        magic, _, header_size, size = struct.unpack_from("<IHHQ", data, offset)
+        if magic != _FATBIN_MAGIC:
+            offset += 8  # containers are 8-byte aligned; padding between them is skipped
+            continue
+        entry, end = offset + header_size, min(offset + header_size + size, len(data))
+        while entry + 32 <= end:
+            kind, _, entry_header, payload = struct.unpack_from("<HHIQ", data, entry)
+            (arch,) = struct.unpack_from("<I", data, entry + 28)
+            if entry_header == 0:
+                break
+            {_FATBIN_ELF: sass, _FATBIN_PTX: ptx}.get(kind, set()).add(arch)
+            entry += entry_header + payload
+        offset = max(end, offset + 16)
+        offset += -offset % 8
+    return sass, ptx
+
+
+def fatbin_codes(data: bytes) -> set[str]:
+    """`sm_*` (SASS) and `compute_*` (PTX) in a `.nv_fatbin` section."""
+    sass, ptx = fatbin_archs(data)
+    return {f"sm_{a}" for a in sass} | {f"compute_{a}" for a in ptx}
+
+
+def _code_order(code: str) -> tuple[bool, int]:
+    kind, number = code.split("_", 1)
+    return kind == "compute", int(number.rstrip("af"))
+
+
+def kernel_findings(sass: Sequence[str], ptx: Sequence[str], capabilities: list[str]) -> list[Finding]:
+    """A finding per visible GPU whose capability this build has no machine code for.
 
     SASS for sm_XY runs on X.Y and newer minors of the same major; PTX for compute_XY is JIT-compiled by the driver
     on any GPU of at least X.Y; with neither, CUDA fails with "no kernel image is available".
@@ -236,37 +329,41 @@ def kernel_findings(sass: Sequence[str], ptx: Sequence[str], capabilities: list[
         if any(s // 10 == major and s <= number for s in have_sass):
             continue
         jit = [p for p in have_ptx if p <= number]
-        built = ", ".join(sass + ptx) or "no CUDA code"
+        built = ", ".join([*sass, *ptx]) or "no CUDA code"
         if jit:
             findings.append(
-                (
+                Finding(
                     "warning",
-                    (
-                        f"CUDA: a GPU of compute capability {capability} has no sm_{number} code in this build ({built}); "
-                        f"the driver will JIT-compile compute_{max(jit)} PTX at first use (a slow first start, cached in "
-                        f"~/.nv/ComputeCache); build with --sm {number} for native code"
-                    ),
+                    NAME,
+                    f"a GPU of compute capability {capability} has no sm_{number} code in this build ({built}); "
+                    f"the driver will JIT-compile compute_{max(jit)} PTX at first use (a slow first start, cached in "
+                    f"~/.nv/ComputeCache)",
+                    f"build with --sm {number} for native code",
                 )
             )
         else:
             findings.append(
-                (
+                Finding(
                     "error",
-                    (
-                        f"CUDA: a GPU of compute capability {capability} can run nothing in this build ({built}): CUDA "
-                        f"would fail with 'no kernel image is available'; build with --sm {number}"
-                    ),
+                    NAME,
+                    f"a GPU of compute capability {capability} can run nothing in this build ({built}): CUDA "
+                    f"would fail with 'no kernel image is available'",
+                    f"build with --sm {number}",
                 )
             )
     return findings
 
 
-def why_absent(environ: dict[str, str], vulkan: list[VulkanGpu], nvidia: list[NvidiaGpu]) -> str | None:
-    if environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1"):
-        return "CUDA_VISIBLE_DEVICES hides every CUDA device"
-    if not nvidia:
-        return "no NVIDIA GPU visible (nvidia-smi found none)"
-    return "no device found"
+def code_findings(codes: Sequence[str], environ: Mapping[str, str]) -> list[Finding]:
+    sass = [c for c in codes if c.startswith("sm_")]
+    ptx = [c for c in codes if c.startswith("compute_")]
+    return kernel_findings(sass, ptx, visible_capabilities(environ))
+
+
+DEVICE_CODE = DeviceCode(".nv_fatbin", fatbin_codes, _code_order, "cuda", code_findings, ("cuda_sass", "cuda_ptx"))
+
+
+# --- the --sm option ---------------------------------------------------------------------------------------------
 
 
 def resolve_arch(text: str | None, host: Host, memo: Memo) -> tuple[str, str]:
@@ -275,13 +372,73 @@ def resolve_arch(text: str | None, host: Host, memo: Memo) -> tuple[str, str]:
     ask = functools.partial(resolve_sm, text, host.environ)
     if asks_the_gpus(text):
         return ask()
-    return memo.recall(["--sm", text, stamps(inputs(host))], ask, list, tuple)
+    return memo.recall(["--sm", text, stamps(locate(host).inputs)], ask, list, tuple)
 
 
-ARCH = ArchOption("--sm", "CMAKE_CUDA_ARCHITECTURES", "CUDA", "buildmgr build cuda --sm 86", resolve_arch)
+def ci_label(text: str) -> str:
+    """`--sm` for the workflow's CUDA image, which has no GPU to build natively for."""
+    if text.strip() == "native":
+        raise UserError("--sm native means this host's GPUs, and a CI runner has none; name them, e.g. --sm 86")
+    major = int(CI_IMAGE_VERSION.split(".")[0])
+    return parse_sm(text, archs_of_major(major), CI_IMAGE_VERSION)[1]
 
 
-def match_nvidia_smi(devices: list[Device], nvidia: list[NvidiaGpu]) -> list[Device]:
+def sm_from_defines(defines: Mapping[str, str]) -> str | None:
+    """CMAKE_CUDA_ARCHITECTURES=86-real;89 → `--sm 86,89` (the inverse of parse_sm)."""
+    value = defines.get("CMAKE_CUDA_ARCHITECTURES")
+    return ",".join(a.removesuffix("-real") for a in value.split(";")) if value else None
+
+
+ARCH = ArchOption(
+    flag="--sm",
+    define="CMAKE_CUDA_ARCHITECTURES",
+    owns=("CMAKE_CUDA_ARCHITECTURES",),
+    language="CUDA",
+    example="buildmgr build cuda --sm 86",
+    help="CUDA compute capabilities, e.g. 86 or 86,89 or 8.6 or native (default: this host's GPUs)",
+    matrix_help="CUDA capabilities of one variant, e.g. 86,89 (repeat for more)",
+    resolve=resolve_arch,
+    ci_label=ci_label,
+    ci_missing="it has CUDA: name the capabilities with --sm (a CI runner has no GPU to build natively for)",
+    from_defines=sm_from_defines,
+)
+
+
+# --- nvidia-smi's view of the GPUs --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NvidiaGpu:
+    index: int
+    name: str
+    uuid: str  # without the GPU- prefix, lower case: comparable with vulkaninfo's deviceUUID
+    pci_bus_id: str
+    memory_total_mib: int | None
+    driver: str | None = None
+
+
+def parse_nvidia_smi_csv(text: str) -> list[NvidiaGpu]:
+    """`nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total[,driver_version] --format=csv[,noheader]`."""
+    gpus = []
+    for row in csv.reader(text.splitlines()):  # any line ending, a stray \r included
+        cells = [c.strip() for c in row]
+        if len(cells) < 4 or not cells[0].isdigit():
+            continue  # the header, or noise
+        memory = re.match(r"(\d+)", cells[4]) if len(cells) > 4 else None
+        gpus.append(
+            NvidiaGpu(
+                int(cells[0]),
+                cells[1],
+                cells[2].removeprefix("GPU-").lower(),
+                normalize_pci(cells[3]) or cells[3].lower(),
+                int(memory.group(1)) if memory else None,
+                cells[5] if len(cells) > 5 else None,
+            )
+        )
+    return gpus
+
+
+def match_nvidia_smi(devices: list[Device], nvidia: list[NvidiaGpu], notes: list[str] | None = None) -> list[Device]:
     """nvidia-smi's UUID and PCI id for the devices that are its GPUs: any backend's device by PCI id; a CUDA device
     without one by name where the match is one to one, or when it is the only CUDA device and the only GPU."""
     by_pci = {g.pci_bus_id: g for g in nvidia}
@@ -296,3 +453,32 @@ def match_nvidia_smi(devices: list[Device], nvidia: list[NvidiaGpu]) -> list[Dev
             device = dataclasses.replace(device, uuid=gpu.uuid, pci_bus_id=device.pci_bus_id or gpu.pci_bus_id)
         matched.append(device)
     return matched
+
+
+def _host_json(gpus: list[NvidiaGpu] | None) -> dict[str, object]:
+    gpus = gpus or []
+    return {"drivers": {"nvidia": gpus[0].driver if gpus else None}, "nvidia_gpus": [asdict(g) for g in gpus]}
+
+
+# One nvidia-smi call: the columns parse_nvidia_smi_csv reads, then the driver version.
+CAPTURE = Capture(
+    command=(
+        "nvidia-smi",
+        "--query-gpu=index,name,uuid,pci.bus_id,memory.total,driver_version",
+        "--format=csv,noheader",
+    ),
+    option="--nvidia-smi",
+    help="with --parse: a captured 'nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total --format=csv'",
+    parse=parse_nvidia_smi_csv,
+    match=match_nvidia_smi,
+    host_json=_host_json,
+    wanted=lambda builds: True,
+)
+
+
+def why_absent(environ: Mapping[str, str], captures: Captures) -> str | None:
+    if environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1"):
+        return "CUDA_VISIBLE_DEVICES hides every CUDA device"
+    if not captures.get(NAME):
+        return "no NVIDIA GPU visible (nvidia-smi found none)"
+    return "no device found"

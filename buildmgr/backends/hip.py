@@ -1,21 +1,35 @@
-"""HIP (ROCm): AMD GPUs. Needs ROCm >= 6.1 with hipBLAS and rocBLAS; `--gfx` picks GPU_TARGETS."""
+"""HIP (ROCm): AMD GPUs. Needs ROCm >= 6.1 with hipBLAS and rocBLAS; `--gfx` picks GPU_TARGETS; the gfx code objects
+in `.hip_fatbin`.
+
+Where ROCm is installed is data: each layout names its root and where hipconfig, the hipBLAS/rocBLAS CMake packages
+and ROCm's clang sit under it, so a distribution's layout is one more row of `LAYOUTS`.
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
 
 from buildmgr import proc
-from buildmgr.backends import ArchOption, Check, Host, Memo, Report, which
+from buildmgr.backends.base import ArchOption, DeviceCode, Host, Report, which
 from buildmgr.errors import UserError
+from buildmgr.findings import Check, Finding
+from buildmgr.memo import Memo
+
+if TYPE_CHECKING:
+    from buildmgr.devices import Captures
 
 NAME = "ROCm"
 GGML_TARGET = "ggml-hip"
 MIN_CMAKE = "3.21"
 GIB_PER_JOB = 4.0
+LANGUAGES = ("HIP",)
+SHADER_COMPILER = None
 # Variables that hide, reorder or rename this backend's devices: recorded with every probe.
 ENUMERATION_ENV: tuple[str, ...] = (
     "HIP_VISIBLE_DEVICES",
@@ -32,13 +46,66 @@ RUNTIME_LIBRARIES = {
 # Where the artifacts workflow can build it, and the provisioning step it needs (None: no step for it yet).
 SYSTEMS = ("linux",)
 CI_SETUP = None
+CI_RUNNER = None
 DRIVER_LIBRARY = ""
+CAPTURE = None
+BUILD_FAILURES = ()
+LOG_ROLES = ()
+SPLITS: dict[str, str | None] = {}
 MIN_ROCM = Version("6.1")
 ROCM_FIX = (
     "install ROCm >= 6.1 from AMD's repository (Debian 12 itself only packages ROCm 5.x) "
     "and set ROCM_PATH if it is not /opt/rocm"
 )
 _GFX = re.compile(r"^gfx[0-9a-f]{3,4}$")
+_HIP_TARGET = re.compile(rb"amdgcn-amd-amdhsa--(gfx[0-9a-f]+)")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where one kind of ROCm installation keeps what the build needs, relative to its root."""
+
+    name: str
+    root: str  # ROCM_PATH overrides it
+    bin: str = "bin"
+    cmake_packages: str = "lib/cmake"
+    clang: str = "llvm/bin/clang"
+
+
+LAYOUTS = (Layout("AMD's ROCm", "/opt/rocm"),)
+_PACKAGES = ("hipblas", "rocblas")
+
+
+@dataclass(frozen=True)
+class Rocm:
+    """ROCm as found here, in one layout."""
+
+    layout: Layout
+    root: Path
+    hipconfig: str | None
+
+    @property
+    def packages(self) -> dict[str, Path]:
+        return {name: self.root / self.layout.cmake_packages / name for name in _PACKAGES}
+
+    @property
+    def clang(self) -> Path:
+        return self.root / self.layout.clang
+
+    @property
+    def bin(self) -> Path:
+        return self.root / self.layout.bin
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The files behind what inspect() finds: hipconfig, the hipBLAS/rocBLAS CMake packages and ROCm's clang."""
+        return (*([self.hipconfig] if self.hipconfig else []), *map(str, self.packages.values()), str(self.clang))
+
+
+def locate(host: Host) -> Rocm:
+    layout = LAYOUTS[0]
+    root = Path(host.environ.get("ROCM_PATH", layout.root))
+    return Rocm(layout, root, which("hipconfig", str(root / layout.bin)))
 
 
 def parse_gfx(text: str) -> tuple[str, str]:
@@ -63,27 +130,12 @@ def parse_rocm_version(text: str) -> Version | None:
         return None
 
 
-def _rocm(host: Host) -> Path:
-    return Path(host.environ.get("ROCM_PATH", "/opt/rocm"))
-
-
-def inputs(host: Host) -> tuple[str, ...]:
-    """The files behind what inspect() finds: hipconfig, the hipBLAS/rocBLAS CMake packages and ROCm's clang."""
-    rocm = _rocm(host)
-    hipconfig = which("hipconfig", str(rocm / "bin"))
-    packages = [str(rocm / "lib" / "cmake" / package) for package in ("hipblas", "rocblas")]
-    return (*([hipconfig] if hipconfig else []), *packages, str(rocm / "llvm" / "bin" / "clang"))
-
-
-def inspect(host: Host, deep: bool) -> Report:
-    rocm = _rocm(host)
-    hipconfig = which("hipconfig", str(rocm / "bin"))
-    if hipconfig is None:
-        return Report((Check(NAME, "ROCm (hipconfig)", False, f"not found in {rocm}/bin or PATH", ROCM_FIX),))
-    version = parse_rocm_version(proc.run([hipconfig, "--version"], timeout=60).output)
-    checks = [Check(NAME, "ROCm", bool(version and version >= MIN_ROCM), f"{version} at {rocm}", ROCM_FIX)]
-    for package in ("hipblas", "rocblas"):
-        config = rocm / "lib" / "cmake" / package
+def inspect(host: Host, found: Rocm, deep: bool) -> Report:
+    if found.hipconfig is None:
+        return Report((Check(NAME, "ROCm (hipconfig)", False, f"not found in {found.bin} or PATH", ROCM_FIX),))
+    version = parse_rocm_version(proc.run([found.hipconfig, "--version"], timeout=60).output)
+    checks = [Check(NAME, "ROCm", bool(version and version >= MIN_ROCM), f"{version} at {found.root}", ROCM_FIX)]
+    for package, config in found.packages.items():
         checks.append(
             Check(
                 NAME,
@@ -93,36 +145,46 @@ def inspect(host: Host, deep: bool) -> Report:
                 f"install {package}-dev from the ROCm repository",
             )
         )
-    clang = rocm / "llvm" / "bin" / "clang"
-    defines = {"CMAKE_HIP_COMPILER": str(clang)} if clang.exists() else {}
+    defines = {"CMAKE_HIP_COMPILER": str(found.clang)} if found.clang.exists() else {}
     return Report(tuple(checks), defines, {"rocm": str(version)})
 
 
-def visible_targets(environ: dict[str, str]) -> list[str]:
+def visible_targets(environ: Mapping[str, str]) -> list[str]:
     """The gfx targets of this host's AMD GPUs, as rocminfo lists them (gfx000 is the CPU agent)."""
-    rocminfo = which("rocminfo", str(Path(environ.get("ROCM_PATH", "/opt/rocm")) / "bin"))
+    layout = LAYOUTS[0]
+    rocminfo = which("rocminfo", str(Path(environ.get("ROCM_PATH", layout.root)) / layout.bin))
     found = (
         sorted(set(re.findall(r"\b(gfx[0-9a-f]{3,4})\b", proc.run([rocminfo], timeout=60).output))) if rocminfo else []
     )
     return [g for g in found if g != "gfx000"]
 
 
-def kernel_findings(targets: Sequence[str], visible: list[str]) -> list[tuple[str, str]]:
-    """(severity, line) per visible AMD GPU whose gfx target is not compiled in (HIP code objects do not JIT)."""
+def kernel_findings(targets: Sequence[str], visible: list[str]) -> list[Finding]:
+    """An error per visible AMD GPU whose gfx target is not compiled in (HIP code objects do not JIT)."""
     return [
-        (
+        Finding(
             "error",
-            (
-                f"HIP: the {gfx} GPU has no code in this build ({', '.join(targets) or 'none'}): it would fail with "
-                f"'no kernel image is available'; build with --gfx {gfx}"
-            ),
+            "HIP",
+            f"the {gfx} GPU has no code in this build ({', '.join(targets) or 'none'}): it would fail with "
+            f"'no kernel image is available'",
+            f"build with --gfx {gfx}",
         )
         for gfx in visible
         if gfx not in targets
     ]
 
 
-def resolve_gfx(text: str | None, environ: dict[str, str]) -> tuple[str, str]:
+DEVICE_CODE = DeviceCode(
+    ".hip_fatbin",
+    lambda data: {m.decode() for m in _HIP_TARGET.findall(data)},
+    str,
+    "hip",
+    lambda codes, environ: kernel_findings(codes, visible_targets(environ)),
+    ("hip_targets",),
+)
+
+
+def resolve_gfx(text: str | None, environ: Mapping[str, str]) -> tuple[str, str]:
     """`--gfx`, or this host's GPUs as rocminfo lists them."""
     if text is None:
         found = visible_targets(environ)
@@ -132,7 +194,7 @@ def resolve_gfx(text: str | None, environ: dict[str, str]) -> tuple[str, str]:
     return parse_gfx(text)
 
 
-def why_absent(environ: dict[str, str], vulkan: list, nvidia: list) -> str | None:
+def why_absent(environ: Mapping[str, str], captures: Captures) -> str | None:
     if any(environ.get(k) in ("", "-1") for k in ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES") if k in environ):
         return "HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES hides every ROCm device"
     return "no device found"
@@ -143,4 +205,21 @@ def resolve_arch(text: str | None, host: Host, memo: Memo) -> tuple[str, str]:
     return resolve_gfx(text, host.environ)
 
 
-ARCH = ArchOption("--gfx", "GPU_TARGETS", "HIP", "buildmgr build hip --gfx gfx1100", resolve_arch)
+def gfx_from_defines(defines: Mapping[str, str]) -> str | None:
+    value = defines.get("GPU_TARGETS")
+    return ",".join(value.split(";")) if value else None
+
+
+ARCH = ArchOption(
+    flag="--gfx",
+    define="GPU_TARGETS",
+    owns=("GPU_TARGETS", "AMDGPU_TARGETS"),
+    language="HIP",
+    example="buildmgr build hip --gfx gfx1100",
+    help="AMD GPU targets for HIP, e.g. gfx1100,gfx1151 (default: this host's GPUs)",
+    matrix_help="HIP targets of one variant, e.g. gfx1100 (repeatable)",
+    resolve=resolve_arch,
+    ci_label=lambda text: parse_gfx(text)[1],
+    ci_missing="it has HIP: name the targets with --gfx",
+    from_defines=gfx_from_defines,
+)

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from buildmgr.backends import Check, Host, Report
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from buildmgr.backends.base import Host, Nothing, Report
+from buildmgr.findings import Check
+
+if TYPE_CHECKING:
+    from buildmgr.devices import Captures
 
 NAME = "Metal"
 GGML_TARGET = "ggml-metal"
@@ -16,14 +23,26 @@ SYSTEMS = ("macos",)
 CI_SETUP = ""
 DRIVER_LIBRARY = ""
 ARCH = None
+LANGUAGES: tuple[str, ...] = ()
+SHADER_COMPILER = None
+CI_RUNNER = None
+CAPTURE = None
+DEVICE_CODE = None
+BUILD_FAILURES = ()
+LOG_ROLES = ()
+SPLITS: dict[str, str | None] = {}
 
 
-def inspect(host: Host, deep: bool) -> Report:
+def locate(host: Host) -> Nothing:
+    return Nothing()
+
+
+def inspect(host: Host, found: Nothing, deep: bool) -> Report:
     on_mac = host.system == "Darwin"
     return Report(
         (Check(NAME, "macOS", on_mac, host.system, "Metal builds only on macOS with Xcode's command line tools"),)
     )
 
 
-def why_absent(environ: dict[str, str], vulkan: list, nvidia: list) -> str | None:
+def why_absent(environ: Mapping[str, str], captures: Captures) -> str | None:
     return "no device found"

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from buildmgr.backends import Host, Report
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from buildmgr.backends.base import Host, Nothing, Report
+
+if TYPE_CHECKING:
+    from buildmgr.devices import Captures
 
 NAME = "RPC"
 GGML_TARGET = "ggml-rpc"
@@ -16,11 +22,23 @@ SYSTEMS = ("linux", "macos")
 CI_SETUP = ""
 DRIVER_LIBRARY = ""
 ARCH = None
+LANGUAGES: tuple[str, ...] = ()
+SHADER_COMPILER = None
+CI_RUNNER = None
+CAPTURE = None
+DEVICE_CODE = None
+BUILD_FAILURES = ()
+LOG_ROLES = ()
+SPLITS: dict[str, str | None] = {}
 
 
-def inspect(host: Host, deep: bool) -> Report:
+def locate(host: Host) -> Nothing:
+    return Nothing()
+
+
+def inspect(host: Host, found: Nothing, deep: bool) -> Report:
     return Report()
 
 
-def why_absent(environ: dict[str, str], vulkan: list, nvidia: list) -> str | None:
+def why_absent(environ: Mapping[str, str], captures: Captures) -> str | None:
     return None  # its devices are the rpc-servers a run names (--rpc), never one of this host

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from buildmgr import proc
-from buildmgr.backends import Check, Host, Report, which
+from buildmgr.backends.base import Host, Report, which
+from buildmgr.findings import Check
+
+if TYPE_CHECKING:
+    from buildmgr.devices import Captures
 
 NAME = "SYCL"
 GGML_TARGET = "ggml-sycl"
@@ -22,21 +30,35 @@ SYSTEMS = ("linux",)
 CI_SETUP = None
 DRIVER_LIBRARY = ""
 ARCH = None
+LANGUAGES: tuple[str, ...] = ()
+SHADER_COMPILER = None
+CI_RUNNER = None
+CAPTURE = None
+DEVICE_CODE = None
+BUILD_FAILURES = ()
+LOG_ROLES = ()
+SPLITS: dict[str, str | None] = {}
 FIX = "install Intel oneAPI Base Toolkit and `source /opt/intel/oneapi/setvars.sh` first"
 
 
-def _compilers(host: Host) -> tuple[str | None, str | None]:
-    root = host.environ.get("ONEAPI_ROOT", "/opt/intel/oneapi")
-    return which("icx", f"{root}/compiler/latest/bin"), which("icpx", f"{root}/compiler/latest/bin")
+@dataclass(frozen=True)
+class OneApi:
+    icx: str | None
+    icpx: str | None
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The files behind what inspect() finds: the oneAPI compilers."""
+        return tuple(path for path in (self.icx, self.icpx) if path)
 
 
-def inputs(host: Host) -> tuple[str, ...]:
-    """The files behind what inspect() finds: the oneAPI compilers."""
-    return tuple(path for path in _compilers(host) if path)
+def locate(host: Host) -> OneApi:
+    bindir = f"{host.environ.get('ONEAPI_ROOT', '/opt/intel/oneapi')}/compiler/latest/bin"
+    return OneApi(which("icx", bindir), which("icpx", bindir))
 
 
-def inspect(host: Host, deep: bool) -> Report:
-    icx, icpx = _compilers(host)
+def inspect(host: Host, found: OneApi, deep: bool) -> Report:
+    icx, icpx = found.icx, found.icpx
     if not (icx and icpx):
         return Report((Check(NAME, "icx/icpx (oneAPI DPC++)", False, "not found", FIX),))
     text = proc.run([icpx, "--version"], timeout=60).output
@@ -48,5 +70,5 @@ def inspect(host: Host, deep: bool) -> Report:
     )
 
 
-def why_absent(environ: dict[str, str], vulkan: list, nvidia: list) -> str | None:
+def why_absent(environ: Mapping[str, str], captures: Captures) -> str | None:
     return "no device found"

@@ -1,4 +1,5 @@
-"""Vulkan: headers new enough for ggml-vulkan, glslc, the loader and the SPIRV-Headers CMake package.
+"""Vulkan: headers new enough for ggml-vulkan, glslc, the loader and the SPIRV-Headers CMake package; vulkaninfo's
+view of the GPUs (device types, UUIDs).
 
 `VULKAN_SDK` points at an SDK (or any prefix with include/vulkan and share/cmake/SPIRV-Headers, such
 as a folder where newer Debian header packages were unpacked); anything it lacks is looked for on the system.
@@ -10,20 +11,25 @@ import dataclasses
 import glob
 import os
 import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from packaging.version import Version
 
-from buildmgr.backends import Check, Host, Report, one_to_one, which
+from buildmgr.backends.base import Capture, Host, Report, one_to_one, which
+from buildmgr.findings import Check, Signature
 
 if TYPE_CHECKING:
-    from buildmgr.probe import Device, NvidiaGpu, VulkanGpu
+    from buildmgr.devices import Captures, Device
 
 NAME = "Vulkan"
 GGML_TARGET = "ggml-vulkan"
 MIN_CMAKE = "3.19"
 GIB_PER_JOB = 3.0  # ggml-vulkan.cpp and the generated shader sources are large
+LANGUAGES = ()
+SHADER_COMPILER = "Vulkan_GLSLC_EXECUTABLE"  # the host define; the shader cache wraps it
 # Variables that hide, reorder or rename this backend's devices: recorded with every probe.
 ENUMERATION_ENV: tuple[str, ...] = ("GGML_VK_VISIBLE_DEVICES", "VK_DRIVER_FILES", "VK_ICD_FILENAMES")
 # Libraries the built files may need from the host (soname stem → where it comes from).
@@ -33,8 +39,32 @@ RUNTIME_LIBRARIES = {
 # Where the artifacts workflow can build it, and the provisioning step it needs ("" none).
 SYSTEMS = ("linux",)
 CI_SETUP = "vulkan"
+CI_RUNNER = ("ubuntu-24.04", "")  # its Vulkan headers (1.3.275) are the first distro ones new enough
 DRIVER_LIBRARY = ""
 ARCH = None
+DEVICE_CODE = None
+BUILD_FAILURES = (
+    Signature(
+        "spirv-headers-missing",
+        re.compile(r'provided by "SPIRV-Headers"|SPIRV-Headers_DIR-NOTFOUND'),
+        "the SPIRV-Headers CMake package is missing: apt-get install spirv-headers, or set VULKAN_SDK",
+    ),
+    Signature(
+        "vulkan-headers-too-old",
+        re.compile(r"LayerSettingEXT|VK_EXT_LAYER_SETTINGS"),
+        "the Vulkan headers are too old for this llama.cpp (>= 1.3.272 needed; Debian 12 has 1.3.239): "
+        "install the LunarG SDK or newer libvulkan-dev headers and set VULKAN_SDK",
+    ),
+    Signature(
+        "glslc-missing",
+        re.compile(r"Could NOT find Vulkan \(missing:.*glslc|Vulkan_GLSLC_EXECUTABLE-NOTFOUND"),
+        "glslc is missing: apt-get install glslc (or install the LunarG Vulkan SDK)",
+    ),
+)
+# "ggml_vulkan: 0 = AMD Radeon Graphics (RADV GFX1151) (radv) | uma: 1 | ...": uma 1 is an integrated GPU.
+LOG_ROLES = ((re.compile(r"ggml_vulkan: (?P<index>\d+) = .*?\| uma: 1 \|"), "igpu"),)
+# Seen at the pin on 2×H200: no split buffer type; Vulkan-only -sm tensor sets ran.
+SPLITS: dict[str, str | None] = {"row": "row-split-unsupported", "tensor": None}
 # ggml-vulkan uses vk::LayerSettingEXT, public since 1.3.272; measured: 1.3.239 fails, 1.4.309 works.
 MIN_HEADERS = Version("1.3.272")
 HEADERS_FIX = (
@@ -55,7 +85,7 @@ def parse_header_version(text: str) -> Version | None:
     return Version(f"{major}.{minor}.{patch.group(1)}")
 
 
-def _roots(environ: dict[str, str]) -> list[Path]:
+def _roots(environ: Mapping[str, str]) -> list[Path]:
     sdk = environ.get("VULKAN_SDK")
     return ([Path(sdk)] if sdk else []) + [Path("/usr"), Path("/usr/local")]
 
@@ -68,13 +98,47 @@ def _first(patterns: list[str]) -> str | None:
     return None
 
 
-def inspect(host: Host, deep: bool) -> Report:
+@dataclass(frozen=True)
+class Sdk:
+    """The Vulkan files found here: VULKAN_SDK first, then the system prefixes. Only read, never run, so none of
+    them keeps a remembered answer (`inputs` is empty)."""
+
+    header: str | None
+    glslc: str | None
+    loader: str | None
+    spirv: str | None
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return ()
+
+
+def locate(host: Host) -> Sdk:
     roots = _roots(host.environ)
+    arch_dirs = [f"{r}/lib/*-linux-gnu" for r in roots] + [f"{r}/lib" for r in roots] + [f"{r}/lib64" for r in roots]
+    loader = _first([f"{d}/libvulkan.so" for d in arch_dirs] + [f"{d}/libvulkan.so.1" for d in arch_dirs])
+    loader = loader if loader and os.path.exists(loader) else _first([f"{d}/libvulkan.so.1" for d in arch_dirs])
+    spirv = _first(
+        [
+            f"{r}/{sub}/cmake/SPIRV-Headers/SPIRV-HeadersConfig.cmake"
+            for r in roots
+            for sub in ("share", "lib", "lib/*-linux-gnu", "lib64")
+        ]
+    )
+    return Sdk(
+        header=_first([str(r / "include/vulkan/vulkan_core.h") for r in roots]),
+        glslc=which("glslc", *(str(r / "bin") for r in roots[:1])),
+        loader=loader,
+        spirv=spirv,
+    )
+
+
+def inspect(host: Host, found: Sdk, deep: bool) -> Report:
     checks: list[Check] = []
     defines: dict[str, str] = {}
     versions: dict[str, str] = {}
 
-    header = _first([str(r / "include/vulkan/vulkan_core.h") for r in roots])
+    header = found.header
     version = parse_header_version(Path(header).read_text(errors="replace")) if header else None
     if version is None:
         checks.append(Check(NAME, "Vulkan headers", False, "not found", HEADERS_FIX))
@@ -85,7 +149,7 @@ def inspect(host: Host, deep: bool) -> Report:
         defines["Vulkan_INCLUDE_DIR"] = include
         versions["vulkan-headers"] = str(version)
 
-    glslc = which("glslc", *(str(r / "bin") for r in roots[:1]))
+    glslc = found.glslc
     checks.append(
         Check(
             NAME,
@@ -96,22 +160,14 @@ def inspect(host: Host, deep: bool) -> Report:
         )
     )
     if glslc:
-        defines["Vulkan_GLSLC_EXECUTABLE"] = glslc
+        defines[SHADER_COMPILER] = glslc
 
-    arch_dirs = [f"{r}/lib/*-linux-gnu" for r in roots] + [f"{r}/lib" for r in roots] + [f"{r}/lib64" for r in roots]
-    loader = _first([f"{d}/libvulkan.so" for d in arch_dirs] + [f"{d}/libvulkan.so.1" for d in arch_dirs])
-    loader = loader if loader and os.path.exists(loader) else _first([f"{d}/libvulkan.so.1" for d in arch_dirs])
+    loader = found.loader
     checks.append(Check(NAME, "Vulkan loader", loader is not None, loader or "not found", "apt-get install libvulkan1"))
     if loader:
         defines["Vulkan_LIBRARY"] = loader
 
-    spirv = _first(
-        [
-            f"{r}/{sub}/cmake/SPIRV-Headers/SPIRV-HeadersConfig.cmake"
-            for r in roots
-            for sub in ("share", "lib", "lib/*-linux-gnu", "lib64")
-        ]
-    )
+    spirv = found.spirv
     checks.append(
         Check(
             NAME,
@@ -126,7 +182,57 @@ def inspect(host: Host, deep: bool) -> Report:
     return Report(tuple(checks), defines, versions)
 
 
-def why_absent(environ: dict[str, str], vulkan: list[VulkanGpu], nvidia: list[NvidiaGpu]) -> str | None:
+# --- vulkaninfo's view of the GPUs ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VulkanGpu:
+    index: int
+    name: str
+    type: str  # gpu | igpu | cpu | unknown
+    uuid: str | None
+
+
+_VK_TYPES = {
+    "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU": "gpu",
+    "PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU": "igpu",
+    "PHYSICAL_DEVICE_TYPE_CPU": "cpu",
+    "PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU": "gpu",
+}
+SKIPPED = "not run: ggml gave every Vulkan device a PCI id"
+
+
+def parse_vulkaninfo_summary(text: str) -> list[VulkanGpu]:
+    """`vulkaninfo --summary` → one record per GPUn block."""
+    gpus: list[VulkanGpu] = []
+    blocks = re.split(r"^GPU(\d+):\s*$", text, flags=re.MULTILINE)
+    for number, body in zip(blocks[1::2], blocks[2::2]):
+        fields = dict(re.findall(r"^\s*(\w+)\s*=\s*(.*?)\s*$", body, flags=re.MULTILINE))
+        uuid = fields.get("deviceUUID")
+        gpus.append(
+            VulkanGpu(
+                int(number),
+                fields.get("deviceName", ""),
+                _VK_TYPES.get(fields.get("deviceType", ""), "unknown"),
+                uuid.lower() if uuid else None,
+            )
+        )
+    return gpus
+
+
+def vulkaninfo_needed(builds: Sequence[tuple[tuple[str, ...], tuple[Device, ...]]]) -> bool:
+    """vulkaninfo (slow: it starts every Vulkan driver) only adds what ggml cannot say: a Vulkan device without a
+    PCI id (a CPU driver such as lavapipe), or why a Vulkan build sees no device at all."""
+    for built, devices in builds:
+        if NAME in built:
+            mine = [d for d in devices if d.backend == NAME]
+            if not mine or any(d.pci_bus_id is None for d in mine):
+                return True
+    return False
+
+
+def why_absent(environ: Mapping[str, str], captures: Captures) -> str | None:
+    vulkan = captures.get(NAME, [])
     if environ.get("GGML_VK_VISIBLE_DEVICES") == "":
         return "GGML_VK_VISIBLE_DEVICES is set and empty, which hides every Vulkan device"
     if vulkan and all(g.type == "cpu" for g in vulkan):
@@ -164,3 +270,14 @@ def _role(device: Device, driver_type: str, notes: list[str]) -> str:
         )
         return "cpu"
     return device.type if device.type != "unknown" else driver_type
+
+
+CAPTURE = Capture(
+    command=("vulkaninfo", "--summary"),
+    option="--vulkaninfo",
+    help="with --parse: a captured 'vulkaninfo --summary'",
+    parse=parse_vulkaninfo_summary,
+    match=match_vulkaninfo,
+    host_json=lambda gpus: {"drivers": {"vulkan_devices": [asdict(g) for g in gpus] if gpus is not None else SKIPPED}},
+    wanted=vulkaninfo_needed,
+)

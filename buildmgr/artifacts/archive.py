@@ -1,0 +1,262 @@
+"""The artifact format, written and read here alone: a byte-identical `.tar.gz` of a build (sorted entries, fixed
+times, owner 0, gzip mtime 0) with its `.sha256`, `MANIFEST.sha256` and the receipt; and the reading of one, where
+everything is checked before anything is extracted."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import os
+import re
+import tarfile
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from buildmgr import backends, compile_cache, store
+from buildmgr.artifacts import SYSTEM, artifact_stem, cpu_arch_of
+from buildmgr.errors import BuildFailed, UserError
+from buildmgr.fsutil import atomic_write_text, fsync_file, sha256_file, umask_mode
+from buildmgr.jsonshape import ShapeError
+from buildmgr.receipt import SCHEMA as RECEIPT_SCHEMA
+from buildmgr.receipt import Receipt
+from buildmgr.source import build_label, unsafe_entry, version_label
+
+MANIFEST = "MANIFEST.sha256"
+_GZIP_LEVEL = 6  # what `tar -czf` uses: level 9 is slower for about 1 % less
+
+
+@dataclass(frozen=True)
+class Packaged:
+    build: store.Build
+    archive: Path
+    checksum: Path
+    sha256: str
+    size: int
+
+    def to_json(self) -> dict[str, Any]:
+        """`package --json` (spec): the archive, and what the build is and needs."""
+        receipt = self.build.receipt
+        needs = receipt.runtime  # package() refuses a build without it
+        assert needs is not None
+        code = {code.key: list(needs.device_code.get(name, ())) for name, code in backends.device_codes()}
+        return {
+            "id": self.build.id,
+            "archive": str(self.archive),
+            "checksum_file": str(self.checksum),
+            "sha256": self.sha256,
+            "size": self.size,
+            "recipe": self.build.recipe,
+            "backends": list(receipt.backends),
+            "smoke_passed": receipt.smoke.passed,
+            "smoke_devices": list(receipt.smoke.devices),
+            "ccache_hit_rate": compile_cache.hit_rate(receipt.ccache),
+            "glibc": needs.glibc,
+            "needed": sorted(needs.needed),
+        } | code
+
+
+def receipt_stem(receipt: Receipt) -> str:
+    source, host = receipt.source, receipt.host
+    system = SYSTEM.get(host.system, host.system.lower())
+    label = build_label(source.build_number, source.state or "pinned", source.commit, source.fingerprint)
+    return artifact_stem(label, system, receipt.recipe.name, receipt.recipe.arch, cpu_arch_of(host.machine))
+
+
+def source_date_epoch(environ: Mapping[str, str], receipt: Receipt) -> int:
+    """SOURCE_DATE_EPOCH if set, else the source's commit time, else the build's finish (still one per build)."""
+    text = environ.get("SOURCE_DATE_EPOCH")
+    if text is not None:
+        if not text.isdigit():
+            raise UserError(f"SOURCE_DATE_EPOCH={text!r} must be a whole number of seconds since 1970")
+        return int(text)
+    if receipt.source.commit_time is not None:
+        return receipt.source.commit_time
+    from datetime import datetime
+
+    return int(datetime.fromisoformat(receipt.finished).timestamp())
+
+
+def _entries(prefix: Path) -> list[tuple[str, Path]]:
+    return sorted((str(p.relative_to(prefix)), p) for p in prefix.rglob("*"))
+
+
+def _tar_info(name: str, path: Path | None, epoch: int, size: int = 0) -> tarfile.TarInfo:
+    """An entry that says nothing about where or when it was packed: owner 0, no names, fixed time, 644/755."""
+    info = tarfile.TarInfo(name)
+    info.mtime, info.uid, info.gid, info.uname, info.gname = epoch, 0, 0, "", ""
+    if path is None:
+        info.type, info.mode, info.size = tarfile.REGTYPE, 0o644, size
+    elif path.is_symlink():
+        info.type, info.mode, info.linkname = tarfile.SYMTYPE, 0o777, os.readlink(path)
+    elif path.is_dir():
+        info.type, info.mode = tarfile.DIRTYPE, 0o755
+    else:
+        info.type, info.size = tarfile.REGTYPE, path.stat().st_size
+        info.mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
+    return info
+
+
+def package(build: store.Build, out_dir: Path, environ: Mapping[str, str]) -> Packaged:
+    receipt = build.receipt
+    if receipt.runtime is None:
+        raise UserError(
+            f"build {build.id} has no runtime needs in its receipt (built by an older buildmgr); "
+            f"build it again with --rebuild, then package it"
+        )
+    changed = sorted(set(store.file_hashes(build.prefix).items()) ^ set(receipt.files.items()))
+    if changed:
+        names = sorted({name for name, _ in changed})
+        raise BuildFailed(f"{build.prefix} no longer matches its receipt ({', '.join(names[:5])}); rebuild it")
+    epoch = source_date_epoch(environ, receipt)
+    stem = receipt_stem(receipt)
+    entries = _entries(build.prefix)
+    manifest = "".join(f"{sha256_file(p)}  {n}\n" for n, p in entries if p.is_file() and not p.is_symlink())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    archive = out_dir / f"{stem}.tar.gz"
+    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{stem}.", suffix=".tmp")
+    os.fchmod(fd, umask_mode())
+    try:
+        with (
+            os.fdopen(fd, "wb") as raw,
+            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=_GZIP_LEVEL) as gz,
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+        ):
+            tar.addfile(_tar_info(stem, build.prefix, epoch))
+            rows: list[tuple[str, Path | None]] = [*entries, (MANIFEST, None)]
+            for name, path in sorted(rows, key=lambda row: row[0]):
+                if path is None:
+                    data = manifest.encode()
+                    tar.addfile(_tar_info(f"{stem}/{name}", None, epoch, len(data)), io.BytesIO(data))
+                elif path.is_file() and not path.is_symlink():
+                    with open(path, "rb") as handle:
+                        tar.addfile(_tar_info(f"{stem}/{name}", path, epoch), handle)
+                else:
+                    tar.addfile(_tar_info(f"{stem}/{name}", path, epoch))
+        fsync_file(archive_tmp := Path(tmp))
+        os.replace(archive_tmp, archive)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    digest = sha256_file(archive)
+    checksum = out_dir / f"{archive.name}.sha256"
+    atomic_write_text(checksum, f"{digest}  {archive.name}\n")
+    return Packaged(build, archive, checksum, digest, archive.stat().st_size)
+
+
+# --- reading an artifact: everything is checked before anything is extracted -------------------------------
+
+
+@dataclass(frozen=True)
+class Artifact:
+    path: Path
+    sha256: str
+    top: str
+    receipt: Receipt
+    members: tuple[tarfile.TarInfo, ...]
+
+
+def _bad(path: Path, why: str) -> UserError:
+    return UserError(f"{path.name}: {why}; refusing to install it")
+
+
+def _read_checksum(path: Path) -> str:
+    checksum = path.with_name(path.name + ".sha256")
+    try:
+        fields = checksum.read_text(encoding="utf-8").split()
+    except OSError:
+        raise UserError(
+            f"{path.name}: no {checksum.name} beside it; an artifact comes with its checksum file"
+        ) from None
+    if len(fields) < 2 or not re.fullmatch(r"[0-9a-f]{64}", fields[0]) or fields[1].lstrip("*") != path.name:
+        raise _bad(path, f"{checksum.name} is not a sha256sum line for it")
+    return fields[0]
+
+
+def _valid_receipt(path: Path, data: bytes) -> Receipt:
+    try:
+        receipt = Receipt.from_text(data)
+    except ShapeError as err:
+        raise _bad(path, f"its {store.RECEIPT} is not a buildmgr receipt of schema {RECEIPT_SCHEMA} ({err})") from None
+    if receipt.runtime is None:
+        raise _bad(path, f"its {store.RECEIPT} has no runtime needs (an artifact of an older buildmgr)")
+    return receipt
+
+
+def open_artifact(path: Path) -> Artifact:
+    """Check the .sha256, every entry's path, the manifest and the receipt; raise UserError on any doubt."""
+    if not path.is_file():
+        raise UserError(f"{path}: no such artifact file")
+    expected = _read_checksum(path)
+    actual = sha256_file(path)
+    if actual != expected:
+        raise _bad(path, f"checksum mismatch (sha256 {actual[:12]}…, its .sha256 says {expected[:12]}…)")
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            members = tar.getmembers()
+            tops = {PurePosixPath(m.name).parts[0] for m in members if PurePosixPath(m.name).parts}
+            for member in members:
+                reason = unsafe_entry(member, PurePosixPath(next(iter(tops), "")))
+                if reason:
+                    raise _bad(path, f"unsafe entry {member.name!r} ({reason})")
+            if len(tops) != 1:
+                raise _bad(path, f"expected one top-level folder, found {len(tops)}")
+            top = tops.pop()
+            hashes: dict[str, str] = {}
+            links: dict[str, str] = {}
+            texts: dict[str, bytes] = {}
+            for member in members:
+                relative = str(PurePosixPath(member.name).relative_to(top)) if member.name != top else ""
+                if member.isfile():
+                    handle = tar.extractfile(member)
+                    assert handle is not None
+                    if relative in (MANIFEST, store.RECEIPT):
+                        texts[relative] = handle.read()
+                        hashes[relative] = hashlib.sha256(texts[relative]).hexdigest()
+                    else:
+                        hashes[relative] = hashlib.file_digest(handle, "sha256").hexdigest()
+                elif member.issym():
+                    links[relative] = member.linkname
+                elif not member.isdir():
+                    raise _bad(path, f"entry {member.name!r} is neither a file, a folder nor a link")
+    except (tarfile.TarError, OSError, EOFError) as err:
+        raise _bad(path, f"not a readable .tar.gz ({err})") from None
+    if store.RECEIPT not in texts:
+        raise _bad(path, f"no {store.RECEIPT} in it (not a buildmgr artifact)")
+    if MANIFEST not in texts:
+        raise _bad(path, f"no {MANIFEST} in it (not a buildmgr artifact)")
+    listed = dict(reversed(line.split("  ", 1)) for line in texts[MANIFEST].decode("utf-8", "replace").splitlines())
+    files = {name: digest for name, digest in hashes.items() if name != MANIFEST}
+    if listed != files:
+        differ = sorted(set(listed.items()) ^ set(files.items()))
+        raise _bad(path, f"its files do not match its {MANIFEST} ({', '.join(sorted({n for n, _ in differ})[:5])})")
+    receipt = _valid_receipt(path, texts[store.RECEIPT])
+    contents = {name: digest for name, digest in files.items() if name != store.RECEIPT}
+    contents |= {name: f"link:{target}" for name, target in links.items()}
+    if contents != receipt.files:
+        differ = sorted(set(contents.items()) ^ set(receipt.files.items()))
+        raise _bad(path, f"its files do not match its receipt ({', '.join(sorted({n for n, _ in differ})[:5])})")
+    return Artifact(path, actual, top, receipt, tuple(members))
+
+
+def prefix_for(builds_dir: Path, receipt: Receipt) -> Path:
+    source = receipt.source
+    return builds_dir / version_label(source.llama_version, source.commit, source.fingerprint) / receipt.id
+
+
+def extract(artifact: Artifact, staging: Path) -> None:
+    """The archive's files, without its top folder and manifest, into an empty staging dir."""
+    wanted = []
+    for member in artifact.members:
+        if member.name == artifact.top:
+            continue
+        relative = str(PurePosixPath(member.name).relative_to(artifact.top))
+        if relative == MANIFEST:
+            continue
+        copy = member.replace(name=relative, deep=False)
+        wanted.append(copy)
+    with tarfile.open(artifact.path, "r:gz") as tar:
+        tar.extractall(staging, members=wanted, filter="data")

@@ -1,0 +1,95 @@
+"""Can this host run an artifact? Its CPU, glibc and libstdc++ floors, the libraries it needs, and whether this host's
+GPUs can run the GPU code in it: one finding each, errors blocking the install."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from buildmgr import backends
+from buildmgr.artifacts import cpu_arch_of
+from buildmgr.errors import CannotRunHere
+from buildmgr.findings import Finding, errors
+from buildmgr.receipt import Receipt
+
+_DL_MODULE = re.compile(r"(^|/)libggml-(?!base|cpu)[a-z0-9]+\.so$")
+
+
+def _only_loadable_modules(receipt: Receipt, users: tuple[str, ...]) -> bool:
+    """True when every file that needs a library is a backend module a DL build loads only if it can."""
+    dl = receipt.recipe.define("GGML_BACKEND_DL") == "ON"
+    return dl and all(_DL_MODULE.search(user) for user in users)
+
+
+def host_findings(receipt: Receipt, environ: Mapping[str, str], machine: str) -> list[Finding]:
+    """Everything that would stop the build from running here; errors block the install."""
+    from packaging.version import Version
+
+    from buildmgr import runtime
+
+    needs = receipt.runtime
+    assert needs is not None, "an artifact's receipt has its runtime needs (checked when it was opened)"
+    built_on = receipt.host.machine.lower()
+    if cpu_arch_of(built_on) != cpu_arch_of(machine):
+        return [Finding("error", "", f"built for {built_on}, and this host is {machine}")]
+    findings: list[Finding] = []
+    glibc = runtime.host_glibc()
+    if needs.glibc and glibc is None:
+        findings.append(
+            Finding("warning", "", f"this host's glibc version is unknown (musl?); GLIBC_{needs.glibc} is not checked")
+        )
+    if needs.glibc and glibc is not None and glibc < Version(needs.glibc):
+        findings.append(
+            Finding(
+                "error",
+                "",
+                f"this host's glibc is {glibc}, and {needs.glibc_file} needs GLIBC_{needs.glibc}",
+                "use an artifact built on an older distro (the matrix builds CPU artifacts on ubuntu-22.04)",
+            )
+        )
+    libraries = runtime.host_libraries(environ, machine)
+    for library, users in needs.needed.items():
+        if libraries.find(library) is not None:
+            continue
+        more = f" and {len(users) - 1} more" if len(users) > 1 else ""
+        severity = "warning" if _only_loadable_modules(receipt, users) else "error"
+        effect = "that backend will not load" if severity == "warning" else "nothing runs without it"
+        findings.append(
+            Finding(
+                severity,
+                "",
+                f"{library} is not found on this host (needed by {users[0]}{more}; {effect}): "
+                f"it comes from {backends.library_source(library)}",
+            )
+        )
+    libstdcxx = libraries.find("libstdc++.so.6")
+    if needs.libstdcxx and libstdcxx is not None:
+        have = runtime.highest(runtime.provided_versions(libstdcxx), "GLIBCXX_")
+        if have is not None and have < Version(needs.libstdcxx):
+            findings.append(
+                Finding(
+                    "error",
+                    "",
+                    f"this host's libstdc++ provides GLIBCXX_{have}, and {needs.libstdcxx_file} needs "
+                    f"GLIBCXX_{needs.libstdcxx}",
+                    "install a newer libstdc++6, or use an artifact built on an older distro",
+                )
+            )
+    findings += backends.kernel_findings(needs.device_code, environ)
+    if receipt.recipe.define("GGML_NATIVE") == "ON":
+        findings.append(
+            Finding(
+                "warning",
+                "",
+                "built with GGML_NATIVE=ON: it may use CPU instructions this CPU lacks (the smoke run will tell); "
+                "the universal recipe builds every CPU variant",
+            )
+        )
+    return findings
+
+
+def require_runnable(findings: list[Finding], artifact_name: str) -> None:
+    """An artifact this host certainly cannot run is refused before anything is installed."""
+    blocking = errors(findings)
+    if blocking:
+        raise CannotRunHere(f"this host cannot run {artifact_name}: {blocking[0].text()}; nothing was installed")

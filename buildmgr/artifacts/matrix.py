@@ -1,0 +1,108 @@
+"""The CI matrix: one entry per recipe × arch variant × OS × CPU, with the runner and the artifact's name. Pure."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from buildmgr import backends
+from buildmgr.artifacts import CPU_ARCH, SYSTEM, artifact_stem
+from buildmgr.errors import UserError
+from buildmgr.recipes import Recipe
+from buildmgr.source import build_label
+
+
+@dataclass(frozen=True)
+class Runner:
+    label: str
+    container: str = ""
+
+
+def runner_for(system: str, cpu_arch: str, recipe_backends: tuple[str, ...]) -> Runner | None:
+    """The oldest image that has what the build needs: every year of glibc left out is a distro it runs on.
+
+    ubuntu-22.04 (glibc 2.35) unless a backend needs a newer release or a container (its module says which).
+    """
+    if system == "macos":
+        return Runner("macos-14" if cpu_arch == "arm64" else "macos-13")
+    if system != "linux":
+        return None
+    suffix = "-arm" if cpu_arch == "arm64" else ""
+    release, container = backends.ci_runner(recipe_backends) or ("ubuntu-22.04", "")
+    return Runner(f"{release}{suffix}", container)
+
+
+@dataclass(frozen=True)
+class MatrixRequest:
+    recipes: tuple[str, ...]
+    arch: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # option flag (--sm) → one value per variant
+    systems: tuple[str, ...] = ("linux",)
+    cpu_archs: tuple[str, ...] = ("x64",)
+
+
+def _arch_variants(recipe: Recipe, request: MatrixRequest) -> tuple[list[tuple[list[str], str]], str | None]:
+    """([(build flags, arch label)], why none) for one recipe: one variant per value of each arch option."""
+    variants: list[tuple[list[str], str]] = [([], "")]
+    for option in backends.arch_options(recipe.backends):
+        values = request.arch.get(option.flag, ())
+        if not values:
+            return [], option.ci_missing
+        mine = [([option.flag, text], option.ci_label(text)) for text in values]
+        variants = [
+            (flags + more, "-".join(filter(None, (label, more_label))))
+            for flags, label in variants
+            for more, more_label in mine
+        ]
+    return variants, None
+
+
+def matrix(
+    request: MatrixRequest, known: dict[str, Recipe], build_number: int, commit: str
+) -> tuple[list[dict], list[dict]]:
+    """(entries, left out with a reason). Unknown recipes and impossible archs raise UserError."""
+    from buildmgr.recipes import compose
+
+    for system in request.systems:
+        if system not in SYSTEM.values():
+            raise UserError(f"--os {system!r}: buildmgr builds for {', '.join(SYSTEM.values())}")
+    for cpu_arch in request.cpu_archs:
+        if cpu_arch not in set(CPU_ARCH.values()):
+            raise UserError(f"--cpu-arch {cpu_arch!r}: one of {', '.join(sorted(set(CPU_ARCH.values())))}")
+    label = build_label(build_number, "pinned", commit, commit)
+    entries: list[dict] = []
+    skipped: list[dict] = []
+    for expression in request.recipes:
+        recipe = compose(expression, known)
+        variants, why_none = _arch_variants(recipe, request)
+        for system in request.systems:
+            for cpu_arch in request.cpu_archs:
+                where = {"recipe": recipe.name, "os": system, "cpu_arch": cpu_arch}
+                setup = backends.ci_setup(recipe.backends)
+                loadable = dict(recipe.defines).get("GGML_BACKEND_DL") == "ON"
+                reason = why_none or backends.unbuildable_in_ci(recipe.backends, system, loadable)
+                runner = runner_for(system, cpu_arch, recipe.backends)
+                if reason is None and runner is None:
+                    reason = f"no runner for {system}/{cpu_arch}"
+                if reason is not None or runner is None:
+                    skipped.append(where | {"reason": reason})
+                    continue
+                for flags, arch in variants:
+                    args = ["build", recipe.name, *flags]
+                    cache_scope = "-".join(filter(None, (system, cpu_arch, recipe.name.replace("+", "-"), arch)))
+                    entries.append(
+                        where
+                        | {
+                            "name": " ".join(filter(None, (recipe.name, arch, system, cpu_arch))),
+                            "args": args,
+                            "build_args": shlex.join(args),
+                            "arch": arch,
+                            "runner": runner.label,
+                            "container": runner.container,
+                            "setup": ",".join(setup),
+                            "artifact": artifact_stem(label, system, recipe.name, arch, cpu_arch) + ".tar.gz",
+                            "ccache_key": f"buildmgr-ccache-{cache_scope}-",
+                            "native_cpu": dict(recipe.defines).get("GGML_NATIVE") == "ON",
+                        }
+                    )
+    return entries, skipped

@@ -1,0 +1,170 @@
+"""The shapes every backend module shares: the host a backend looks at, what its preflight found, and the records of
+its arch option, vendor-tool capture and GPU code, with the `Backend` Protocol each module implements. Below the
+backend modules, which import only this; `backends/__init__` lists the modules and is the generic way in."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from buildmgr.findings import Check, Finding, Signature
+from buildmgr.memo import Memo
+
+if TYPE_CHECKING:
+    from buildmgr.devices import Captures, Device
+    from buildmgr.toolchain import Toolchain
+
+
+# Devices that are not a card: BLAS does the CPU's matrix work, and RPC is another host. Each has a fixed role
+# (whatever ggml reports), is never one physical card with another backend's device, and is not benched.
+NOT_A_CARD = {"BLAS": "accel", "RPC": "remote"}
+
+
+@dataclass(frozen=True)
+class Report:
+    checks: tuple[Check, ...] = ()
+    host_defines: dict[str, str] = field(default_factory=dict)  # paths on this host: not identity
+    versions: dict[str, str] = field(default_factory=dict)  # versions that change the binaries: identity
+
+    @property
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "checks": [asdict(c) for c in self.checks],
+            "host_defines": self.host_defines,
+            "versions": self.versions,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Report:
+        return cls(tuple(Check(**c) for c in data["checks"]), dict(data["host_defines"]), dict(data["versions"]))
+
+
+@dataclass(frozen=True)
+class Host:
+    """What a backend may look at. Read once, so checks are pure over it in tests."""
+
+    environ: dict[str, str]
+    system: str
+    machine: str
+    toolchain: Toolchain
+
+
+class Located(Protocol):
+    """What a backend found of its toolkit here. `inputs` are the files behind answers that cost a program run, so
+    that those answers are remembered exactly while these files stay (empty: nothing is remembered)."""
+
+    @property
+    def inputs(self) -> tuple[str, ...]: ...
+
+
+@dataclass(frozen=True)
+class Nothing:
+    """The `Located` of a backend with no toolkit of its own to find."""
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return ()
+
+
+@dataclass(frozen=True)
+class ArchOption:
+    """A backend's GPU-architecture option (`--sm` for CUDA, `--gfx` for HIP): how `build` resolves it on this host,
+    how the CI matrix resolves it without one, and how a receipt's defines give it back."""
+
+    flag: str
+    define: str  # the CMake define its value resolves to
+    owns: tuple[str, ...]  # -D keys this option sets, refused from the user
+    language: str  # how an error names the backend
+    example: str
+    help: str  # of `build`
+    matrix_help: str  # of `matrix`, where it is repeated per variant
+    resolve: Callable[[str | None, Host, Memo], tuple[str, str]]  # value (or None) → (define value, label)
+    ci_label: Callable[[str], str]  # value → label, for a runner without GPUs; UserError if it cannot be built
+    ci_missing: str  # why a matrix entry of this backend without the option is left out
+    from_defines: Callable[[Mapping[str, str]], str | None]  # the option's value that resolves to these defines
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+@dataclass(frozen=True)
+class Capture:
+    """A vendor tool's view of this host's GPUs, beside ggml's: UUIDs, PCI ids and device types ggml does not give,
+    and why a build of the backend sees no device. Run here by the inventory; read from a file by
+    `devices --parse OPTION FILE`."""
+
+    command: tuple[str, ...]
+    option: str  # of `devices --parse`
+    help: str
+    parse: Callable[[str], list[Any]]
+    match: Callable[[list[Device], list[Any], list[str]], list[Device]]  # devices enriched, notes appended
+    host_json: Callable[[list[Any] | None], dict[str, Any]]  # what the inventory's `host` says of it (None: not run)
+    wanted: Callable[[Sequence[tuple[tuple[str, ...], tuple[Device, ...]]]], bool]  # (backends, devices) per build
+
+
+@dataclass(frozen=True)
+class DeviceCode:
+    """The GPU code a backend's binaries carry, read from one ELF section, and what a host's GPUs make of it."""
+
+    section: str
+    read: Callable[[bytes], set[str]]
+    order: Callable[[str], Any]  # sort key of the codes
+    key: str  # its name in `package --json` and in messages
+    findings: Callable[[Sequence[str], Mapping[str, str]], list[Finding]]  # codes, environ → per visible GPU
+    schema_1: tuple[str, ...] = ()  # the receipt fields (schema 1) that held these codes
+
+
+class Backend(Protocol):
+    """What every module in backends/ provides (a test holds each one to it)."""
+
+    NAME: str  # as llama.cpp prints its devices: CUDA0, Vulkan0, ROCm0 …
+    GGML_TARGET: str  # the CMake target that proves the backend is in a build
+    MIN_CMAKE: str
+    GIB_PER_JOB: float  # memory one compile job of this backend takes
+    LANGUAGES: tuple[str, ...]  # CMake languages it adds (each gets ccache as its launcher)
+    SHADER_COMPILER: str | None  # the host define naming a shader compiler the shader cache wraps
+    ENUMERATION_ENV: tuple[str, ...]  # variables that hide, reorder or rename its devices
+    RUNTIME_LIBRARIES: dict[str, str]  # soname stem → where it comes from
+    SYSTEMS: tuple[str, ...]  # where the artifacts workflow can build it
+    CI_SETUP: str | None  # the provisioning step that workflow needs ("" none; None: the workflow has none for it)
+    CI_RUNNER: tuple[str, str] | None  # (ubuntu release, container) it needs on Linux; None: any
+    DRIVER_LIBRARY: str  # the library a device of it needs at run time ("" none)
+    ARCH: ArchOption | None  # its GPU-architecture option; None where it has none
+    CAPTURE: Capture | None  # its vendor tool; None where it has none
+    DEVICE_CODE: DeviceCode | None  # the GPU code its binaries carry; None where they carry none
+    BUILD_FAILURES: tuple[Signature, ...]  # how its known build failures show in a log, and their fixes
+    LOG_ROLES: tuple[tuple[re.Pattern[str], str], ...]  # a log line (group `index`) that tells a device's role
+    SPLITS: dict[str, str | None]  # -sm mode → the placement rule it fails by, or None: seen to run; absent: unseen
+
+    def locate(self, host: Host) -> Located: ...
+
+    def inspect(self, host: Host, found: Any, deep: bool) -> Report: ...
+
+    def why_absent(self, environ: Mapping[str, str], captures: Captures) -> str | None:
+        """Why a build with this backend shows no device of it here; None where no device is expected."""
+        ...
+
+
+def one_to_one(devices: list[Any], rows: list[Any], same: Callable[[Any, Any], bool]) -> dict[str, Any]:
+    """Device name → the one row (of nvidia-smi, vulkaninfo …) it matches, where that row matches no other device."""
+    matches = {d.name: [r for r in rows if same(d, r)] for d in devices}
+    claimed = Counter(id(r) for found in matches.values() for r in found)
+    return {name: found[0] for name, found in matches.items() if len(found) == 1 and claimed[id(found[0])] == 1}
+
+
+def which(name: str, *dirs: str) -> str | None:
+    """A program in the first of these directories that has it, else on PATH."""
+    import os
+    import shutil
+
+    for directory in dirs:
+        if directory and os.access(os.path.join(directory, name), os.X_OK):
+            return os.path.join(directory, name)
+    return shutil.which(name)

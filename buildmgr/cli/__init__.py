@@ -1,0 +1,106 @@
+"""The command line: parse, then call one command's function with the `Context`. Errors become one line and an exit
+code. Each command group is its own module (`register(sub, name)` adds one command's parser), imported only when
+that command is chosen, so a no-op build imports nothing it does not run."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from buildmgr import __version__
+from buildmgr.errors import BuildFailed, BuildmgrError, UserError
+
+# command → the module of its group, in the order `--help` lists them
+COMMANDS = {
+    "build": "build",
+    "list": "builds",
+    "which": "builds",
+    "run": "tools",
+    "check": "tools",
+    "remove": "builds",
+    "gc": "builds",
+    "recipes": "host",
+    "doctor": "host",
+    "devices": "devices",
+    "source": "host",
+    "verify": "artifacts",
+    "cache": "host",
+    "matrix": "artifacts",
+    "package": "artifacts",
+    "install-artifact": "artifacts",
+}
+TAKES_A_TOOL = ("run", "check")  # `-- TOOL ARGS…` after buildmgr's own arguments
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, like every other user error
+        raise UserError(f"{message} (see '{self.prog} --help')")
+
+
+def _chosen(argv: list[str]) -> str | None:
+    """The command word: the first argument that is not an option of buildmgr itself."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def split_tool(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """buildmgr's own arguments, and the tool's command line after the first '--' of a command that runs a tool."""
+    if _chosen(argv) in TAKES_A_TOOL and "--" in argv:
+        at = argv.index("--")
+        return argv[:at], argv[at + 1 :]
+    return argv, None
+
+
+def parser(command: str | None) -> argparse.ArgumentParser:
+    """The parser with the chosen command's parser only, or with every command's where none is known (--help)."""
+    top = Parser(prog="buildmgr", description="Build llama.cpp for ggml backends into proven, versioned prefixes.")
+    top.add_argument("--version", action="version", version=f"buildmgr {__version__}")
+    sub = top.add_subparsers(dest="command", required=True, parser_class=Parser)
+    names = [command] if command in COMMANDS else list(COMMANDS)
+    for name in names:
+        importlib.import_module(f"buildmgr.cli.{COMMANDS[name]}").register(sub, name)
+    return top
+
+
+def one_line(text: str) -> str:
+    """A message that quotes the user's input stays one printable line: a newline, a NUL or an undecodable byte in
+    that input is shown escaped."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from buildmgr.cli import render
+
+    try:
+        own, tool = split_tool(list(sys.argv[1:] if argv is None else argv))
+        args = parser(_chosen(own)).parse_args(own)
+        if args.command in TAKES_A_TOOL:
+            args.tool_command = tool if tool is not None else list(args.words)
+        from buildmgr.config import Context
+
+        return args.func(args, Context.from_environment(os.environ, render.warn))
+    except BuildFailed as err:
+        for hint in err.hints:
+            render.say(f"likely fix: {hint}", "bold yellow")
+        for line in err.tail:
+            render.say(f"  {line}")
+        render.say(f"buildmgr: error: {one_line(str(err))}")
+        if err.log is not None:
+            render.say(f"full log: {err.log}")
+        return err.exit_code
+    except BuildmgrError as err:
+        render.say(f"buildmgr: error: {one_line(str(err))}")
+        return err.exit_code
+    except KeyboardInterrupt:
+        render.err().print("buildmgr: interrupted")
+        return 130
+    except BrokenPipeError:  # `buildmgr list --json | head`: the reader left, which is fine
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as err:  # disk full, read-only file system, permission, not a directory …: one line, the path
+        paths = [str(p) for p in (err.filename, err.filename2) if p]
+        where = f": {' → '.join(paths)}" if paths else ""
+        message = f"{err.strerror or err}{where}; check that path and the free space"
+        render.say(f"buildmgr: error: {one_line(message)}")
+        return 2

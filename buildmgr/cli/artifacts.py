@@ -1,0 +1,152 @@
+"""Release artifacts: `matrix`, `package`, `install-artifact`, `verify`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from buildmgr import backends
+from buildmgr.cli import render
+from buildmgr.config import Context, ensure_writable
+from buildmgr.errors import BuildFailed, UserError
+
+
+def register(sub, name: str) -> None:
+    if name == "verify":
+        p = sub.add_parser("verify", help="rebuild an artifact from its receipt here and compare every file")
+        p.add_argument("file", type=Path, help="llama-…-bin-….tar.gz with its .sha256 beside it")
+        p.add_argument("--cold", action="store_true", help="compile everything: no local compile cache either")
+        p.add_argument("--json", action="store_true")
+        p.set_defaults(func=verify)
+    elif name == "matrix":
+        p = sub.add_parser("matrix", help="a GitHub Actions matrix of builds for CI runners: fromJSON() ready")
+        p.add_argument(
+            "recipes", nargs="*", metavar="RECIPE", help="recipes or '+' combinations (default: every recipe)"
+        )
+        for option in backends.arch_options():
+            p.add_argument(option.flag, action="append", default=[], help=option.matrix_help)
+        p.add_argument("--os", action="append", choices=("linux", "macos"), help="default linux (repeatable)")
+        p.add_argument("--cpu-arch", action="append", choices=("x64", "arm64"), help="default x64 (repeatable)")
+        p.add_argument("--format", choices=("github", "json"), default="json", help='github: one line {"include": …}')
+        p.set_defaults(func=matrix)
+    elif name == "package":
+        p = sub.add_parser("package", help="a byte-identical .tar.gz of a build, with its .sha256 beside it")
+        p.add_argument("build")
+        p.add_argument("-o", "--output", type=Path, default=Path("."), help="directory for the archive (default: .)")
+        p.add_argument("--json", action="store_true")
+        p.set_defaults(func=package)
+    elif name == "install-artifact":
+        p = sub.add_parser(
+            "install-artifact", help="verify an artifact and this host, then install it as a build and smoke-run it"
+        )
+        p.add_argument("file", type=Path, help="llama-…-bin-….tar.gz with its .sha256 beside it")
+        p.add_argument("--json", action="store_true")
+        p.set_defaults(func=install_artifact)
+
+
+def matrix(args: argparse.Namespace, ctx: Context) -> int:
+    from buildmgr import source
+    from buildmgr.artifacts.matrix import MatrixRequest
+    from buildmgr.artifacts.matrix import matrix as make_matrix
+    from buildmgr.options import all_recipes
+
+    known = all_recipes(ctx.dirs, "+".join(args.recipes), warn=ctx.warn)
+    request = MatrixRequest(
+        tuple(args.recipes or sorted(known)),
+        {option.flag: tuple(getattr(args, option.dest)) for option in backends.arch_options()},
+        tuple(args.os or ["linux"]),
+        tuple(args.cpu_arch or ["x64"]),
+    )
+    pin = source.load_pin()
+    entries, skipped = make_matrix(request, known, pin.build_number, pin.commit)
+    reasons = [f"{s['recipe']} on {s['os']}/{s['cpu_arch']}: {s['reason']}" for s in skipped]
+    if not entries:
+        raise UserError(f"nothing in this matrix can be built: {'; '.join(reasons)}")
+    for reason in reasons:
+        ctx.warn(f"left out {reason}")
+    for entry in entries:
+        if entry["native_cpu"]:
+            ctx.warn(
+                f"note: {entry['recipe']} builds with GGML_NATIVE=ON: its artifact runs only on CPUs like the runner's; "
+                "universal builds every CPU variant"
+            )
+    if args.format == "github":
+        print(json.dumps({"include": entries}, separators=(",", ":")))
+    else:
+        print(json.dumps({"include": entries, "skipped": skipped}, indent=2))
+    return 0
+
+
+def package(args: argparse.Namespace, ctx: Context) -> int:
+    from buildmgr import store
+    from buildmgr.artifacts import archive
+
+    build = store.find(ctx.dirs, args.build)
+    out_dir = args.output.resolve()
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"-o {args.output}: not a directory")
+    with render.err().status(f"packaging {build.id} …"):
+        packaged = archive.package(build, out_dir, ctx.environ)
+    result = packaged.to_json()
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    render.out().print(f"{packaged.archive} ({packaged.size / 1e6:.1f} MB)", markup=False)
+    render.out().print(f"{packaged.checksum}  sha256 {packaged.sha256}", markup=False)
+    code = "".join(f"; {c.key.upper()} {' '.join(result[c.key])}" for _, c in backends.device_codes() if result[c.key])
+    render.out().print(
+        f"needs: glibc ≥ {result['glibc'] or '?'}; {', '.join(result['needed']) or 'no other libraries'}{code}",
+        markup=False,
+    )
+    return 0
+
+
+def install_artifact(args: argparse.Namespace, ctx: Context) -> int:
+    from buildmgr import hostfacts
+    from buildmgr.artifacts import archive, compat
+    from buildmgr.artifacts.install import install
+    from buildmgr.cli.build import probe_after_build
+    from buildmgr.progress import Reporter
+
+    artifact = archive.open_artifact(args.file)
+    findings = compat.host_findings(artifact.receipt, ctx.environ, hostfacts.read().machine)
+    for found in findings:
+        render.say(found.line(), "red" if found.severity == "error" else "yellow")
+    compat.require_runnable(findings, args.file.name)
+    ensure_writable(ctx.dirs.data, "set XDG_DATA_HOME to a writable directory")
+    ensure_writable(ctx.dirs.cache, "set XDG_CACHE_HOME to a writable directory")
+    outcome = install(ctx.dirs, artifact, findings, Reporter.for_environment(ctx.environ), ctx.environ)
+    if outcome.already:
+        render.say(f"already installed: {outcome.build.id} ({outcome.build.prefix})")
+        devices = None
+    else:
+        render.say(f"installed {outcome.build.id} → {outcome.build.prefix}")
+        devices = probe_after_build(ctx, outcome.build)
+    if args.json:
+        result = {"id": outcome.build.id, "prefix": str(outcome.build.prefix), "already_installed": outcome.already}
+        print(json.dumps(result | {"warnings": list(outcome.warnings), "devices": devices}, indent=2))
+    return 0
+
+
+def verify(args: argparse.Namespace, ctx: Context) -> int:
+    from buildmgr import compile_cache
+    from buildmgr.artifacts import archive, reproduce
+    from buildmgr.progress import Reporter
+
+    artifact = archive.open_artifact(args.file)
+    ensure_writable(ctx.dirs.cache, "set XDG_CACHE_HOME to a writable directory")
+    result = reproduce.verify(ctx.dirs, artifact, ctx.environ, Reporter.for_environment(ctx.environ), cold=args.cold)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    if result.differ:
+        raise BuildFailed(
+            f"{args.file.name} is not what its receipt builds: {len(result.differ)} of {result.files} files differ: "
+            + ", ".join(result.differ)
+        )
+    render.say(
+        f"verified: all {result.files} files of {args.file.name} are what its receipt builds here; "
+        f"{compile_cache.summary(result.ccache)}",
+        "green",
+    )
+    return 0

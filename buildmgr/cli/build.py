@@ -1,0 +1,89 @@
+"""`buildmgr build`: resolve the request, then a no-op, a configure-only run, or the whole pipeline and a probe."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from buildmgr import backends
+from buildmgr.config import Context
+
+
+def register(sub, name: str) -> None:
+    p = sub.add_parser("build", help="build a recipe (default cpu); a no-op if that exact build exists")
+    p.add_argument("recipe", nargs="?", default="cpu", help="recipe, or recipes joined with '+'")
+    for option in backends.arch_options():
+        p.add_argument(option.flag, help=option.help)
+    p.add_argument("--source", help="llama.cpp checkout PATH or git URL@REF (default: the pinned sdist)")
+    p.add_argument("--jobs", "-j", help="parallel compile jobs (default: cores, capped by free memory per job)")
+    p.add_argument(
+        "--define",
+        "-D",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an extra CMake define (part of the build's identity); GGML_*/LLAMA_* ones must exist",
+    )
+    p.add_argument("--rebuild", action="store_true", help="build even if the identical prefix exists")
+    p.add_argument(
+        "--configure-only",
+        action="store_true",
+        help="preflight, configure and prove the backends are in, without compiling or publishing",
+    )
+    p.add_argument("--json", action="store_true", help="print the build id, prefix and devices seen as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    from buildmgr import store
+    from buildmgr.options import BuildRequest, resolve
+
+    given = tuple((o.flag, getattr(args, o.dest)) for o in backends.arch_options() if getattr(args, o.dest) is not None)
+    request = BuildRequest(args.recipe, given, args.source, args.jobs, tuple(args.define))
+    plan = resolve(request, ctx.dirs, ctx.environ, ctx.warn)
+    if args.configure_only:
+        from buildmgr import builder  # a no-op never imports the pipeline (nor rich's progress, nor the File API)
+        from buildmgr.progress import Reporter
+
+        configured = builder.configure_only(plan, ctx.dirs, Reporter.for_environment(ctx.environ), ctx.environ)
+        if args.json:
+            print(
+                json.dumps(
+                    {"id": plan.build_id, "prefix": str(plan.prefix(ctx.dirs.builds))} | configured.to_json(), indent=2
+                )
+            )
+        return 0
+    prefix = plan.prefix(ctx.dirs.builds)
+    up_to_date = not args.rebuild and store.read_receipt(prefix) is not None
+    if up_to_date:
+        # plain text: importing rich would be a sixth of the no-op
+        print(f"up to date: {plan.build_id} ({prefix}); --rebuild to build again", file=sys.stderr)
+    else:
+        if not plan.toolchain.ccache.found:
+            from buildmgr.toolchain import INSTALL_HINTS
+
+            ctx.warn(f"ccache not found: building without a compile cache ({INSTALL_HINTS['ccache']})")
+        from buildmgr import builder
+        from buildmgr.progress import Reporter
+
+        build = builder.execute(
+            plan, ctx.dirs, Reporter.for_environment(ctx.environ), ctx.environ, rebuild=args.rebuild
+        )
+        devices = probe_after_build(ctx, build)
+    if args.json:
+        result = {"id": plan.build_id, "prefix": str(prefix), "up_to_date": up_to_date}
+        print(json.dumps(result | ({} if up_to_date else {"devices": devices}), indent=2))
+    return 0
+
+
+def probe_after_build(ctx: Context, build) -> list[str]:
+    """Probe a new build, record it in the inventory, and say what it sees (and why a backend shows nothing)."""
+    from buildmgr import inventory
+    from buildmgr.cli import render
+
+    entry = inventory.refresh(ctx.dirs, [build], ctx.environ, ctx.warn).builds[build.id]
+    render.say(f"devices this build sees: {render.device_names(entry.probe.devices)}")
+    for reason in entry.absent:
+        render.say(f"  {reason}")
+    return [d.name for d in entry.probe.devices]

@@ -1,0 +1,87 @@
+"""Installed builds: `list`, `which`, `remove`, `gc`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from buildmgr.cli import render
+from buildmgr.config import Context
+
+
+def register(sub, name: str) -> None:
+    if name == "list":
+        p = sub.add_parser("list", help="installed builds")
+        p.add_argument("--json", action="store_true")
+        p.set_defaults(func=list_builds)
+    elif name == "which":
+        p = sub.add_parser("which", help="path of a build's prefix, or of one of its tools")
+        p.add_argument("build", help="build id, or a recipe name for its newest build")
+        p.add_argument("tool", nargs="?")
+        p.set_defaults(func=which)
+    elif name == "remove":
+        p = sub.add_parser("remove", help="remove a build")
+        p.add_argument("build")
+        p.set_defaults(func=remove)
+    elif name == "gc":
+        p = sub.add_parser("gc", help="remove stale staging dirs and build trees of removed builds")
+        p.set_defaults(func=gc)
+
+
+def list_builds(args: argparse.Namespace, ctx: Context) -> int:
+    from buildmgr import store
+
+    builds, unreadable = store.scan(ctx.dirs)
+    for skipped in unreadable:
+        ctx.warn(f"{skipped}; not listed")
+    if args.json:
+        rows = [
+            {
+                "id": b.id,
+                "recipe": b.recipe,
+                "prefix": str(b.prefix),
+                "source": b.receipt.to_json()["source"],
+                "backends": list(b.receipt.backends),
+                "finished": b.finished,
+                "smoke_passed": b.receipt.smoke.passed,
+            }
+            for b in builds
+        ]
+        skipped = [{"prefix": str(u.prefix), "reason": u.reason} for u in unreadable]
+        print(json.dumps({"builds": rows, "unreadable": skipped}, indent=2))
+        return 0
+    if not builds:
+        render.say("no build this buildmgr can read" if unreadable else "no builds yet; run 'buildmgr build'")
+        return 0
+    table = render.table("build", "backends", "source", "finished", "prefix")
+    for b in builds:
+        table.add_row(b.id, ", ".join(b.receipt.backends), b.receipt.source.origin, b.finished, str(b.prefix))
+    render.out().print(table)
+    return 0
+
+
+def which(args: argparse.Namespace, ctx: Context) -> int:
+    from buildmgr import store
+
+    build = store.find(ctx.dirs, args.build)
+    print(build.prefix if args.tool is None else build.installed_tool(args.tool))
+    return 0
+
+
+def remove(args: argparse.Namespace, ctx: Context) -> int:
+    from buildmgr import store
+
+    build = store.find(ctx.dirs, args.build)
+    store.remove(ctx.dirs, build)
+    render.say(f"removed {build.id} ({build.prefix})")
+    return 0
+
+
+def gc(args: argparse.Namespace, ctx: Context) -> int:
+    from buildmgr import store
+
+    removed = store.gc(ctx.dirs)
+    for path in removed:
+        render.say(f"removed {path}")
+    render.say(f"gc: {len(removed)} item(s) removed")
+    return 0

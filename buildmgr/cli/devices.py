@@ -1,0 +1,122 @@
+"""`buildmgr devices`: the inventory (stored, refreshed, or previewed under another environment), a capture from any
+host, and a suggested -dev per build."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from buildmgr import backends
+from buildmgr.cli import render
+from buildmgr.config import Context, ensure_writable
+from buildmgr.errors import UserError
+
+
+def register(sub, name: str) -> None:
+    p = sub.add_parser("devices", help="the devices each build really sees on this host, grouped by physical card")
+    p.add_argument("--refresh", action="store_true", help="probe every build again")
+    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help=f"preview the names under another enumeration environment (e.g. {backends.enumeration_variables()[0]}=1): "
+        "a fresh probe, not stored",
+    )
+    p.add_argument(
+        "--suggest",
+        action="store_true",
+        help="a -dev string per build that uses each physical card once (and -ts by free memory)",
+    )
+    p.add_argument("--prefer", choices=("dgpu", "all", "igpu"), default="dgpu", help="with --suggest: which cards")
+    p.add_argument("--parse", type=Path, metavar="FILE", help="parse a captured --list-devices output instead")
+    for _, capture in backends.captures():
+        p.add_argument(capture.option, type=Path, metavar="FILE", help=capture.help)
+    p.set_defaults(func=run)
+
+
+def _read_capture(path: Path | None, what: str) -> str:
+    if path is None:
+        return ""
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError as err:
+        raise UserError(f"cannot read {what} file {path}: {err.strerror or err}") from None
+
+
+def _env_assignments(items: list[str]) -> dict[str, str]:
+    known = backends.enumeration_variables()
+    assignments = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or name not in known:
+            raise UserError(f"--env takes NAME=VALUE with NAME one of {', '.join(known)}; got {item!r}")
+        assignments[name] = value
+    return assignments
+
+
+def _parse(args: argparse.Namespace) -> int:
+    """The same view from text captured on any host."""
+    from buildmgr import identity, inventory
+    from buildmgr.captures import parse_list_devices
+
+    devices = parse_list_devices(_read_capture(args.parse, "--parse"))
+    captured = {}
+    for name, capture in backends.captures():
+        option = capture.option.lstrip("-").replace("-", "_")
+        captured[name] = capture.parse(_read_capture(getattr(args, option), capture.option))
+    resolved, notes = identity.resolve(devices, captured)
+    if args.suggest:
+        raise UserError("--suggest needs builds, and a capture has no builds: leave out --parse")
+    if args.json:
+        print(json.dumps({"devices": [d.to_json() for d in resolved], "notes": notes}, indent=2, sort_keys=True))
+    else:
+        render.devices_table(inventory.cards(resolved, {}, {}), {}, notes)
+    return 0
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    from buildmgr import inventory, store
+
+    if args.parse is not None:
+        return _parse(args)
+    if args.env:
+        environ = dict(ctx.environ) | _env_assignments(args.env)
+        data = inventory.preview(store.installed(ctx.dirs), environ)
+        ctx.warn("preview under " + " ".join(f"{k}={v}" for k, v in (data.preview_env or {}).items()) + " (not stored)")
+    else:
+        data = None if args.refresh else inventory.read(ctx.dirs, ctx.warn)
+        builds = store.installed(ctx.dirs)
+        if data is None or set(data.builds) != {b.id for b in builds}:
+            ensure_writable(ctx.dirs.inventory, "set XDG_DATA_HOME to a writable directory")
+            data = inventory.refresh(ctx.dirs, builds, ctx.environ, ctx.warn)
+        for change in inventory.environment_changes(data.builds, ctx.environ):
+            ctx.warn(change)
+    if args.suggest:
+        return _suggest(data, args.prefer, args.json)
+    if args.json:
+        print(json.dumps(data.to_json(), indent=2, sort_keys=True))
+    else:
+        render.devices_table(data.cards, data.builds, data.notes)
+    return 0
+
+
+def _suggest(data, prefer: str, as_json: bool) -> int:
+    from buildmgr import identity, inventory
+    from buildmgr.placement.check import suggest
+
+    suggestions = {}
+    for build_id in sorted(data.builds):
+        devices = inventory.build_devices(data, build_id)
+        suggestion = suggest(devices, identity.default_selection(devices), prefer)
+        suggestions[build_id] = suggestion.to_json()
+        if not as_json:
+            kind = {"dgpu": "discrete GPU", "igpu": "iGPU", "all": "GPU"}[prefer]
+            render.out().print(
+                f"{build_id}: {suggestion.flags() if suggestion.devices else f'no {kind} here'}", markup=False
+            )
+    if as_json:
+        print(json.dumps({"prefer": prefer, "builds": suggestions}, indent=2))
+    return 0

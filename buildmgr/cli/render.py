@@ -1,0 +1,117 @@
+"""How commands show results to people: rich consoles (imported late: `--json` paths never pay for rich), findings,
+the devices table and the placement report. No decisions here; only presentation of typed results."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from buildmgr.devices import Device
+    from buildmgr.findings import Finding
+    from buildmgr.inventory_file import BuildEntry, Card
+    from buildmgr.placement.run import CheckReport
+
+STYLES = {"error": "red", "warning": "yellow"}
+
+
+@functools.cache
+def out():
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
+
+
+@functools.cache
+def err():
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def warn(message: str) -> None:
+    err().print(message, markup=False, style="yellow")
+
+
+def say(message: str, style: str | None = None) -> None:
+    """A plain line on stderr, never read as markup."""
+    err().print(message, markup=False, style=style)
+
+
+def table(*columns: str):
+    from rich.table import Table
+
+    return Table(*columns, box=None)
+
+
+def escape(text: str) -> str:
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
+def finding(found: Finding) -> None:
+    say(found.line(), STYLES.get(found.severity, "dim"))
+
+
+def placement(report: CheckReport) -> None:
+    from buildmgr.findings import errors
+
+    for note in report.notes:
+        finding(note)
+    for number, test in enumerate(report.tests, 1):
+        if len(report.tests) > 1:
+            say(f"test {number}: {test.to_json()['flags']}")
+        for found in test.findings:
+            finding(found)
+        if test.outcome is not None:
+            outcome = test.outcome
+            say(
+                f"verify: {outcome.result}"
+                + (f" ({outcome.failure})" if outcome.failure else "")
+                + f"; {test.agreement}"
+            )
+            if outcome.result == "unknown":
+                for line in outcome.tail:
+                    say(f"  {line}")
+        if not test.findings and not errors(report.notes):
+            say("placement ok", "green")
+
+
+def devices_table(cards: Iterable[Card], builds: Mapping[str, BuildEntry], notes: Iterable[str]) -> None:
+    """One row per physical card; a column per build with the names it has there (* the one llama.cpp uses without
+    -dev), or 'built ≠ present' where the build has the card's backend but not the card."""
+    rows = list(cards)
+    grid = table("physical device", "role", "PCI", "memory", *builds)
+    for card in rows:
+        memory = max((m for m in card.memory_total_mib.values() if m is not None), default=None)
+        row = [
+            escape(card.description),
+            card.role,
+            card.pci_bus_id or "—",
+            f"{memory} MiB" if memory is not None else "?",
+        ]
+        for build_id, entry in builds.items():
+            names = [
+                name + ("*" if card.default.get(build_id) == name else "") for name in card.names.get(build_id, ())
+            ]
+            built = set(card.memory_total_mib) & set(entry.backends)
+            row.append(", ".join(names) if names else "[yellow]built ≠ present[/]" if built else "—")
+        if not builds:
+            row[0] = f"{escape(card.description)} [dim]({', '.join(card.members or ())})[/]"
+        grid.add_row(*row)
+    if rows:
+        out().print(grid)
+        if builds:
+            out().print("[dim]* the name llama.cpp uses for that card when no -dev is given[/]")
+    else:
+        out().print(
+            "no devices besides the CPU" + (" in any build" if builds else " (no builds yet: run 'buildmgr build')")
+        )
+    for note in notes:
+        out().print(f"• {escape(note)}")
+
+
+def device_names(devices: Iterable[Device]) -> str:
+    return ", ".join(d.name for d in devices) or "(none besides the CPU)"

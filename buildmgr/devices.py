@@ -1,0 +1,104 @@
+"""The device records every layer shares: a device as llama.cpp names it, a card as the kernel sees it, what
+llama.cpp does with a device when no `-dev` is given, and PCI ids in one spelling. Nothing here knows a vendor:
+the backend modules hold their own tools' records; this module sits below them and below the probe."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from enum import Enum
+from typing import Any
+
+_PCI = re.compile(r"^(?:([0-9a-f]{4,8}):)?([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])(-v\d+)?$")
+# A name given to two different cards by builds probed under different environments is shown as NAME@PCI.
+_QUALIFIER = "@"
+
+# What a vendor tool saw, per backend name (see backends.Capture); a backend missing here was not asked.
+Captures = Mapping[str, list[Any]]
+
+
+def normalize_pci(bus_id: str | None) -> str | None:
+    """'00000000:06:00.0' (nvidia-smi), '0000:06:00.0' (ggml) → '0000:06:00.0'; None if not a PCI id."""
+    match = _PCI.match((bus_id or "").strip().lower())
+    if not match:
+        return None
+    domain, bus, device, function, virtual = match.groups()
+    return f"{int(domain or '0', 16):04x}:{bus}:{device}.{function}{virtual or ''}"
+
+
+def qualified(name: str, pci_bus_id: str | None) -> str:
+    """The name of a device that another card has under the same name in another build."""
+    return f"{name}{_QUALIFIER}{pci_bus_id}"
+
+
+def plain_name(name: str) -> str:
+    """The name llama.cpp uses, without the qualifier `qualified` added."""
+    return name.split(_QUALIFIER, 1)[0]
+
+
+def alone_id(name: str) -> str:
+    """The physical id of a device that nothing ties to another name."""
+    return f"alone:{name}"
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    backend: str
+    index: int | None
+    description: str
+    memory_total_mib: int | None
+    memory_free_mib: int | None
+    type: str = "unknown"  # the role: gpu | igpu | accel | cpu | remote | unknown
+    physical_id: str = ""
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    ggml_type: str | None = None  # what ggml itself reports; known only from the API probe
+    device_id: str | None = None  # ggml's raw device_id
+    caps: dict[str, bool] | None = None
+    source: str = "list-devices"  # ggml-api | list-devices
+    kernel_driver: str | None = None  # /sys/class/drm: which kernel driver holds the card
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> Device:
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class DrmCard:
+    """A GPU as the kernel sees it: which driver holds it, even when no user-space API lists it."""
+
+    card: str
+    driver: str
+    pci_bus_id: str | None
+    vendor: str  # PCI vendor id
+
+
+class State(Enum):
+    """What llama.cpp does with a device when no -dev is given."""
+
+    USED = "used"
+    SKIPPED = "skipped"
+    UNUSED = "unused"
+    NOT_A_DEV = "not a -dev"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Selection:
+    state: State
+    reason: str = ""  # why, for people: the name that already holds the same device id …
+
+    @property
+    def used(self) -> bool:
+        return self.state is State.USED
+
+    def sentence(self) -> str:
+        """As the inventory's `default_selection` spells it: 'used', 'skipped: same device id as <name>' …"""
+        if self.state is State.USED:
+            return f"used ({self.reason})" if self.reason else "used"
+        return f"{self.state.value}: {self.reason}" if self.reason else self.state.value

@@ -1,0 +1,119 @@
+"""The whole check of one command line: read its placements, take the build's devices here from the inventory (or a
+fresh probe), check each placement, and with --verify run it. The edge of the placement package: it reads and runs;
+the modules it calls do not."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from buildmgr.findings import Finding, errors
+from buildmgr.placement.check import Here, check, memory_findings, model_devices, weights_per_device
+from buildmgr.placement.syntax import Placement, describe, parse
+from buildmgr.placement.verify import Outcome, agreement, verify
+
+
+def finding_json(finding: Finding) -> dict[str, str]:
+    """A finding as `check --json` spells it (spec): its subject is the flag as written."""
+    return {
+        "severity": finding.severity,
+        "flag": finding.subject,
+        "message": finding.message,
+        "fix": finding.fix,
+        "rule": finding.rule,
+    }
+
+
+@dataclass(frozen=True)
+class Tested:
+    """One placement of the command line (llama-bench may hold several), its findings and its verify run."""
+
+    placement: Placement
+    findings: tuple[Finding, ...]
+    outcome: Outcome | None = None  # with --verify
+
+    @property
+    def agreement(self) -> str:
+        return agreement(list(self.findings), self.outcome) if self.outcome is not None else ""
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "placement": self.placement.to_json(),
+            "flags": describe(self.placement),
+            "findings": [finding_json(f) for f in self.findings],
+        }
+        if self.outcome is not None:
+            data["verify"] = self.outcome.to_json() | {"agreement": self.agreement}
+        return data
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    build: str
+    tool: str
+    probed_afresh: bool
+    notes: tuple[Finding, ...]  # on the command line as a whole
+    tests: tuple[Tested, ...]
+    verified: bool
+
+    @property
+    def exit_code(self) -> int:
+        """1 where llama.cpp will certainly fail (or, verified, where a run did not run); else 0."""
+        if errors(self.notes):  # a verify run in llama-bench's syntax cannot show these
+            return 1
+        if self.verified:
+            return int(any(t.outcome is not None and t.outcome.result != "ran" for t in self.tests))
+        return int(any(errors(t.findings) for t in self.tests))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "build": self.build,
+            "tool": self.tool,
+            "probed_afresh": self.probed_afresh,
+            "notes": [finding_json(f) for f in self.notes],
+            "tests": [t.to_json() for t in self.tests],
+            "exit_code": self.exit_code,
+        }
+
+
+def run_check(
+    dirs, build, command: list[str], environ: Mapping[str, str], *, model: Path | None, run_verify: bool
+) -> CheckReport:
+    """Parse TOOL ARGS… (TOOL checked by the caller), check every placement against the build's devices here, and
+    with `run_verify` run it."""
+    from buildmgr import inventory
+    from buildmgr.config import ensure_writable
+    from buildmgr.errors import UserError
+    from buildmgr.options import available_gib
+    from buildmgr.smoke import tiny_model
+
+    placements, notes = parse(command[0], command[1:], dict(environ))
+    user_model = model or next((Path(p.model) for p in placements if p.model), None)
+    if user_model is not None and not user_model.is_file():
+        raise UserError(f"model {user_model} does not exist")
+    view = inventory.placement_view(dirs, build, environ)
+    here = Here(
+        view.devices,
+        view.default,
+        build.receipt.source.commit or "",
+        view.moved,
+        {d.name: d.memory_free_mib for d in view.devices},
+        int(available_gib() * 1024),
+    )
+    tests = []
+    for candidate in placements:
+        found = check(candidate, here)
+        if user_model is not None:
+            chosen, _ = model_devices(candidate, here)
+            found += memory_findings(weights_per_device(candidate, user_model, here, chosen), here)
+        outcome = None
+        if run_verify:
+            ensure_writable(dirs.cache, "set XDG_CACHE_HOME to a writable directory")
+            model_file = user_model or tiny_model(dirs.cache)
+            outcome = verify(
+                build.tool("llama-bench"), model_file, candidate, environ, user_model=user_model is not None
+            )
+        tests.append(Tested(candidate, tuple(found), outcome))
+    return CheckReport(build.id, command[0], view.fresh, tuple(notes), tuple(tests), run_verify)

@@ -1,0 +1,259 @@
+"""Reading and writing placement flags: llama-cli/-server/-completion's syntax (and their LLAMA_ARG_* twins) and
+llama-bench's, each described once by a `Syntax`, so that what is read can be written back in either."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from buildmgr.errors import UserError
+from buildmgr.findings import Finding
+
+SPLIT_MODES = ("none", "layer", "row", "tensor")
+
+
+@dataclass(frozen=True)
+class Syntax:
+    """How one tool separates list entries in its placement flags."""
+
+    devices: str  # joins the devices of one placement
+    tensor_split: str  # separators read between -ts entries; the first is written
+    overrides: str  # joins -ot entries
+    tests: str = ""  # separates whole placements (llama-bench runs each as its own test); "" none
+
+
+COMMON = Syntax(devices=",", tensor_split=",/", overrides=",")
+BENCH = Syntax(devices="/", tensor_split="/;", overrides=";", tests=",")
+
+
+@dataclass(frozen=True)
+class Option:
+    key: str
+    flags: tuple[str, ...]
+    env: str
+    takes_value: bool = True
+
+
+# common/arg.cpp at the pin: the placement options of llama-cli, llama-server, llama-completion …
+OPTIONS = (
+    Option("devices", ("-dev", "--device"), "LLAMA_ARG_DEVICE"),
+    Option("split_mode", ("-sm", "--split-mode"), "LLAMA_ARG_SPLIT_MODE"),
+    Option("main_gpu", ("-mg", "--main-gpu"), "LLAMA_ARG_MAIN_GPU"),
+    Option("tensor_split", ("-ts", "--tensor-split"), "LLAMA_ARG_TENSOR_SPLIT"),
+    Option("overrides", ("-ot", "--override-tensor"), "LLAMA_ARG_OVERRIDE_TENSOR"),
+    Option("gpu_layers", ("-ngl", "--gpu-layers", "--n-gpu-layers"), "LLAMA_ARG_N_GPU_LAYERS"),
+    Option("n_cpu_moe", ("-ncmoe", "--n-cpu-moe"), "LLAMA_ARG_N_CPU_MOE"),
+    Option("cpu_moe", ("-cmoe", "--cpu-moe"), "LLAMA_ARG_CPU_MOE", takes_value=False),
+    Option("model", ("-m", "--model"), "LLAMA_ARG_MODEL"),
+)
+_BY_FLAG = {flag: option for option in OPTIONS for flag in option.flags}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One placement, as llama.cpp resolves it; `devices` None means -dev was not given (llama.cpp chooses)."""
+
+    devices: tuple[str, ...] | None = None
+    split_mode: str = "layer"
+    main_gpu: int = 0
+    tensor_split: tuple[float, ...] = ()
+    overrides: tuple[tuple[str, str], ...] = ()  # (tensor name pattern, buffer type)
+    gpu_layers: str | None = None
+    n_cpu_moe: int | None = None
+    cpu_moe: bool = False
+    model: str | None = None
+    spelled: dict[str, str] = field(default_factory=dict)  # key → how the user wrote it, for messages
+
+    def flag(self, key: str) -> str:
+        return self.spelled.get(key, next(o.flags[0] for o in OPTIONS if o.key == key))
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "devices": list(self.devices) if self.devices is not None else None,
+            "split_mode": self.split_mode,
+            "main_gpu": self.main_gpu,
+            "tensor_split": list(self.tensor_split),
+            "overrides": [list(o) for o in self.overrides],
+            "gpu_layers": self.gpu_layers,
+            "cpu_moe": self.cpu_moe,
+            "n_cpu_moe": self.n_cpu_moe,
+            "model": self.model,
+        }
+
+
+# --- reading the flags ------------------------------------------------------------------------------------------
+
+
+def _number_list(text: str, flag: str, separators: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(part) for part in re.split(f"[{separators}]+", text) if part)
+    except ValueError:
+        raise UserError(f"{flag} {text!r}: every entry must be a number, e.g. {flag} 3,1") from None
+
+
+def _int(text: str, flag: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise UserError(f"{flag} {text!r} must be a whole number") from None
+
+
+def _overrides(text: str, flag: str, separator: str) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for item in text.split(separator):
+        pattern, sep, target = item.partition("=")
+        if not sep:
+            raise UserError(
+                f"{flag} {item!r} needs PATTERN=BUFFER_TYPE (llama.cpp throws 'invalid value'), e.g. ffn=CPU"
+            )
+        try:
+            re.compile(pattern)
+        except re.error as err:
+            raise UserError(
+                f"{flag} pattern {pattern!r} is not a valid regular expression ({err}); llama.cpp would throw"
+            ) from None
+        pairs.append((pattern, target))
+    return tuple(pairs)
+
+
+def _apply(values: dict, key: str, value: str, flag: str) -> None:
+    if key == "devices":
+        values[key] = () if value == "none" else tuple(value.split(COMMON.devices))
+    elif key == "split_mode":
+        if value not in SPLIT_MODES:
+            raise UserError(f"{flag} {value!r}: one of {', '.join(SPLIT_MODES)}")
+        values[key] = value
+    elif key in ("main_gpu", "n_cpu_moe"):
+        values[key] = _int(value, flag)
+    elif key == "tensor_split":
+        values[key] = _number_list(value, flag, COMMON.tensor_split)
+    elif key == "overrides":
+        values[key] = values.get(key, ()) + _overrides(value, flag, COMMON.overrides)  # env and command line both apply
+    elif key == "cpu_moe":
+        values[key] = True
+    else:
+        values[key] = value
+
+
+def parse_common(args: list[str], environ: dict[str, str]) -> tuple[Placement, list[Finding]]:
+    """The placement of llama-cli/-server/-completion ARGS: environment first, then the command line over it."""
+    values: dict = {}
+    spelled: dict[str, str] = {}
+    findings: list[Finding] = []
+    for option in OPTIONS:
+        if option.env in environ and (option.takes_value or environ[option.env].lower() in ("1", "true", "on", "yes")):
+            _apply(values, option.key, environ[option.env], option.env)
+            spelled[option.key] = option.env
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        name = arg.replace("_", "-") if arg.startswith("--") else arg
+        head, eq, inline = name.partition("=")
+        option = _BY_FLAG.get(name) or (_BY_FLAG.get(head) if eq else None)
+        index += 1
+        if option is None:
+            continue
+        if eq and name not in _BY_FLAG:
+            findings.append(
+                Finding(
+                    "error",
+                    arg,
+                    "llama.cpp takes no '=' form (it stops with 'invalid argument')",
+                    f"write {head} {inline}",
+                    "no-equals-form",
+                )
+            )
+            value = inline
+        elif not option.takes_value:
+            value = "1"
+        elif index < len(args):
+            value, index = args[index], index + 1
+        else:
+            raise UserError(f"{arg} needs a value")
+        _apply(values, option.key, value, arg)
+        spelled[option.key] = arg
+    return Placement(**values, spelled=spelled), findings
+
+
+def parse_bench(args: list[str]) -> tuple[list[Placement], list[Finding]]:
+    """llama-bench's own syntax: ',' separates tests, '/' joins devices (and -ts entries) within one test."""
+    lists: dict[str, list] = {}
+    findings = []
+    index = 0
+    while index < len(args):
+        arg, index = args[index], index + 1
+        option = _BY_FLAG.get(arg)
+        if option is None or option.key in ("cpu_moe", "n_cpu_moe") or index >= len(args):
+            continue
+        value, index = args[index], index + 1
+        combos = value.split(BENCH.tests)
+        if option.key == "devices":
+            lists["devices"] = [() if c == "none" else tuple(c.split(BENCH.devices)) for c in combos]
+            if len(combos) > 1 and all(BENCH.devices not in c and c != "none" for c in combos):
+                findings.append(
+                    Finding(
+                        "note",
+                        f"{arg} {value}",
+                        f"llama-bench runs each of {', '.join(combos)} as its own test",
+                        f"to use them together write {arg} {BENCH.devices.join(combos)}",
+                        "bench-comma",
+                    )
+                )
+        elif option.key == "split_mode":
+            lists["split_mode"] = [_apply_one("split_mode", c, arg) for c in combos]
+        elif option.key == "main_gpu":
+            lists["main_gpu"] = [_int(c, arg) for c in combos]
+        elif option.key == "tensor_split":
+            lists["tensor_split"] = [_number_list(c, arg, BENCH.tensor_split) for c in combos]
+        elif option.key == "overrides":
+            lists["overrides"] = [_overrides(c, arg, BENCH.overrides) if c else () for c in combos]
+        elif option.key == "gpu_layers":
+            lists["gpu_layers"] = combos
+        elif option.key == "model":
+            lists["model"] = combos
+    keys = list(lists)
+    placements = [Placement(**dict(zip(keys, combo))) for combo in itertools.product(*(lists[k] for k in keys))]
+    return placements or [Placement()], findings
+
+
+def _apply_one(key: str, value: str, flag: str):
+    values: dict = {}
+    _apply(values, key, value, flag)
+    return values[key]
+
+
+def parse(tool: str, args: list[str], environ: dict[str, str]) -> tuple[list[Placement], list[Finding]]:
+    if Path(tool).name == "llama-bench":
+        return parse_bench(args)
+    placement, findings = parse_common(args, environ)
+    return [placement], findings
+
+
+# --- writing them ----------------------------------------------------------------------------------------------
+
+
+def write(placement: Placement, syntax: Syntax, layers: bool = False) -> list[str]:
+    """The placement as arguments in a tool's syntax (with `layers`, -ngl too where it is a number)."""
+    words = []
+    if placement.devices is not None:
+        words += ["-dev", syntax.devices.join(placement.devices) or "none"]
+    words += ["-sm", placement.split_mode, "-mg", str(placement.main_gpu)]
+    if placement.tensor_split:
+        words += ["-ts", syntax.tensor_split[0].join(f"{v:g}" for v in placement.tensor_split)]
+    if placement.overrides:
+        words += ["-ot", syntax.overrides.join(f"{p}={t}" for p, t in placement.overrides)]
+    if layers and placement.gpu_layers is not None and placement.gpu_layers.lstrip("-").isdigit():
+        words += ["-ngl", placement.gpu_layers]
+    return words
+
+
+def describe(placement: Placement) -> str:
+    """The placement in llama-cli's own syntax."""
+    return " ".join(write(placement, COMMON))
+
+
+def bench_args(placement: Placement) -> list[str]:
+    """The same placement in llama-bench's syntax ('/' joins devices and -ts entries; ';' joins overrides)."""
+    return write(placement, BENCH, layers=True)

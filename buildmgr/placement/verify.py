@@ -1,0 +1,59 @@
+"""The verify run: the placement in a tiny llama-bench run, and whether it did what the rules predicted."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from buildmgr import proc
+from buildmgr.findings import Finding, errors, first_match
+from buildmgr.placement import rules
+from buildmgr.placement.syntax import Placement, bench_args
+
+VERIFY_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class Outcome:
+    result: str  # ran | known | unknown
+    exit_code: int | None
+    failure: str = ""  # the rule's id
+    tail: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        return {"result": self.result, "exit_code": self.exit_code, "failure": self.failure, "tail": list(self.tail)}
+
+
+def classify(code: int | None, output: str) -> Outcome:
+    tail = tuple(output.strip().splitlines()[-6:])
+    if code == 0:
+        return Outcome("ran", code)
+    known = first_match((rule.signature for rule in rules.RULES), output)
+    return Outcome("known", code, known.name, tail) if known else Outcome("unknown", code, "", tail)
+
+
+def verify(bench: Path, model: Path, placement: Placement, environ: Mapping[str, str], *, user_model: bool) -> Outcome:
+    """Run llama-bench with the placement in a child, with a timeout; tiny runs (-p 1 -n 1 on a user's model)."""
+    size = ["-p", "1", "-n", "1"] if user_model else ["-p", "16", "-n", "4"]
+    command = [str(bench), "-m", str(model), *size, "-r", "1", "-v", *bench_args(placement)]
+    ran = proc.run(command, env=dict(environ), timeout=VERIFY_TIMEOUT_S)
+    if ran.timed_out:
+        return Outcome("unknown", None, "", (ran.stderr,))
+    return classify(ran.returncode, ran.output)
+
+
+def agreement(findings: list[Finding], outcome: Outcome) -> str:
+    """Did the run do what the rules predicted?"""
+    predicted = errors(findings)
+    if not predicted:
+        return (
+            "as predicted: ran"
+            if outcome.result == "ran"
+            else f"not predicted: it failed ({outcome.failure or 'unknown failure'})"
+        )
+    if outcome.result == "ran":
+        return "contradicted: " + ", ".join(sorted({f.rule for f in predicted})) + " predicted a failure, but it ran"
+    if outcome.failure in {f.rule for f in predicted}:
+        return f"as predicted: {outcome.failure}"
+    return f"failed as predicted, but as {outcome.failure or 'an unknown failure'} (predicted {', '.join(sorted({f.rule for f in predicted}))})"
