@@ -259,3 +259,42 @@ def test_each_architecture_option_resolves_through_its_backend_in_a_fixed_order(
     arch = resolve_arch(SimpleNamespace(backends=("ROCm", "CUDA", "CPU")), request, host, Memo())
     assert arch.defines == (("CMAKE_CUDA_ARCHITECTURES", "90"), ("GPU_TARGETS", hip.parse_gfx("gfx1100")[0]))
     assert arch.label == "-".join(("sm90", hip.parse_gfx("gfx1100")[1]))
+
+
+def fake_rocm(root: Path, version: str = "6.4.3") -> Path:
+    """A ROCm tree in AMD's layout: hipconfig that prints its version, the hipBLAS/rocBLAS CMake packages, clang."""
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "hipconfig").write_text(f"#!/bin/sh\necho {version}\n")
+    (root / "bin" / "hipconfig").chmod(0o755)
+    for package in ("hipblas", "rocblas"):
+        (root / "lib" / "cmake" / package).mkdir(parents=True)
+    (root / "llvm" / "bin").mkdir(parents=True)
+    (root / "llvm" / "bin" / "clang").write_text("")
+    return root
+
+
+def test_rocm_is_located_once_and_its_checks_and_memo_inputs_come_from_that(tmp_path):
+    from buildmgr.toolchain import Tool, Toolchain
+
+    root = fake_rocm(tmp_path / "rocm")
+    tools = Toolchain(Tool("cmake"), Tool("ninja"), Tool("cc"), Tool("c++"), Tool("ccache"))
+    host = Host({"ROCM_PATH": str(root), "PATH": "/usr/bin:/bin"}, "Linux", "x86_64", tools)
+    found = hip.locate(host)
+    assert found.hipconfig == str(root / "bin" / "hipconfig")
+    assert set(found.inputs) == {
+        str(root / "bin" / "hipconfig"),
+        str(root / "lib" / "cmake" / "hipblas"),
+        str(root / "lib" / "cmake" / "rocblas"),
+        str(root / "llvm" / "bin" / "clang"),
+    }
+    report = hip.inspect(host, found, deep=False)
+    assert not report.failures and report.host_defines == {"CMAKE_HIP_COMPILER": str(root / "llvm" / "bin" / "clang")}
+    assert report.versions == {"rocm": "6.4.3"}
+    (root / "lib" / "cmake" / "rocblas").rmdir()
+    [missing] = hip.inspect(host, hip.locate(host), deep=False).failures
+    assert missing.what == "rocblas" and "rocblas-dev" in missing.fix
+    old = fake_rocm(tmp_path / "old", version="5.7.1")
+    [too_old] = hip.inspect(
+        host, hip.locate(Host({"ROCM_PATH": str(old)}, "Linux", "x86_64", tools)), deep=False
+    ).failures
+    assert too_old.what == "ROCm" and too_old.found.startswith("5.7.1")

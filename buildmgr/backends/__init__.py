@@ -1,4 +1,4 @@
-"""Per-backend knowledge, one module each, behind the `Backend` Protocol below: where its toolkit is on this host
+"""Per-backend knowledge, one module each, behind the `Backend` Protocol (in `base`): where its toolkit is on this host
 (`locate`), what to check before compiling, which ggml target proves it is in a build, its GPU-architecture option,
 the vendor tool whose capture adds to ggml's device list, the GPU code its binaries carry, and the build failures
 it is known for. Nothing outside this package names a backend; the functions here are the generic ways in.

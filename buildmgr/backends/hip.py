@@ -7,6 +7,7 @@ and ROCm's clang sit under it, so a distribution's layout is one more row of `LA
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -102,10 +103,21 @@ class Rocm:
         return (*([self.hipconfig] if self.hipconfig else []), *map(str, self.packages.values()), str(self.clang))
 
 
+def find_rocm(environ: Mapping[str, str]) -> Rocm:
+    """The first layout whose hipconfig is where that layout keeps it (ROCM_PATH moves every layout's root), else the
+    first layout, with hipconfig from PATH if it is there."""
+    found = []
+    for layout in LAYOUTS:
+        root = Path(environ.get("ROCM_PATH", layout.root))
+        bindir = root / layout.bin
+        if os.access(bindir / "hipconfig", os.X_OK):
+            return Rocm(layout, root, str(bindir / "hipconfig"))
+        found.append(Rocm(layout, root, which("hipconfig", str(bindir))))
+    return found[0]
+
+
 def locate(host: Host) -> Rocm:
-    layout = LAYOUTS[0]
-    root = Path(host.environ.get("ROCM_PATH", layout.root))
-    return Rocm(layout, root, which("hipconfig", str(root / layout.bin)))
+    return find_rocm(host.environ)
 
 
 def parse_gfx(text: str) -> tuple[str, str]:
@@ -151,8 +163,7 @@ def inspect(host: Host, found: Rocm, deep: bool) -> Report:
 
 def visible_targets(environ: Mapping[str, str]) -> list[str]:
     """The gfx targets of this host's AMD GPUs, as rocminfo lists them (gfx000 is the CPU agent)."""
-    layout = LAYOUTS[0]
-    rocminfo = which("rocminfo", str(Path(environ.get("ROCM_PATH", layout.root)) / layout.bin))
+    rocminfo = which("rocminfo", str(find_rocm(environ).bin))
     found = (
         sorted(set(re.findall(r"\b(gfx[0-9a-f]{3,4})\b", proc.run([rocminfo], timeout=60).output))) if rocminfo else []
     )
