@@ -217,7 +217,9 @@ def _probe_all(builds: list[store.Build], environ: Mapping[str, str]) -> tuple[d
 def _complete_captures(captured: dict, builds: Mapping[str, BuildEntry]) -> dict:
     """The captures run beside the probes, and those the probes' results call for."""
     later = {
-        name: run_capture(backends.module(name).CAPTURE) for name in captures_wanted(builds) if name not in captured
+        name: run_capture(backends.module(name).EXTRAS.capture)
+        for name in captures_wanted(builds)
+        if name not in captured
     }
     return captured | later
 

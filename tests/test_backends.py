@@ -229,6 +229,8 @@ def test_every_backend_module_implements_the_protocol():
         missing = [m for m in [*protocol.__annotations__, *functions] if not hasattr(backend, m)]
         assert not missing, f"backends/{name}.py lacks {missing}"
         wrong = [m for m in protocol.__annotations__ if not _is(getattr(backend, m), hints[m])]
+        extras = typing.get_type_hints(backends.Extras)
+        wrong += [f"EXTRAS.{f}" for f in extras if not _is(getattr(backend.EXTRAS, f), extras[f])]
         assert not wrong, f"backends/{name}.py: {wrong} not of the declared type"
         for function, declared in functions.items():
             wanted = list(inspect.signature(declared).parameters)[1:]  # less self

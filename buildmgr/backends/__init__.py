@@ -19,6 +19,7 @@ from buildmgr.backends.base import (
     Backend,
     Capture,
     DeviceCode,
+    Extras,
     Host,
     Report,
 )
@@ -29,7 +30,7 @@ from buildmgr.memo import Memo, stamps
 if TYPE_CHECKING:
     from buildmgr.devices import Captures
 
-__all__ = ["NOT_A_CARD", "ArchOption", "Backend", "Capture", "Check", "DeviceCode", "Host", "Report"]
+__all__ = ["NOT_A_CARD", "ArchOption", "Backend", "Capture", "Check", "DeviceCode", "Extras", "Host", "Report"]
 
 
 @functools.cache
@@ -59,15 +60,15 @@ def known_backends() -> tuple[str, ...]:
 def arch_options(names: tuple[str, ...] | None = None) -> list[ArchOption]:
     """The architecture options of these backends (of all, without names), in a fixed order."""
     chosen = all_modules() if names is None else [m for m in all_modules() if m.NAME in names]
-    return [m.ARCH for m in chosen if m.ARCH is not None]
+    return [m.EXTRAS.arch for m in chosen if m.EXTRAS.arch is not None]
 
 
 def captures() -> list[tuple[str, Capture]]:
-    return [(m.NAME, m.CAPTURE) for m in all_modules() if m.CAPTURE is not None]
+    return [(m.NAME, m.EXTRAS.capture) for m in all_modules() if m.EXTRAS.capture is not None]
 
 
 def device_codes() -> list[tuple[str, DeviceCode]]:
-    return [(m.NAME, m.DEVICE_CODE) for m in all_modules() if m.DEVICE_CODE is not None]
+    return [(m.NAME, m.EXTRAS.device_code) for m in all_modules() if m.EXTRAS.device_code is not None]
 
 
 def device_code_of_schema_1(runtime: Mapping[str, Any]) -> dict[str, list[Any]]:
@@ -91,26 +92,26 @@ def kernel_findings(device_code: Mapping[str, Sequence[str]], environ: Mapping[s
 
 
 def build_failures() -> tuple[Signature, ...]:
-    return tuple(s for m in all_modules() for s in m.BUILD_FAILURES)
+    return tuple(s for m in all_modules() for s in m.EXTRAS.build_failures)
 
 
 def log_roles() -> list[tuple[str, re.Pattern[str], str]]:
-    return [(m.NAME, pattern, role) for m in all_modules() for pattern, role in m.LOG_ROLES]
+    return [(m.NAME, pattern, role) for m in all_modules() for pattern, role in m.EXTRAS.log_roles]
 
 
 def languages() -> tuple[str, ...]:
     """Every CMake language a build may compile: C, C++ and each backend's own."""
-    return ("C", "CXX", *(language for m in all_modules() for language in m.LANGUAGES))
+    return ("C", "CXX", *(language for m in all_modules() for language in m.EXTRAS.languages))
 
 
 def splits(device_backend: str) -> Mapping[str, str | None]:
     """What was observed of each split mode over a device of this backend (none for one that is not a module)."""
     backend = _by_name().get(device_backend)
-    return backend.SPLITS if backend is not None else {}
+    return backend.EXTRAS.splits if backend is not None else {}
 
 
 def shader_compilers() -> tuple[str, ...]:
-    return tuple(m.SHADER_COMPILER for m in all_modules() if m.SHADER_COMPILER)
+    return tuple(m.EXTRAS.shader_compiler for m in all_modules() if m.EXTRAS.shader_compiler)
 
 
 def owned_defines() -> dict[str, str]:
@@ -224,6 +225,6 @@ def ci_setup(backends: tuple[str, ...]) -> tuple[str, ...]:
 def ci_runner(backends: tuple[str, ...]) -> tuple[str, str] | None:
     """The (ubuntu release, container) these backends need on a Linux runner: a container wins, then the newest
     release; None where any runner does."""
-    needs = [module(name).CI_RUNNER for name in backends]
+    needs = [module(name).EXTRAS.ci_runner for name in backends]
     found = [n for n in needs if n is not None]
     return max(found, key=lambda n: (bool(n[1]), n[0]), default=None)

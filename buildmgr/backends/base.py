@@ -121,27 +121,34 @@ class DeviceCode:
     schema_1: tuple[str, ...] = ()  # the receipt fields (schema 1) that held these codes
 
 
+@dataclass(frozen=True)
+class Extras:
+    """What only some backends have, each none by default: a backend module states the ones it has, and only those."""
+
+    languages: tuple[str, ...] = ()  # CMake languages it adds (each gets ccache as its launcher)
+    shader_compiler: str | None = None  # the host define naming a shader compiler the shader cache wraps
+    arch: ArchOption | None = None  # its GPU-architecture option
+    capture: Capture | None = None  # its vendor tool
+    device_code: DeviceCode | None = None  # the GPU code its binaries carry
+    build_failures: tuple[Signature, ...] = ()  # how its known build failures show in a log, and their fixes
+    log_roles: tuple[tuple[re.Pattern[str], str], ...] = ()  # a log line (group `index`) that tells a device's role
+    splits: Mapping[str, str | None] = field(default_factory=dict)  # -sm mode → the rule it fails by; None: ran
+    ci_runner: tuple[str, str] | None = None  # (ubuntu release, container) it needs on a Linux runner
+
+
 class Backend(Protocol):
-    """What every module in backends/ provides (a test holds each one to it)."""
+    """What every module in backends/ provides (a test holds each one to it, types included)."""
 
     NAME: str  # as llama.cpp prints its devices: CUDA0, Vulkan0, ROCm0 …
     GGML_TARGET: str  # the CMake target that proves the backend is in a build
     MIN_CMAKE: str
     GIB_PER_JOB: float  # memory one compile job of this backend takes
-    LANGUAGES: tuple[str, ...]  # CMake languages it adds (each gets ccache as its launcher)
-    SHADER_COMPILER: str | None  # the host define naming a shader compiler the shader cache wraps
     ENUMERATION_ENV: tuple[str, ...]  # variables that hide, reorder or rename its devices
     RUNTIME_LIBRARIES: dict[str, str]  # soname stem → where it comes from
     SYSTEMS: tuple[str, ...]  # where the artifacts workflow can build it
     CI_SETUP: str | None  # the provisioning step that workflow needs ("" none; None: the workflow has none for it)
-    CI_RUNNER: tuple[str, str] | None  # (ubuntu release, container) it needs on Linux; None: any
     DRIVER_LIBRARY: str  # the library a device of it needs at run time ("" none)
-    ARCH: ArchOption | None  # its GPU-architecture option; None where it has none
-    CAPTURE: Capture | None  # its vendor tool; None where it has none
-    DEVICE_CODE: DeviceCode | None  # the GPU code its binaries carry; None where they carry none
-    BUILD_FAILURES: tuple[Signature, ...]  # how its known build failures show in a log, and their fixes
-    LOG_ROLES: tuple[tuple[re.Pattern[str], str], ...]  # a log line (group `index`) that tells a device's role
-    SPLITS: dict[str, str | None]  # -sm mode → the placement rule it fails by, or None: seen to run; absent: unseen
+    EXTRAS: Extras  # what only some backends have
 
     def locate(self, host: Host) -> Located: ...
 

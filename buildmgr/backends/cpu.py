@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from buildmgr.backends.base import Host, Nothing, Report
+from buildmgr.backends.base import Extras, Host, Nothing, Report
 from buildmgr.errors import UserError
 from buildmgr.findings import Check
 
@@ -32,15 +32,7 @@ SYSTEMS = ("linux", "macos")
 CI_SETUP = ""
 # A library only a GPU host has, which every tool of a non-DL build loads at start ("": none).
 DRIVER_LIBRARY = ""
-ARCH = None
-LANGUAGES: tuple[str, ...] = ()
-SHADER_COMPILER = None
-CI_RUNNER = None
-CAPTURE = None
-DEVICE_CODE = None
-BUILD_FAILURES = ()
-LOG_ROLES = ()
-SPLITS: dict[str, str | None] = {}
+EXTRAS = Extras()  # no arch option, vendor tool, GPU code or known failures of its own
 
 
 def locate(host: Host) -> Nothing:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildmgr import proc
-from buildmgr.backends.base import ArchOption, Capture, DeviceCode, Host, Report, one_to_one, which
+from buildmgr.backends.base import ArchOption, Capture, DeviceCode, Extras, Host, Report, one_to_one, which
 from buildmgr.devices import normalize_pci
 from buildmgr.errors import UserError
 from buildmgr.findings import Check, Finding, Signature
@@ -33,8 +33,6 @@ NAME = "CUDA"
 GGML_TARGET = "ggml-cuda"
 MIN_CMAKE = "3.18"
 GIB_PER_JOB = 4.0  # nvcc on ggml-cuda's template instances
-LANGUAGES = ("CUDA",)
-SHADER_COMPILER = None
 # Variables that hide, reorder or rename this backend's devices: recorded with every probe.
 ENUMERATION_ENV: tuple[str, ...] = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GGML_CUDA_DEVICES")
 # Libraries the built files may need from the host (soname stem → where it comes from).
@@ -50,9 +48,8 @@ SYSTEMS = ("linux",)
 CI_SETUP = "cuda"
 # The workflow's CUDA toolkit: upstream's own release image at the pin. Its major decides the lowest --sm.
 CI_IMAGE_VERSION = "13.4.1"
-CI_RUNNER = ("ubuntu-24.04", f"nvidia/cuda:{CI_IMAGE_VERSION}-devel-ubuntu24.04")
+CI_CONTAINER = f"nvidia/cuda:{CI_IMAGE_VERSION}-devel-ubuntu24.04"
 DRIVER_LIBRARY = "libcuda.so.1"
-LOG_ROLES = ()
 # Seen at the pin on 2×H200: no split buffer type; any CUDA device in a -sm tensor set aborts.
 SPLITS: dict[str, str | None] = {"row": "row-split-unsupported", "tensor": "tensor-split-unsupported"}
 BUILD_FAILURES = (
@@ -482,3 +479,14 @@ def why_absent(environ: Mapping[str, str], captures: Captures) -> str | None:
     if not captures.get(NAME):
         return "no NVIDIA GPU visible (nvidia-smi found none)"
     return "no device found"
+
+
+EXTRAS = Extras(
+    languages=("CUDA",),
+    arch=ARCH,
+    capture=CAPTURE,
+    device_code=DEVICE_CODE,
+    build_failures=BUILD_FAILURES,
+    splits=SPLITS,
+    ci_runner=("ubuntu-24.04", CI_CONTAINER),
+)

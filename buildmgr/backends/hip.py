@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from packaging.version import InvalidVersion, Version
 
 from buildmgr import proc
-from buildmgr.backends.base import ArchOption, DeviceCode, Host, Report, which
+from buildmgr.backends.base import ArchOption, DeviceCode, Extras, Host, Report, which
 from buildmgr.errors import UserError
 from buildmgr.findings import Check, Finding
 from buildmgr.memo import Memo
@@ -29,8 +29,6 @@ NAME = "ROCm"
 GGML_TARGET = "ggml-hip"
 MIN_CMAKE = "3.21"
 GIB_PER_JOB = 4.0
-LANGUAGES = ("HIP",)
-SHADER_COMPILER = None
 # Variables that hide, reorder or rename this backend's devices: recorded with every probe.
 ENUMERATION_ENV: tuple[str, ...] = (
     "HIP_VISIBLE_DEVICES",
@@ -47,12 +45,7 @@ RUNTIME_LIBRARIES = {
 # Where the artifacts workflow can build it, and the provisioning step it needs (None: no step for it yet).
 SYSTEMS = ("linux",)
 CI_SETUP = None
-CI_RUNNER = None
 DRIVER_LIBRARY = ""
-CAPTURE = None
-BUILD_FAILURES = ()
-LOG_ROLES = ()
-SPLITS: dict[str, str | None] = {}
 MIN_ROCM = Version("6.1")
 ROCM_FIX = (
     "install ROCm >= 6.1 from AMD's repository (Debian 12 itself only packages ROCm 5.x) "
@@ -234,3 +227,6 @@ ARCH = ArchOption(
     ci_missing="it has HIP: name the targets with --gfx",
     from_defines=gfx_from_defines,
 )
+
+
+EXTRAS = Extras(languages=("HIP",), arch=ARCH, device_code=DEVICE_CODE)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from buildmgr.backends.base import Host, Nothing, Report
+from buildmgr.backends.base import Extras, Host, Nothing, Report
 
 if TYPE_CHECKING:
     from buildmgr.devices import Captures
@@ -21,15 +21,7 @@ RUNTIME_LIBRARIES: dict[str, str] = {}
 SYSTEMS = ("linux", "macos")
 CI_SETUP = ""
 DRIVER_LIBRARY = ""
-ARCH = None
-LANGUAGES: tuple[str, ...] = ()
-SHADER_COMPILER = None
-CI_RUNNER = None
-CAPTURE = None
-DEVICE_CODE = None
-BUILD_FAILURES = ()
-LOG_ROLES = ()
-SPLITS: dict[str, str | None] = {}
+EXTRAS = Extras()  # no arch option, vendor tool, GPU code or known failures of its own
 
 
 def locate(host: Host) -> Nothing:

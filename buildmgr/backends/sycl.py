@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from buildmgr import proc
-from buildmgr.backends.base import Host, Report, which
+from buildmgr.backends.base import Extras, Host, Report, which
 from buildmgr.findings import Check
 
 if TYPE_CHECKING:
@@ -29,15 +29,7 @@ RUNTIME_LIBRARIES = {
 SYSTEMS = ("linux",)
 CI_SETUP = None
 DRIVER_LIBRARY = ""
-ARCH = None
-LANGUAGES: tuple[str, ...] = ()
-SHADER_COMPILER = None
-CI_RUNNER = None
-CAPTURE = None
-DEVICE_CODE = None
-BUILD_FAILURES = ()
-LOG_ROLES = ()
-SPLITS: dict[str, str | None] = {}
+EXTRAS = Extras()  # no arch option, vendor tool, GPU code or known failures of its own
 FIX = "install Intel oneAPI Base Toolkit and `source /opt/intel/oneapi/setvars.sh` first"
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from packaging.version import Version
 
-from buildmgr.backends.base import Capture, Host, Report, one_to_one, which
+from buildmgr.backends.base import Capture, Extras, Host, Report, one_to_one, which
 from buildmgr.findings import Check, Signature
 
 if TYPE_CHECKING:
@@ -28,7 +28,6 @@ NAME = "Vulkan"
 GGML_TARGET = "ggml-vulkan"
 MIN_CMAKE = "3.19"
 GIB_PER_JOB = 3.0  # ggml-vulkan.cpp and the generated shader sources are large
-LANGUAGES = ()
 SHADER_COMPILER = "Vulkan_GLSLC_EXECUTABLE"  # the host define; the shader cache wraps it
 # Variables that hide, reorder or rename this backend's devices: recorded with every probe.
 ENUMERATION_ENV: tuple[str, ...] = ("GGML_VK_VISIBLE_DEVICES", "VK_DRIVER_FILES", "VK_ICD_FILENAMES")
@@ -39,10 +38,7 @@ RUNTIME_LIBRARIES = {
 # Where the artifacts workflow can build it, and the provisioning step it needs ("" none).
 SYSTEMS = ("linux",)
 CI_SETUP = "vulkan"
-CI_RUNNER = ("ubuntu-24.04", "")  # its Vulkan headers (1.3.275) are the first distro ones new enough
 DRIVER_LIBRARY = ""
-ARCH = None
-DEVICE_CODE = None
 BUILD_FAILURES = (
     Signature(
         "spirv-headers-missing",
@@ -280,4 +276,14 @@ CAPTURE = Capture(
     match=match_vulkaninfo,
     host_json=lambda gpus: {"drivers": {"vulkan_devices": [asdict(g) for g in gpus] if gpus is not None else SKIPPED}},
     wanted=vulkaninfo_needed,
+)
+
+
+EXTRAS = Extras(
+    shader_compiler=SHADER_COMPILER,
+    capture=CAPTURE,
+    build_failures=BUILD_FAILURES,
+    log_roles=LOG_ROLES,
+    splits=SPLITS,
+    ci_runner=("ubuntu-24.04", ""),  # its Vulkan headers (1.3.275) are the first distro ones new enough
 )
