@@ -112,7 +112,14 @@ def test_a_field_of_the_wrong_type_is_refused_with_its_path(case):
     assert str(raised.value).startswith(f"{path}:"), (path, str(raised.value))
 
 
-@pytest.mark.parametrize("path", [FIXTURES / "h200x2" / "devices.json", FIXTURES / "h200" / "typed" / "devices.json"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        FIXTURES / "h200x2" / "devices.json",
+        FIXTURES / "h200" / "typed" / "devices.json",
+        FIXTURES / "h200" / "structure" / "devices.json",
+    ],
+)
 def test_the_inventories_made_on_gpu_hosts_read_back(path):
     data = json.loads(path.read_text())
     assert Inventory.from_json(data).to_json() == data
