@@ -5,10 +5,10 @@ the backend modules hold their own tools' records; this module sits below them a
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, NewType
 
 _PCI = re.compile(r"^(?:([0-9a-f]{4,8}):)?([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])(-v\d+)?$")
 # A name given to two different cards by builds probed under different environments is shown as NAME@PCI.
@@ -37,9 +37,22 @@ def plain_name(name: str) -> str:
     return name.split(_QUALIFIER, 1)[0]
 
 
-def alone_id(name: str) -> str:
-    """The physical id of a device that nothing ties to another name."""
-    return f"alone:{name}"
+# A physical card's id: `pci:0000:06:00.0` or `uuid:…` (a hardware id), `match:CUDA0+Vulkan0` (names paired by
+# description and memory alone), or `alone:CUDA0` (nothing ties it to another name). Built only here.
+PhysicalId = NewType("PhysicalId", str)
+
+
+def hardware_id(kind: str, value: str) -> PhysicalId:
+    """`kind` is pci or uuid."""
+    return PhysicalId(f"{kind}:{value}")
+
+
+def matched_id(names: Iterable[str]) -> PhysicalId:
+    return PhysicalId(f"match:{'+'.join(names)}")
+
+
+def alone_id(name: str) -> PhysicalId:
+    return PhysicalId(f"alone:{name}")
 
 
 @dataclass(frozen=True)

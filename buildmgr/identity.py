@@ -19,7 +19,17 @@ from dataclasses import replace
 
 from buildmgr import backends
 from buildmgr.backends import NOT_A_CARD
-from buildmgr.devices import Captures, Device, DrmCard, Selection, State, alone_id, normalize_pci
+from buildmgr.devices import (
+    Captures,
+    Device,
+    DrmCard,
+    Selection,
+    State,
+    alone_id,
+    hardware_id,
+    matched_id,
+    normalize_pci,
+)
 
 MEMORY_TOLERANCE = 0.05
 MEMORY_SLACK_MIB = 512
@@ -100,12 +110,15 @@ def assign_physical_ids(devices: list[Device]) -> tuple[list[Device], list[str]]
     for device in devices:
         members = sorted((d for d in devices if root(d.name) == root(device.name)), key=lambda d: d.name)
         keyed = next(
-            (f"{k.removesuffix('_bus_id')}:{getattr(m, k)}" for k in _HARDWARE_KEYS for m in members if getattr(m, k)),
+            (
+                hardware_id(k.removesuffix("_bus_id"), getattr(m, k))
+                for k in _HARDWARE_KEYS
+                for m in members
+                if getattr(m, k)
+            ),
             None,
         )
-        ids[device.name] = keyed or (
-            f"match:{'+'.join(m.name for m in members)}" if len(members) > 1 else alone_id(device.name)
-        )
+        ids[device.name] = keyed or (matched_id(m.name for m in members) if len(members) > 1 else alone_id(device.name))
     result = [replace(d, physical_id=ids[d.name]) for d in devices]
     return _share_roles(result), sorted(set(notes))
 
