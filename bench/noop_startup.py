@@ -2,6 +2,7 @@
 
 Usage: python bench/noop_startup.py BEFORE_DIR AFTER_DIR [RUNS] [-- BUILD ARGS…]   (XDG_* must point at dirs where
 the build exists; BEFORE_DIR is e.g. a `git worktree` of the previous commit; BUILD ARGS default to none, i.e. cpu).
+NOOP_DATA_BEFORE / NOOP_DATA_AFTER, where set, are each side's XDG_DATA_HOME (a receipt schema one side cannot read).
 Alternates the two, so machine noise hits both alike. Both are byte-compiled first, as an install is: without that,
 a machine with PYTHONDONTWRITEBYTECODE=1 (this one) compiles every module on every run (45 ms of a no-op).
 """
@@ -27,8 +28,11 @@ def main() -> None:
             check=True,
         )
     for _ in range(runs):
-        for checkout in (before, after):
-            env = dict(os.environ) | {"PYTHONPATH": checkout}
+        for checkout, data in (
+            (before, os.environ.get("NOOP_DATA_BEFORE")),
+            (after, os.environ.get("NOOP_DATA_AFTER")),
+        ):
+            env = dict(os.environ) | {"PYTHONPATH": checkout} | ({"XDG_DATA_HOME": data} if data else {})
             start = time.perf_counter()
             result = subprocess.run(
                 [sys.executable, "-m", "buildmgr", "build", *build_args],

@@ -10,17 +10,20 @@ import posixpath
 import re
 import shutil
 import sys
-import tarfile
 import tempfile
 import tomllib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from buildmgr import proc
 from buildmgr.config import Dirs, resource_path
 from buildmgr.errors import BuildFailed, UserError
 from buildmgr.fsutil import atomic_write_text, locked, sha256_file
+
+if TYPE_CHECKING:
+    import tarfile
 
 MARKER = ".buildmgr-source.json"
 # Trees not needed to build; skipped when fingerprinting a local checkout.
@@ -209,6 +212,8 @@ def safe_extract(archive: Path, subdir: str, dest: Path) -> None:
 
     Every entry is checked before anything is written; dest must not exist yet.
     """
+    import tarfile  # here: a no-op build imports this module and extracts nothing
+
     try:
         tar = tarfile.open(archive, "r:*")  # noqa: SIM115 (closed by `with tar` below; open errors get their own line)
     except (OSError, tarfile.TarError) as err:

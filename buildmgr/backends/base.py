@@ -1,6 +1,10 @@
 """The shapes every backend module shares: the host a backend looks at, what its preflight found, and the records of
 its arch option, vendor-tool capture and GPU code, with the `Backend` Protocol each module implements. Below the
-backend modules, which import only this; `backends/__init__` lists the modules and is the generic way in."""
+backend modules, which import only this; `backends/__init__` lists the modules and is the generic way in.
+
+Records that every backend module makes or declares when it is imported (the capture, GPU-code and extras records,
+what `locate` finds, a vendor tool's rows) are NamedTuples, not dataclasses: a no-op build imports every backend
+module, and a frozen dataclass costs about 0.7 ms to create there against 0.1 ms (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -8,7 +12,8 @@ import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from buildmgr.findings import Check, Finding, Signature
 from buildmgr.memo import Memo
@@ -63,13 +68,10 @@ class Located(Protocol):
     def inputs(self) -> tuple[str, ...]: ...
 
 
-@dataclass(frozen=True)
 class Nothing:
     """The `Located` of a backend with no toolkit of its own to find."""
 
-    @property
-    def inputs(self) -> tuple[str, ...]:
-        return ()
+    inputs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -94,8 +96,7 @@ class ArchOption:
         return self.flag.lstrip("-").replace("-", "_")
 
 
-@dataclass(frozen=True)
-class Capture:
+class Capture(NamedTuple):
     """A vendor tool's view of this host's GPUs, beside ggml's: UUIDs, PCI ids and device types ggml does not give,
     and why a build of the backend sees no device. Run here by the inventory; read from a file by
     `devices --parse OPTION FILE`."""
@@ -109,8 +110,7 @@ class Capture:
     wanted: Callable[[Sequence[tuple[tuple[str, ...], tuple[Device, ...]]]], bool]  # (backends, devices) per build
 
 
-@dataclass(frozen=True)
-class DeviceCode:
+class DeviceCode(NamedTuple):
     """The GPU code a backend's binaries carry, read from one ELF section, and what a host's GPUs make of it."""
 
     section: str
@@ -121,8 +121,7 @@ class DeviceCode:
     schema_1: tuple[str, ...] = ()  # the receipt fields (schema 1) that held these codes
 
 
-@dataclass(frozen=True)
-class Extras:
+class Extras(NamedTuple):
     """What only some backends have, each none by default: a backend module states the ones it has, and only those."""
 
     languages: tuple[str, ...] = ()  # CMake languages it adds (each gets ccache as its launcher)
@@ -132,7 +131,7 @@ class Extras:
     device_code: DeviceCode | None = None  # the GPU code its binaries carry
     build_failures: tuple[Signature, ...] = ()  # how its known build failures show in a log, and their fixes
     log_roles: tuple[tuple[re.Pattern[str], str], ...] = ()  # a log line (group `index`) that tells a device's role
-    splits: Mapping[str, str | None] = field(default_factory=dict)  # -sm mode → the rule it fails by; None: ran
+    splits: Mapping[str, str | None] = MappingProxyType({})  # -sm mode → the rule it fails by; None: ran
     ci_runner: tuple[str, str] | None = None  # (ubuntu release, container) it needs on a Linux runner
 
 

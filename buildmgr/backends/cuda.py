@@ -7,7 +7,6 @@ the highest, so newer GPUs can still JIT it: `--sm 86,89` → CMAKE_CUDA_ARCHITE
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import functools
 import os
@@ -15,13 +14,11 @@ import re
 import struct
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from buildmgr import proc
 from buildmgr.backends.base import ArchOption, Capture, DeviceCode, Extras, Host, Report, one_to_one, which
-from buildmgr.devices import normalize_pci
 from buildmgr.errors import UserError
 from buildmgr.findings import Check, Finding, Signature
 from buildmgr.memo import Memo, stamps
@@ -84,8 +81,7 @@ _CUBLAS_LIBRARIES = ("lib64/libcublas.so*", "targets/*/lib/libcublas.so*", "lib/
 _CUBLAS_HEADERS = ("include/cublas_v2.h", "targets/*/include/cublas_v2.h")
 
 
-@dataclass(frozen=True)
-class Toolkit:
+class Toolkit(NamedTuple):
     """The CUDA toolkit found here: nvcc, the root it sits in, cuBLAS and the host compiler nvcc will use."""
 
     nvcc: str | None
@@ -404,8 +400,7 @@ ARCH = ArchOption(
 # --- nvidia-smi's view of the GPUs --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class NvidiaGpu:
+class NvidiaGpu(NamedTuple):
     index: int
     name: str
     uuid: str  # without the GPU- prefix, lower case: comparable with vulkaninfo's deviceUUID
@@ -416,6 +411,10 @@ class NvidiaGpu:
 
 def parse_nvidia_smi_csv(text: str) -> list[NvidiaGpu]:
     """`nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total[,driver_version] --format=csv[,noheader]`."""
+    import csv  # here, not at the top: a no-op build imports this module and reads no capture
+
+    from buildmgr.devices import normalize_pci
+
     gpus = []
     for row in csv.reader(text.splitlines()):  # any line ending, a stray \r included
         cells = [c.strip() for c in row]
@@ -454,7 +453,7 @@ def match_nvidia_smi(devices: list[Device], nvidia: list[NvidiaGpu], notes: list
 
 def _host_json(gpus: list[NvidiaGpu] | None) -> dict[str, object]:
     gpus = gpus or []
-    return {"drivers": {"nvidia": gpus[0].driver if gpus else None}, "nvidia_gpus": [asdict(g) for g in gpus]}
+    return {"drivers": {"nvidia": gpus[0].driver if gpus else None}, "nvidia_gpus": [g._asdict() for g in gpus]}
 
 
 # One nvidia-smi call: the columns parse_nvidia_smi_csv reads, then the driver version.

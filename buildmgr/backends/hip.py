@@ -10,9 +10,8 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.version import InvalidVersion, Version
 
@@ -55,8 +54,7 @@ _GFX = re.compile(r"^gfx[0-9a-f]{3,4}$")
 _HIP_TARGET = re.compile(rb"amdgcn-amd-amdhsa--(gfx[0-9a-f]+)")
 
 
-@dataclass(frozen=True)
-class Layout:
+class Layout(NamedTuple):
     """Where one kind of ROCm installation keeps what the build needs, relative to its root."""
 
     name: str
@@ -70,8 +68,7 @@ LAYOUTS = (Layout("AMD's ROCm", "/opt/rocm"),)
 _PACKAGES = ("hipblas", "rocblas")
 
 
-@dataclass(frozen=True)
-class Rocm:
+class Rocm(NamedTuple):
     """ROCm as found here, in one layout."""
 
     layout: Layout

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from buildmgr import proc
 from buildmgr.backends.base import Extras, Host, Report, which
@@ -33,8 +32,7 @@ EXTRAS = Extras()  # no arch option, vendor tool, GPU code or known failures of 
 FIX = "install Intel oneAPI Base Toolkit and `source /opt/intel/oneapi/setvars.sh` first"
 
 
-@dataclass(frozen=True)
-class OneApi:
+class OneApi(NamedTuple):
     icx: str | None
     icpx: str | None
 

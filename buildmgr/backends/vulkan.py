@@ -12,9 +12,8 @@ import glob
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.version import Version
 
@@ -94,8 +93,7 @@ def _first(patterns: list[str]) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class Sdk:
+class Sdk(NamedTuple):
     """The Vulkan files found here: VULKAN_SDK first, then the system prefixes. Only read, never run, so none of
     them keeps a remembered answer (`inputs` is empty)."""
 
@@ -181,8 +179,7 @@ def inspect(host: Host, found: Sdk, deep: bool) -> Report:
 # --- vulkaninfo's view of the GPUs ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class VulkanGpu:
+class VulkanGpu(NamedTuple):
     index: int
     name: str
     type: str  # gpu | igpu | cpu | unknown
@@ -274,7 +271,9 @@ CAPTURE = Capture(
     help="with --parse: a captured 'vulkaninfo --summary'",
     parse=parse_vulkaninfo_summary,
     match=match_vulkaninfo,
-    host_json=lambda gpus: {"drivers": {"vulkan_devices": [asdict(g) for g in gpus] if gpus is not None else SKIPPED}},
+    host_json=lambda gpus: {
+        "drivers": {"vulkan_devices": [g._asdict() for g in gpus] if gpus is not None else SKIPPED}
+    },
     wanted=vulkaninfo_needed,
 )
 
