@@ -32,7 +32,7 @@ def roles_from_log(text: str) -> dict[str, str]:
     return {
         f"{backend}{match['index']}": role
         for backend, pattern, role in backends.log_roles()
-        for match in pattern.finditer(text)
+        for match in re.finditer(pattern, text)
     }
 
 

@@ -3,18 +3,13 @@ backend's own (in its module), then the ones any build can hit."""
 
 from __future__ import annotations
 
-import re
-
 from buildmgr import backends
 from buildmgr.findings import Signature
 
 GENERAL = (
     Signature(
         "out-of-memory",
-        re.compile(
-            r"Killed signal terminated program|fatal error: Killed|virtual memory exhausted|cannot allocate memory",
-            re.IGNORECASE,
-        ),
+        r"(?i)Killed signal terminated program|fatal error: Killed|virtual memory exhausted|cannot allocate memory",
         "the compiler was killed, most likely out of memory: build again with fewer jobs, e.g. --jobs 1",
     ),
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 SEVERITIES = ("error", "warning", "note")  # error: will certainly fail; warning: risky; note: worth knowing
 
@@ -50,17 +51,17 @@ def warnings(findings: Iterable[Finding]) -> list[Finding]:
     return [f for f in findings if f.severity == "warning"]
 
 
-@dataclass(frozen=True)
-class Signature:
+class Signature(NamedTuple):
     """How a known failure shows in a log (a build's, or a llama.cpp run's), and what fixes it: a new log format or
-    failure is one more row in a table of these."""
+    failure is one more row in a table of these (a NamedTuple: the tables are made when their modules load, on every
+    no-op's path)."""
 
     name: str
-    pattern: re.Pattern[str]
+    pattern: str  # a regular expression; compiled on first use (re keeps it), not when the table is made
     fix: str = ""
 
     def found_in(self, text: str) -> bool:
-        return self.pattern.search(text) is not None
+        return re.search(self.pattern, text) is not None
 
 
 def first_match(signatures: Iterable[Signature], text: str) -> Signature | None:

@@ -9,7 +9,6 @@ Backend names are the ones llama.cpp prints (`CUDA0`, `Vulkan0`, `ROCm0` …).
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -95,7 +94,7 @@ def build_failures() -> tuple[Signature, ...]:
     return tuple(s for m in all_modules() for s in m.EXTRAS.build_failures)
 
 
-def log_roles() -> list[tuple[str, re.Pattern[str], str]]:
+def log_roles() -> list[tuple[str, str, str]]:
     return [(m.NAME, pattern, role) for m in all_modules() for pattern, role in m.EXTRAS.log_roles]
 
 

@@ -52,22 +52,22 @@ SPLITS: dict[str, str | None] = {"row": "row-split-unsupported", "tensor": "tens
 BUILD_FAILURES = (
     Signature(
         "unsupported-gpu-arch",
-        re.compile(r"Unsupported gpu architecture '(compute|sm)_\d+\w*'"),
+        r"Unsupported gpu architecture '(compute|sm)_\d+\w*'",
         "this nvcc cannot build that compute capability: pick another --sm (CUDA 13 builds 75 and newer)",
     ),
     Signature(
         "no-cuda-device-for-native",
-        re.compile(r"Unsupported gpu architecture 'compute_No CUDA devices found"),
+        r"Unsupported gpu architecture 'compute_No CUDA devices found",
         "CMake asked for the native CUDA arch on a host without a visible GPU: pass --sm, e.g. --sm 86",
     ),
     Signature(
         "unsupported-host-compiler",
-        re.compile(r"unsupported GNU version|unsupported (clang|Microsoft Visual Studio) version"),
+        r"unsupported GNU version|unsupported (clang|Microsoft Visual Studio) version",
         "nvcc does not support this host compiler: install a supported gcc and set CUDAHOSTCXX=/usr/bin/g++-N",
     ),
     Signature(
         "cuda-driver-library-missing",
-        re.compile(r"CUDA::cuda_driver\s+but the target was not found"),
+        r"CUDA::cuda_driver\s+but the target was not found",
         "the CUDA driver library (libcuda.so) is missing: install the NVIDIA driver or the toolkit's "
         "lib64/stubs/libcuda.so, or build without it: -D GGML_CUDA_NO_VMM=ON",
     ),

@@ -41,23 +41,23 @@ DRIVER_LIBRARY = ""
 BUILD_FAILURES = (
     Signature(
         "spirv-headers-missing",
-        re.compile(r'provided by "SPIRV-Headers"|SPIRV-Headers_DIR-NOTFOUND'),
+        r'provided by "SPIRV-Headers"|SPIRV-Headers_DIR-NOTFOUND',
         "the SPIRV-Headers CMake package is missing: apt-get install spirv-headers, or set VULKAN_SDK",
     ),
     Signature(
         "vulkan-headers-too-old",
-        re.compile(r"LayerSettingEXT|VK_EXT_LAYER_SETTINGS"),
+        r"LayerSettingEXT|VK_EXT_LAYER_SETTINGS",
         "the Vulkan headers are too old for this llama.cpp (>= 1.3.272 needed; Debian 12 has 1.3.239): "
         "install the LunarG SDK or newer libvulkan-dev headers and set VULKAN_SDK",
     ),
     Signature(
         "glslc-missing",
-        re.compile(r"Could NOT find Vulkan \(missing:.*glslc|Vulkan_GLSLC_EXECUTABLE-NOTFOUND"),
+        r"Could NOT find Vulkan \(missing:.*glslc|Vulkan_GLSLC_EXECUTABLE-NOTFOUND",
         "glslc is missing: apt-get install glslc (or install the LunarG Vulkan SDK)",
     ),
 )
 # "ggml_vulkan: 0 = AMD Radeon Graphics (RADV GFX1151) (radv) | uma: 1 | ...": uma 1 is an integrated GPU.
-LOG_ROLES = ((re.compile(r"ggml_vulkan: (?P<index>\d+) = .*?\| uma: 1 \|"), "igpu"),)
+LOG_ROLES = ((r"ggml_vulkan: (?P<index>\d+) = .*?\| uma: 1 \|", "igpu"),)
 # Seen at the pin on 2×H200: no split buffer type; Vulkan-only -sm tensor sets ran.
 SPLITS: dict[str, str | None] = {"row": "row-split-unsupported", "tensor": None}
 # ggml-vulkan uses vk::LayerSettingEXT, public since 1.3.272; measured: 1.3.239 fails, 1.4.309 works.

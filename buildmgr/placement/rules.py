@@ -4,7 +4,6 @@ rows or tensors is each backend module's own data (`SPLITS`)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -43,7 +42,7 @@ def at_pin(commit: str) -> bool:
 
 
 def _rule(rule_id: str, pattern: str, what: str, observed_on: str = "") -> Rule:
-    return Rule(rule_id, Signature(rule_id, re.compile(pattern)), what, PIN, observed_on)
+    return Rule(rule_id, Signature(rule_id, pattern), what, PIN, observed_on)
 
 
 RULES = (
