@@ -161,7 +161,8 @@ def test_cache_stats_says_when_ccache_cannot_give_them(tmp_path):
 @pytest.mark.parametrize("cold", [False, True])
 def test_verify_never_reads_or_writes_a_remote_cache_the_caller_configured(tmp_path, redis, cold):
     """verify must not touch any remote cache: a poisoned remote could make a tampered artifact verify. The caller's
-    remote comes through every channel ccache reads: the environment and a config file (CCACHE_CONFIGPATH)."""
+    remote comes through every channel ccache reads: the environment, a config file (CCACHE_CONFIGPATH) and the
+    config file in the (local) cache dir that a verify without --cold compiles into."""
     from test_artifacts import git_tree, package_of
 
     env = isolated_env(tmp_path)
@@ -170,6 +171,10 @@ def test_verify_never_reads_or_writes_a_remote_cache_the_caller_configured(tmp_p
     config.parent.mkdir()
     config.write_text(f"remote_storage = {redis}\n")
     caller = env | {"CCACHE_REMOTE_STORAGE": redis, "CCACHE_CONFIGPATH": str(config), "CCACHE_REMOTE_ONLY": "true"}
+    local = Path(env["CCACHE_DIR"])
+    shutil.rmtree(local)  # every compilation of the rebuild misses locally, where a remote would be asked
+    local.mkdir()
+    (local / "ccache.conf").write_text(f"remote_storage = {redis}\n")  # the cache dir's own config
     assert redis_keys(redis) == 0
     result = buildmgr(caller, "verify", str(archive), "--json", *(["--cold"] if cold else []))
     assert result.returncode == 0, result.stderr
