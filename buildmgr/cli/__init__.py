@@ -39,6 +39,15 @@ class Parser(argparse.ArgumentParser):
         raise UserError(f"{message} (see '{self.prog} --help')")
 
 
+def command(sub, name: str, func, help: str, *, json: bool = False) -> argparse.ArgumentParser:
+    """One command's parser, calling `func(args, ctx)`; with `json`, its --json switch for scripts."""
+    parser = sub.add_parser(name, help=help)
+    if json:
+        parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+    parser.set_defaults(func=func)
+    return parser
+
+
 def _chosen(argv: list[str]) -> str | None:
     """The command word: the first argument that is not an option of buildmgr itself."""
     return next((word for word in argv if not word.startswith("-")), None)

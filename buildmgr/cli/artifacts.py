@@ -7,20 +7,20 @@ import json
 from pathlib import Path
 
 from buildmgr import backends
-from buildmgr.cli import render
+from buildmgr.cli import command, render
 from buildmgr.config import Context, ensure_writable
 from buildmgr.errors import BuildFailed, UserError
 
 
 def register(sub, name: str) -> None:
     if name == "verify":
-        p = sub.add_parser("verify", help="rebuild an artifact from its receipt here and compare every file")
+        p = command(
+            sub, "verify", verify, "rebuild an artifact from its receipt here and compare every file", json=True
+        )
         p.add_argument("file", type=Path, help="llama-…-bin-….tar.gz with its .sha256 beside it")
         p.add_argument("--cold", action="store_true", help="compile everything: no local compile cache either")
-        p.add_argument("--json", action="store_true")
-        p.set_defaults(func=verify)
     elif name == "matrix":
-        p = sub.add_parser("matrix", help="a GitHub Actions matrix of builds for CI runners: fromJSON() ready")
+        p = command(sub, "matrix", matrix, "a GitHub Actions matrix of builds for CI runners: fromJSON() ready")
         p.add_argument(
             "recipes", nargs="*", metavar="RECIPE", help="recipes or '+' combinations (default: every recipe)"
         )
@@ -29,20 +29,16 @@ def register(sub, name: str) -> None:
         p.add_argument("--os", action="append", choices=("linux", "macos"), help="default linux (repeatable)")
         p.add_argument("--cpu-arch", action="append", choices=("x64", "arm64"), help="default x64 (repeatable)")
         p.add_argument("--format", choices=("github", "json"), default="json", help='github: one line {"include": …}')
-        p.set_defaults(func=matrix)
     elif name == "package":
-        p = sub.add_parser("package", help="a byte-identical .tar.gz of a build, with its .sha256 beside it")
+        p = command(
+            sub, "package", package, "a byte-identical .tar.gz of a build, with its .sha256 beside it", json=True
+        )
         p.add_argument("build")
         p.add_argument("-o", "--output", type=Path, default=Path("."), help="directory for the archive (default: .)")
-        p.add_argument("--json", action="store_true")
-        p.set_defaults(func=package)
     elif name == "install-artifact":
-        p = sub.add_parser(
-            "install-artifact", help="verify an artifact and this host, then install it as a build and smoke-run it"
-        )
+        help = "verify an artifact and this host, then install it as a build and smoke-run it"
+        p = command(sub, "install-artifact", install_artifact, help, json=True)
         p.add_argument("file", type=Path, help="llama-…-bin-….tar.gz with its .sha256 beside it")
-        p.add_argument("--json", action="store_true")
-        p.set_defaults(func=install_artifact)
 
 
 def matrix(args: argparse.Namespace, ctx: Context) -> int:

@@ -5,27 +5,21 @@ from __future__ import annotations
 import argparse
 import json
 
-from buildmgr.cli import render
+from buildmgr.cli import command, render
 from buildmgr.config import Context
 
 
 def register(sub, name: str) -> None:
     if name == "list":
-        p = sub.add_parser("list", help="installed builds")
-        p.add_argument("--json", action="store_true")
-        p.set_defaults(func=list_builds)
+        command(sub, "list", list_builds, "installed builds", json=True)
     elif name == "which":
-        p = sub.add_parser("which", help="path of a build's prefix, or of one of its tools")
+        p = command(sub, "which", which, "path of a build's prefix, or of one of its tools")
         p.add_argument("build", help="build id, or a recipe name for its newest build")
         p.add_argument("tool", nargs="?")
-        p.set_defaults(func=which)
     elif name == "remove":
-        p = sub.add_parser("remove", help="remove a build")
-        p.add_argument("build")
-        p.set_defaults(func=remove)
+        command(sub, "remove", remove, "remove a build").add_argument("build")
     elif name == "gc":
-        p = sub.add_parser("gc", help="remove stale staging dirs and build trees of removed builds")
-        p.set_defaults(func=gc)
+        command(sub, "gc", gc, "remove stale staging dirs and build trees of removed builds")
 
 
 def list_builds(args: argparse.Namespace, ctx: Context) -> int:

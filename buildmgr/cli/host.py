@@ -7,22 +7,18 @@ import dataclasses
 import json
 from pathlib import Path
 
-from buildmgr.cli import render
+from buildmgr.cli import command, render
 from buildmgr.config import Context, ensure_writable
 from buildmgr.errors import UserError
 
 
 def register(sub, name: str) -> None:
     if name == "recipes":
-        p = sub.add_parser("recipes", help="recipes, their backends, and whether this host can build them")
-        p.add_argument("--json", action="store_true")
-        p.set_defaults(func=recipes)
+        command(sub, "recipes", recipes, "recipes, their backends, and whether this host can build them", json=True)
     elif name == "doctor":
-        p = sub.add_parser("doctor", help="every toolchain check for every backend, with fixes")
-        p.add_argument("--json", action="store_true")
-        p.set_defaults(func=doctor)
+        command(sub, "doctor", doctor, "every toolchain check for every backend, with fixes", json=True)
     elif name == "source":
-        p = sub.add_parser("source", help="fetch and verify the pinned source, or show it")
+        p = command(sub, "source", source, "fetch and verify the pinned source, or show it")
         p.add_argument("action", choices=("sync", "show"))
         p.add_argument(
             "--archive", type=Path, help="with sync: use this already downloaded sdist (verified all the same)"
@@ -33,12 +29,9 @@ def register(sub, name: str) -> None:
             action="store_true",
             help="with sync: extract the verified tree into this checkout's vendor/llama.cpp (build it with --source)",
         )
-        p.set_defaults(func=source)
     elif name == "cache":
-        p = sub.add_parser("cache", help="the compile cache: totals of hits and misses, local and remote")
+        p = command(sub, "cache", cache, "the compile cache: totals of hits and misses, local and remote", json=True)
         p.add_argument("action", choices=("stats",))
-        p.add_argument("--json", action="store_true")
-        p.set_defaults(func=cache)
 
 
 def _host(ctx: Context):
