@@ -37,8 +37,8 @@ def plain_name(name: str) -> str:
     return name.split(_QUALIFIER, 1)[0]
 
 
-# A physical card's id: `pci:0000:06:00.0` or `uuid:…` (a hardware id), `match:CUDA0+Vulkan0` (names paired by
-# description and memory alone), or `alone:CUDA0` (nothing ties it to another name). Built only here.
+# A physical card's id: `pci:0000:06:00.0` or `uuid:…` (a hardware id), `match:<name>+<name>` (names paired by
+# description and memory alone), or `alone:<name>` (nothing ties it to another name). Built only here.
 PhysicalId = NewType("PhysicalId", str)
 
 
