@@ -8,8 +8,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-SEVERITIES = ("error", "warning", "note")  # error: will certainly fail; warning: risky; note: worth knowing
-
 
 @dataclass(frozen=True)
 class Check:
@@ -28,7 +26,7 @@ class Check:
 
 @dataclass(frozen=True)
 class Finding:
-    severity: str
+    severity: str  # error: llama.cpp (or the host) will certainly fail; warning: risky; note: worth knowing
     subject: str  # what it is about: a flag as written, a device, a backend; "" for the whole thing
     message: str
     fix: str = ""

@@ -216,12 +216,8 @@ def _probe_all(builds: list[store.Build], environ: Mapping[str, str]) -> tuple[d
 
 def _complete_captures(captured: dict, builds: Mapping[str, BuildEntry]) -> dict:
     """The captures run beside the probes, and those the probes' results call for."""
-    later = {
-        name: run_capture(backends.module(name).EXTRAS.capture)
-        for name in captures_wanted(builds)
-        if name not in captured
-    }
-    return captured | later
+    known = dict(backends.captures())
+    return captured | {name: run_capture(known[name]) for name in captures_wanted(builds) if name not in captured}
 
 
 def refresh(dirs: Dirs, builds: list[store.Build], environ: Mapping[str, str], warn=lambda message: None) -> Inventory:

@@ -9,7 +9,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,12 +47,6 @@ def run_capture(capture: backends.Capture) -> list:
         return []
     ran = proc.run(list(capture.command), timeout=30)
     return capture.parse(ran.stdout) if ran.ok else []
-
-
-def run_captures(names: Iterable[str]) -> dict[str, list]:
-    """The captures of these backends (by name), run here."""
-    wanted = set(names)
-    return {name: run_capture(capture) for name, capture in backends.captures() if name in wanted}
 
 
 # --- running a build's probe --------------------------------------------------------------

@@ -332,18 +332,18 @@ def test_an_artifact_for_another_cpu_is_refused(tmp_path):
 
 
 def test_cuda_kernels_sass_runs_on_newer_minors_ptx_jits_upward_and_nothing_else_runs():
-    assert cuda.kernel_findings(["sm_80"], [], ["8.6"]) == []
-    [jit] = cuda.kernel_findings(["sm_80"], ["compute_80"], ["9.0"])
+    assert cuda.kernel_findings(["sm_80"], ["8.6"]) == []
+    [jit] = cuda.kernel_findings(["sm_80", "compute_80"], ["9.0"])
     assert (
         jit.severity == "warning"
         and "JIT-compile compute_80" in jit.message
         and jit.fix.startswith("build with --sm 90")
     )
-    [none] = cuda.kernel_findings(["sm_90"], ["compute_90"], ["8.6"])
+    [none] = cuda.kernel_findings(["sm_90", "compute_90"], ["8.6"])
     assert (
         none.severity == "error" and "no kernel image is available" in none.message and none.fix == "build with --sm 86"
     )
-    assert cuda.kernel_findings(["sm_86", "sm_90"], [], ["8.9", "9.0"]) == []
+    assert cuda.kernel_findings(["sm_86", "sm_90"], ["8.9", "9.0"]) == []
     assert hip.kernel_findings(["gfx1100"], ["gfx1100"]) == []
     assert hip.kernel_findings(["gfx1100"], ["gfx1151"])[0].fix == "build with --gfx gfx1151"
 
@@ -380,7 +380,7 @@ def test_a_schema_1_receipt_from_the_h200_still_reads_with_its_gpu_code():
         json.loads(json.dumps(make_receipt("cuda-0123abcd").to_json() | {"schema": 1, "runtime": schema_1}))
     )
     assert receipt.runtime.device_code == {"CUDA": ("sm_80", "compute_80")}
-    [warning] = cuda.kernel_findings(["sm_80"], ["compute_80"], ["9.0"])
+    [warning] = cuda.kernel_findings(["sm_80", "compute_80"], ["9.0"])
     installed = json.loads((fixtures / "install-cuda-sm80.json").read_text())
     assert installed["warnings"][0] == warning.text()
 

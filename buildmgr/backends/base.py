@@ -92,7 +92,12 @@ class ArchOption:
 
     @property
     def dest(self) -> str:
-        return self.flag.lstrip("-").replace("-", "_")
+        return option_dest(self.flag)
+
+
+def option_dest(flag: str) -> str:
+    """Where argparse keeps a long option's value: `--nvidia-smi` → `nvidia_smi`."""
+    return flag.lstrip("-").replace("-", "_")
 
 
 class Capture(NamedTuple):
@@ -107,6 +112,10 @@ class Capture(NamedTuple):
     match: Callable[[list[Device], list[Any], list[str]], list[Device]]  # devices enriched, notes appended
     host_json: Callable[[list[Any] | None], dict[str, Any]]  # what the inventory's `host` says of it (None: not run)
     wanted: Callable[[Sequence[tuple[tuple[str, ...], tuple[Device, ...]]]], bool]  # (backends, devices) per build
+
+    @property
+    def dest(self) -> str:
+        return option_dest(self.option)
 
 
 class DeviceCode(NamedTuple):

@@ -303,18 +303,20 @@ def fatbin_codes(data: bytes) -> set[str]:
 
 
 def _code_order(code: str) -> tuple[bool, int]:
+    """`sm_90` → (False, 90): SASS first, then PTX (`compute_90` → (True, 90)), each by capability."""
     kind, number = code.split("_", 1)
     return kind == "compute", int(number.rstrip("af"))
 
 
-def kernel_findings(sass: Sequence[str], ptx: Sequence[str], capabilities: list[str]) -> list[Finding]:
-    """A finding per visible GPU whose capability this build has no machine code for.
+def kernel_findings(codes: Sequence[str], capabilities: list[str]) -> list[Finding]:
+    """A finding per GPU capability that this build's code (`sm_*` SASS, `compute_*` PTX) has no machine code for.
 
     SASS for sm_XY runs on X.Y and newer minors of the same major; PTX for compute_XY is JIT-compiled by the driver
     on any GPU of at least X.Y; with neither, CUDA fails with "no kernel image is available".
     """
-    have_sass = [int(s.split("_")[1].rstrip("af")) for s in sass]
-    have_ptx = [int(p.split("_")[1].rstrip("af")) for p in ptx]
+    parsed = [_code_order(code) for code in codes]
+    have_sass = [number for is_ptx, number in parsed if not is_ptx]
+    have_ptx = [number for is_ptx, number in parsed if is_ptx]
     findings = []
     for capability in capabilities:
         major, minor = (int(part) for part in capability.split("."))
@@ -322,7 +324,7 @@ def kernel_findings(sass: Sequence[str], ptx: Sequence[str], capabilities: list[
         if any(s // 10 == major and s <= number for s in have_sass):
             continue
         jit = [p for p in have_ptx if p <= number]
-        built = ", ".join([*sass, *ptx]) or "no CUDA code"
+        built = ", ".join(codes) or "no CUDA code"
         if jit:
             findings.append(
                 Finding(
@@ -347,13 +349,14 @@ def kernel_findings(sass: Sequence[str], ptx: Sequence[str], capabilities: list[
     return findings
 
 
-def code_findings(codes: Sequence[str], environ: Mapping[str, str]) -> list[Finding]:
-    sass = [c for c in codes if c.startswith("sm_")]
-    ptx = [c for c in codes if c.startswith("compute_")]
-    return kernel_findings(sass, ptx, visible_capabilities(environ))
-
-
-DEVICE_CODE = DeviceCode(".nv_fatbin", fatbin_codes, _code_order, "cuda", code_findings, ("cuda_sass", "cuda_ptx"))
+DEVICE_CODE = DeviceCode(
+    ".nv_fatbin",
+    fatbin_codes,
+    _code_order,
+    "cuda",
+    lambda codes, environ: kernel_findings(codes, visible_capabilities(environ)),
+    ("cuda_sass", "cuda_ptx"),
+)
 
 
 # --- the --sm option ---------------------------------------------------------------------------------------------

@@ -65,8 +65,7 @@ def _parse(args: argparse.Namespace) -> int:
     devices = parse_list_devices(_read_capture(args.parse, "--parse"))
     captured = {}
     for name, capture in backends.captures():
-        option = capture.option.lstrip("-").replace("-", "_")
-        captured[name] = capture.parse(_read_capture(getattr(args, option), capture.option))
+        captured[name] = capture.parse(_read_capture(getattr(args, capture.dest), capture.option))
     resolved, notes = identity.resolve(devices, captured)
     if args.suggest:
         raise UserError("--suggest needs builds, and a capture has no builds: leave out --parse")

@@ -57,12 +57,13 @@ def finding(found: Finding) -> None:
 
 def placement(report: CheckReport) -> None:
     from buildmgr.findings import errors
+    from buildmgr.placement.syntax import describe
 
     for note in report.notes:
         finding(note)
     for number, test in enumerate(report.tests, 1):
         if len(report.tests) > 1:
-            say(f"test {number}: {test.to_json()['flags']}")
+            say(f"test {number}: {describe(test.placement)}")
         for found in test.findings:
             finding(found)
         if test.outcome is not None:

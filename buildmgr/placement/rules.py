@@ -24,7 +24,7 @@ class Rule:
     observed_on: str = ""
 
     def seen_at(self, commit: str) -> bool:
-        return bool(commit) and commit.startswith(self.commit)
+        return _same_commit(commit, self.commit)
 
     def error(self, flag: str, message: str, fix: str, commit: str) -> Finding:
         """This rule's certain failure, with a caveat for a build of another commit."""
@@ -36,9 +36,14 @@ class Rule:
         return Finding("error", flag, f"{message} → {self.what}{caveat}", fix, self.id)
 
 
+def _same_commit(commit: str, observed: str) -> bool:
+    """A build's full commit against an observation's short one (unknown is never the same)."""
+    return bool(commit) and commit.startswith(observed)
+
+
 def at_pin(commit: str) -> bool:
     """Is this build of the commit the rules were observed at?"""
-    return bool(commit) and commit.startswith(PIN)
+    return _same_commit(commit, PIN)
 
 
 def _rule(rule_id: str, pattern: str, what: str, observed_on: str = "") -> Rule:

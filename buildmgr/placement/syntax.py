@@ -10,6 +10,7 @@ from pathlib import Path
 
 from buildmgr.errors import UserError
 from buildmgr.findings import Finding
+from buildmgr.placement import rules
 
 SPLIT_MODES = ("none", "layer", "row", "tensor")
 
@@ -162,7 +163,7 @@ def parse_common(args: list[str], environ: dict[str, str]) -> tuple[Placement, l
                     arg,
                     "llama.cpp takes no '=' form (it stops with 'invalid argument')",
                     f"write {head} {inline}",
-                    "no-equals-form",
+                    rules.NO_EQUALS_FORM,
                 )
             )
             value = inline
@@ -198,7 +199,7 @@ def parse_bench(args: list[str]) -> tuple[list[Placement], list[Finding]]:
                         f"{arg} {value}",
                         f"llama-bench runs each of {', '.join(combos)} as its own test",
                         f"to use them together write {arg} {BENCH.devices.join(combos)}",
-                        "bench-comma",
+                        rules.BENCH_COMMA,
                     )
                 )
         elif option.key == "split_mode":
