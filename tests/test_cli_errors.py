@@ -66,3 +66,14 @@ def test_unknown_build_says_what_is_installed(tmp_env):
     assert_user_error(buildmgr(tmp_env, "which", "cpu"), "no installed build 'cpu'", "run 'buildmgr build' first")
     assert_user_error(buildmgr(tmp_env, "run", "cpu", "--", "llama-cli"), "no installed build")
     assert_user_error(buildmgr(tmp_env, "remove", "cpu-12345678"), "no installed build")
+
+
+def test_a_tool_option_without_the_double_dash_says_where_it_goes(tmp_env, tmp_path):
+    """`buildmgr run cpu llama-cli --version`: argparse reads --version as buildmgr's; the line names the fix."""
+    for verb in ("run", "check"):
+        result = buildmgr(tmp_env, verb, "cpu", "llama-cli", "--version")
+        assert_user_error(result, "--version", f"buildmgr {verb} BUILD [options] -- TOOL ARGS")
+    assert_user_error(
+        buildmgr(tmp_env, "check", "cpu", "--verfy", "--", "llama-cli"), "unrecognized arguments: --verfy"
+    )
+    assert not (tmp_path / "data").exists() and not (tmp_path / "cache").exists()

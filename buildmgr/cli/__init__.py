@@ -72,6 +72,22 @@ def parser(command: str | None) -> argparse.ArgumentParser:
     return top
 
 
+def parse(own: list[str], tool: list[str] | None) -> argparse.Namespace:
+    """buildmgr's own arguments; for a command that runs a tool, its command line after '--' (or, without '--', the
+    words after BUILD, where an option is taken for buildmgr's and refused with where it goes)."""
+    chosen = _chosen(own)
+    if chosen not in TAKES_A_TOOL:
+        return parser(chosen).parse_args(own)
+    args, unknown = parser(chosen).parse_known_args(own)
+    if unknown:
+        raise UserError(
+            f"unrecognized arguments: {' '.join(unknown)}; a tool's command line goes after '--': "
+            f"buildmgr {chosen} BUILD [options] -- TOOL ARGS…"
+        )
+    args.tool_command = tool if tool is not None else list(args.words)
+    return args
+
+
 def one_line(text: str) -> str:
     """A message that quotes the user's input stays one printable line: a newline, a NUL or an undecodable byte in
     that input is shown escaped."""
@@ -83,9 +99,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         own, tool = split_tool(list(sys.argv[1:] if argv is None else argv))
-        args = parser(_chosen(own)).parse_args(own)
-        if args.command in TAKES_A_TOOL:
-            args.tool_command = tool if tool is not None else list(args.words)
+        args = parse(own, tool)
         from buildmgr.config import Context
 
         return args.func(args, Context.from_environment(os.environ, render.warn))
