@@ -163,14 +163,6 @@ def _from_schema_1(data: dict[str, Any]) -> dict[str, Any]:
     runtime = data.get("runtime")
     if not isinstance(runtime, dict):
         return data | {"schema": SCHEMA}
-    from buildmgr.backends import device_code_of_schema_1
+    from buildmgr.backends import runtime_of_schema_1
 
-    legacy = device_code_of_schema_1(runtime)
-    kept = {k: v for k, v in runtime.items() if k not in legacy_fields()}
-    return data | {"schema": SCHEMA, "runtime": kept | {"device_code": legacy}}
-
-
-def legacy_fields() -> set[str]:
-    from buildmgr.backends import device_codes
-
-    return {key for _, code in device_codes() for key in code.schema_1}
+    return data | {"schema": SCHEMA, "runtime": runtime_of_schema_1(runtime)}

@@ -179,3 +179,10 @@ def test_a_build_whose_receipt_cannot_be_read_is_built_again_and_says_so(tmp_pat
     assert again.returncode == 0, again.stderr
     assert f"{prefix}: its receipt cannot be read (id is missing); building it again replaces it" in again.stderr
     assert store.read_receipt(prefix) is not None and buildmgr(env, "which", prefix.name).returncode == 0
+
+
+@pytest.mark.parametrize("wrong", ["sm_90", [90]])
+def test_a_schema_1_gpu_code_field_of_the_wrong_shape_is_refused_not_dropped(wrong):
+    data = H200_SCHEMA_1 | {"runtime": H200_SCHEMA_1["runtime"] | {"cuda_sass": wrong}}
+    with pytest.raises(ShapeError, match=r"^runtime\.device_code\.CUDA"):
+        Receipt.from_json(data)

@@ -70,14 +70,18 @@ def device_codes() -> list[tuple[str, DeviceCode]]:
     return [(m.NAME, m.EXTRAS.device_code) for m in all_modules() if m.EXTRAS.device_code is not None]
 
 
-def device_code_of_schema_1(runtime: Mapping[str, Any]) -> dict[str, list[Any]]:
-    """A schema-1 receipt's GPU code, which each backend kept in fields of its own, per backend."""
+def runtime_of_schema_1(runtime: Mapping[str, Any]) -> dict[str, Any]:
+    """A schema-1 receipt's `runtime` as schema 2's: each backend's own fields become its `device_code` entry."""
+    kept = dict(runtime)
     found: dict[str, list[Any]] = {}
     for name, code in device_codes():
-        values = [v for key in code.schema_1 if isinstance(runtime.get(key), list) for v in runtime[key]]
+        fields = [kept.pop(key, []) for key in code.schema_1]
+        wrong = [value for value in fields if not isinstance(value, list)]
+        # a field of the wrong shape is carried over as it is, so that the reader refuses the receipt for it
+        values = wrong[0] if wrong else [item for value in fields for item in value]
         if values:
             found[name] = values
-    return found
+    return kept | {"device_code": found}
 
 
 def kernel_findings(device_code: Mapping[str, Sequence[str]], environ: Mapping[str, str]) -> list[Finding]:
