@@ -53,6 +53,10 @@ class Dirs:
         return self.data / "inventory"
 
     @property
+    def bench(self) -> Path:
+        return self.data / "bench"
+
+    @property
     def downloads(self) -> Path:
         return self.cache / "downloads"
 

@@ -1,7 +1,8 @@
 """The one way buildmgr runs a program and reads what it said: argument lists only (never a shell), output decoded
 with undecodable bytes replaced, and a program that cannot start or runs past its timeout is an answer
 (returncode -1), not an exception. `run_together` starts several at once under one deadline (the probes, each
-waiting on driver start-up); `stream` runs a build step into its log, line by line."""
+waiting on driver start-up); `stream` runs a build step into its log, line by line; `watch` hands each line over
+with the moment it arrived (a benchmark's phases)."""
 
 from __future__ import annotations
 
@@ -134,3 +135,49 @@ def stream(
             if feed is not None:
                 feed(line)
         return process.wait()
+
+
+def watch(
+    command: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float,
+    on_start: Callable[[int], None] = lambda pid: None,
+    on_line: Callable[[str, str, float], None] = lambda stream, line, at: None,
+) -> Ran:
+    """Run it and hand every line to `on_line(stream, line, time.monotonic() when it arrived)` as it comes, from
+    stdout and stderr apart (a benchmark's phases are told by when its lines arrive); `on_start(pid)` once it runs.
+    Killed at the timeout; its output so far is kept."""
+    import subprocess  # here: a no-op build imports this module and starts no program
+    import threading
+
+    start = time.monotonic()
+    try:
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace", env=env
+        )
+    except OSError as err:
+        return Ran(-1, "", str(err), 0.0, started=False)
+    on_start(process.pid)
+    kept: dict[str, list[str]] = {"stdout": [], "stderr": []}
+
+    def pump(name: str, handle) -> None:
+        for line in handle:
+            kept[name].append(line)
+            on_line(name, line.rstrip("\n"), time.monotonic())
+
+    readers = [
+        threading.Thread(target=pump, args=(name, handle), daemon=True)
+        for name, handle in (("stdout", process.stdout), ("stderr", process.stderr))
+    ]
+    for reader in readers:
+        reader.start()
+    try:
+        code = process.wait(timeout=timeout)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        process.kill()
+        code, timed_out = process.wait(), True
+    for reader in readers:
+        reader.join()
+    return Ran(-1 if timed_out else code, "".join(kept["stdout"]), "".join(kept["stderr"]), _since(start), timed_out)

@@ -9,11 +9,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from conftest import assert_user_error, buildmgr, make_env
 from packaging.version import Version
+
+from buildmgr.bench.rows import test_name
 
 pytestmark = [
     pytest.mark.slow,
@@ -219,3 +223,98 @@ def test_a_fresh_build_tree_takes_every_shader_from_the_shader_cache(root, built
     assert second["shader_cache"]["hit"] == first["shader_cache"]["miss"] and second["shader_cache"]["miss"] == 0
     assert second["files"] == first["files"]
     assert second["smoke"]["devices"] == ["Vulkan0"] and second["smoke"]["passed"]
+
+
+# --- bench: a cpu and a lavapipe placement measured side by side -----------------------------------------------------
+
+BENCH_CONFIGS = (
+    "cpu=vulkan -dev none",
+    "vk=vulkan -dev Vulkan0",
+    "vk-ngl0=vulkan -dev Vulkan0 -ngl 0",  # the weights stay on the CPU: a fallback, from the load log
+    "broken=vulkan -dev Vulkan0 -fa off -ctv q4_0",  # llama.cpp cannot make this context: the run fails
+    "row=vulkan -dev Vulkan0 -sm row",  # the placement check's certain failure: reported, never run
+)
+
+
+@pytest.fixture(scope="module")
+def benched(root, built):
+    """A 24 MB random-weight model (bench/gguf_model.py): decode phases of tens of ms on 2 cores, sampled every 10 ms
+    (lavapipe builds its pipelines again in every process: about 14 s a run, the most of this test's time)."""
+    sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
+    from gguf_model import write_model
+
+    model = root / "medium.gguf"
+    write_model(model, embd=256, ff=768, layers=6, vocab=2000, ctx=1024, dtype="f32")
+    env = env_with(root, GGML_VK_VISIBLE_DEVICES="0")
+    args = ["-m", str(model), "--depth", "0,64", "-p", "64", "-n", "32", "--no-pg", "--reps", "2", "--interval", "0.01"]
+    result = buildmgr(env, "bench", *args, "--json", "--plot", str(root / "bench.png"), *BENCH_CONFIGS)
+    assert result.returncode == 1, result.stderr  # the broken CONFIG failed; the others went on
+    return json.loads(result.stdout)
+
+
+def test_bench_runs_each_config_at_each_depth_interleaved_and_keeps_every_sample(root, benched):
+    made = benched["rows"]
+    shapes = [(64, 0, 0), (0, 32, 0), (64, 0, 64), (0, 32, 64)]
+    configs = [c.split("=")[0] for c in BENCH_CONFIGS]
+    assert [(r["buildmgr"]["config"], r["n_prompt"], r["n_gen"], r["n_depth"]) for r in made] == [
+        (c, *shape) for c in configs for shape in shapes
+    ]
+    for row in made:
+        state = row["buildmgr"]
+        if state["config"] == "row":
+            assert state["validity"] == "not run" and state["evidence"][0].startswith("error: -sm row")
+            continue
+        if state["config"] == "broken":
+            assert state["validity"] == "failed" and row["avg_ts"] is None
+            assert any("failed to create context" in line for line in state["failures"][0]["tail"])
+            continue
+        assert len(row["samples_ts"]) == 2 and len(state["warmup_ts"]) == 1  # the first run discarded, kept
+        assert row["avg_ts"] == pytest.approx(sum(row["samples_ts"]) / 2, rel=1e-3)
+    with open(benched["samples"]) as handle:
+        order = [(run["config"], run["round"]) for run in map(json.loads, handle)]
+    # interleaved (A B C A B C), and the failed CONFIG not run again
+    assert order == [(c, r) for r in range(3) for c in configs[:-1] if r == 0 or c != "broken"]
+
+
+def test_bench_proves_which_device_worked_and_flags_the_fallback(root, benched):
+    by_config: dict[str, set] = {}
+    for row in benched["rows"]:
+        by_config.setdefault(row["buildmgr"]["config"], set()).add(row["buildmgr"]["validity"])
+    assert by_config["vk-ngl0"] == {"invalid: fallback"}
+    assert "invalid: fallback" not in by_config["cpu"] | by_config["vk"]
+    vk = next(r for r in benched["rows"] if r["buildmgr"]["config"] == "vk" and r["n_gen"] and not r["n_prompt"])
+    worked = {(w["device"], w["verdict"]) for w in vk["buildmgr"]["engine"]}
+    assert ("Vulkan0", "worked") in worked  # lavapipe runs on the CPU: judged by the process's CPU time
+    assert all(w["verdict"].startswith("worked") for w in vk["buildmgr"]["engine"])
+    assert vk["buildmgr"]["host_memory"]["load_log"]["buffers_mib"]["Vulkan0"]["model"] > 20
+    assert vk["buildmgr"]["devices"] == {"Vulkan0": None}
+    assert any(line.startswith("tg32 @ d64: ") for line in benched["verdicts"])
+    assert (root / "bench.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bench_rows_read_back_by_compare_and_by_upstream_s_script(root, benched, tmp_path):
+    env = env_with(root)
+    compared = buildmgr(env, "bench", "--compare", benched["file"], "--format", "json")
+    assert compared.returncode == 0, compared.stderr
+    medians = {(e["test"], e["config"]): e["median_ts"] for e in json.loads(compared.stdout)}
+    for row in (r for r in benched["rows"] if r["samples_ts"]):
+        median = row["buildmgr"]["summary"]["median"]  # rounded to 4 places in the row
+        assert medians[(test_name(row), row["buildmgr"]["config"])] == pytest.approx(median, abs=1e-4)
+    # upstream's own comparison script, from the pinned source: one CONFIG's rows, the commit against itself
+    [script] = (root / "data" / "buildmgr" / "sources").glob("llama.cpp-*/scripts/compare-llama-bench.py")
+    vk = tmp_path / "vk.jsonl"
+    with open(benched["file"]) as handle:
+        vk.write_text("".join(line for line in handle if json.loads(line)["buildmgr"]["config"] == "vk"))
+    commit = benched["rows"][0]["build_commit"]
+    ran = subprocess.run(
+        [sys.executable, str(script), "-t", "llama-bench", "-i", str(vk), "-b", commit, "-c", commit],
+        capture_output=True, text=True, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    shown = sorted(
+        float(line.split("|")[-3])
+        for line in ran.stdout.splitlines()
+        if line.count("|") > 5 and "t/s" not in line and ":--" not in line
+    )
+    ours = sorted(round(json.loads(line)["avg_ts"], 2) for line in vk.read_text().splitlines())
+    assert shown == ours

@@ -18,6 +18,8 @@ from buildmgr.backends.base import (
     Backend,
     Capture,
     DeviceCode,
+    EngineReading,
+    EngineSource,
     Extras,
     Host,
     Report,
@@ -29,7 +31,19 @@ from buildmgr.memo import Memo, stamps
 if TYPE_CHECKING:
     from buildmgr.devices import Captures
 
-__all__ = ["NOT_A_CARD", "ArchOption", "Backend", "Capture", "Check", "DeviceCode", "Extras", "Host", "Report"]
+__all__ = [
+    "NOT_A_CARD",
+    "ArchOption",
+    "Backend",
+    "Capture",
+    "Check",
+    "DeviceCode",
+    "EngineReading",
+    "EngineSource",
+    "Extras",
+    "Host",
+    "Report",
+]
 
 
 @functools.cache
@@ -111,6 +125,17 @@ def splits(device_backend: str) -> Mapping[str, str | None]:
     """What was observed of each split mode over a device of this backend (none for one that is not a module)."""
     backend = _by_name().get(device_backend)
     return backend.EXTRAS.splits if backend is not None else {}
+
+
+def open_engines() -> list[EngineSource]:
+    """Every vendor's live view of its cards here (none where its library or sysfs files are absent)."""
+    return [source for m in all_modules() if m.EXTRAS.engines and (source := m.EXTRAS.engines()) is not None]
+
+
+def pinning_guards(device_backends: Sequence[str]) -> dict[str, str]:
+    """The variables that keep these backends from page-locking host memory (see Extras.pinning_guard)."""
+    guards = (_by_name()[b].EXTRAS.pinning_guard for b in device_backends if b in _by_name())
+    return dict(guard for guard in guards if guard)
 
 
 def shader_compilers() -> tuple[str, ...]:

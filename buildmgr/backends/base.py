@@ -129,6 +129,33 @@ class DeviceCode(NamedTuple):
     schema_1: tuple[str, ...] = ()  # the receipt fields (schema 1) that held these codes
 
 
+class EngineReading(NamedTuple):
+    """One card's engines at one instant, as its vendor's library or the kernel reports them (None: not reported)."""
+
+    pci_bus_id: str  # devices.normalize_pci spelling: how a reading is matched to a device of a build
+    busy_percent: float | None  # share of the last sampling period the GPU ran a kernel
+    memory_used_mib: int | None
+    clock_mhz: int | None  # the graphics/SM clock
+    power_w: float | None
+    slowdowns: tuple[str, ...] = ()  # active reasons the clocks are held down (power cap, thermal …)
+
+
+class EngineSource(Protocol):
+    """A vendor's live view of its cards, opened for one benchmark: read often, closed once."""
+
+    def read(self) -> list[EngineReading]: ...
+
+    def users(self) -> list[tuple[int, str]]:
+        """Processes holding its GPUs (pid, what they run; the name may be unknown inside a container)."""
+        ...
+
+    def limits(self) -> list[str]:
+        """Sentences on what caps the cards' speed before any run (a power limit below the card's default …)."""
+        ...
+
+    def close(self) -> None: ...
+
+
 class Extras(NamedTuple):
     """What only some backends have, each none by default: a backend module states the ones it has, and only those."""
 
@@ -141,6 +168,8 @@ class Extras(NamedTuple):
     log_roles: tuple[tuple[str, str], ...] = ()  # a log line's regular expression (group `index`) → the role it tells
     splits: Mapping[str, str | None] = MappingProxyType({})  # -sm mode → the rule it fails by; None: ran
     ci_runner: tuple[str, str] | None = None  # (ubuntu release, container) it needs on a Linux runner
+    engines: Callable[[], EngineSource | None] | None = None  # opens its cards' engine readings (None: not here)
+    pinning_guard: tuple[str, str] | None = None  # (variable, value) that keeps it from page-locking host memory
 
 
 class Backend(Protocol):

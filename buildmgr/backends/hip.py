@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from packaging.version import InvalidVersion, Version
 
 from buildmgr import proc
-from buildmgr.backends.base import ArchOption, DeviceCode, Extras, Host, Report, which
+from buildmgr.backends.base import ArchOption, DeviceCode, EngineReading, Extras, Host, Report, which
 from buildmgr.errors import UserError
 from buildmgr.findings import Check, Finding
 from buildmgr.memo import Memo
@@ -226,4 +226,82 @@ ARCH = ArchOption(
 )
 
 
-EXTRAS = Extras(languages=("HIP",), arch=ARCH, device_code=DEVICE_CODE)
+# --- amdgpu's sysfs: the GPUs' engines during a benchmark -------------------------------------------------------------
+
+AMD_VENDOR = "0x1002"
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _int(path: Path) -> int | None:
+    text = _read(path)
+    return int(text) if text is not None and text.lstrip("-").isdigit() else None
+
+
+def _hwmon(device: Path, name: str) -> int | None:
+    return next((v for h in sorted(device.glob("hwmon/hwmon*")) if (v := _int(h / name)) is not None), None)
+
+
+def amd_reading(device: Path) -> EngineReading | None:
+    """One card's `/sys/class/drm/cardN/device`: gpu_busy_percent, mem_info_vram_used (bytes), the current sclk
+    (the `*` line of pp_dpm_sclk) and hwmon's power1_average (µW; power1_input on newer kernels)."""
+    from buildmgr.devices import normalize_pci
+
+    if _read(device / "vendor") != AMD_VENDOR:
+        return None
+    uevent = dict(line.split("=", 1) for line in (_read(device / "uevent") or "").splitlines() if "=" in line)
+    clock = re.search(r"(\d+)\s*mhz\s*\*", (_read(device / "pp_dpm_sclk") or "").lower())
+    used = _int(device / "mem_info_vram_used")
+    power = _hwmon(device, "power1_average") or _hwmon(device, "power1_input")
+    busy = _int(device / "gpu_busy_percent")
+    return EngineReading(
+        normalize_pci(uevent.get("PCI_SLOT_NAME")) or uevent.get("PCI_SLOT_NAME", ""),
+        float(busy) if busy is not None else None,
+        used >> 20 if used is not None else None,
+        int(clock.group(1)) if clock else None,
+        power / 1e6 if power is not None else None,
+    )
+
+
+class SysfsEngines:
+    """amdgpu's own files: what rocm-smi reads, without it."""
+
+    def __init__(self, sys_root: Path = Path("/sys")) -> None:
+        self.root = sys_root
+        cards = sorted(c for c in (sys_root / "class" / "drm").glob("card*") if re.fullmatch(r"card\d+", c.name))
+        self.devices = [c / "device" for c in cards if _read(c / "device" / "vendor") == AMD_VENDOR]
+
+    @classmethod
+    def open(cls, sys_root: Path = Path("/sys")) -> SysfsEngines | None:
+        found = cls(sys_root)
+        return found if found.devices else None
+
+    def read(self) -> list[EngineReading]:
+        return [r for d in self.devices if (r := amd_reading(d)) is not None]
+
+    def users(self) -> list[tuple[int, str]]:
+        """amdkfd lists every process with GPU queues under /sys/class/kfd/kfd/proc/PID."""
+        procs = self.root / "class" / "kfd" / "kfd" / "proc"
+        pids = sorted(int(p.name) for p in procs.iterdir() if p.name.isdigit()) if procs.is_dir() else []
+        return [(pid, _read(Path(f"/proc/{pid}/comm")) or "not visible here") for pid in pids]
+
+    def limits(self) -> list[str]:
+        notes = []
+        for device in self.devices:
+            cap, default = _hwmon(device, "power1_cap"), _hwmon(device, "power1_cap_default")
+            if cap is not None and default is not None and cap < default:
+                notes.append(
+                    f"GPU {device.resolve().name}: power cap {cap / 1e6:.0f} W is below its default {default / 1e6:.0f} W"
+                )
+        return notes
+
+    def close(self) -> None:
+        pass
+
+
+EXTRAS = Extras(languages=("HIP",), arch=ARCH, device_code=DEVICE_CODE, engines=SysfsEngines.open)

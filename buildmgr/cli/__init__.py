@@ -19,6 +19,7 @@ COMMANDS = {
     "which": "builds",
     "run": "tools",
     "check": "tools",
+    "bench": "bench",
     "remove": "builds",
     "gc": "builds",
     "recipes": "host",

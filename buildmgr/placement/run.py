@@ -78,21 +78,12 @@ class CheckReport:
         }
 
 
-def run_check(
-    dirs, build, command: list[str], environ: Mapping[str, str], *, model: Path | None, run_verify: bool
-) -> CheckReport:
-    """Parse TOOL ARGS… (TOOL checked by the caller), check every placement against the build's devices here, and
-    with `run_verify` run it."""
+def here_for(dirs, build, environ: Mapping[str, str]) -> tuple[Here, bool]:
+    """The build's devices here under this environment, as the checks take them; and whether they were probed afresh
+    (the stored probe was of another environment)."""
     from buildmgr import inventory
-    from buildmgr.config import ensure_writable
-    from buildmgr.errors import UserError
     from buildmgr.options import available_gib
-    from buildmgr.smoke import tiny_model
 
-    placements, notes = parse(command[0], command[1:], dict(environ))
-    user_model = model or next((Path(p.model) for p in placements if p.model), None)
-    if user_model is not None and not user_model.is_file():
-        raise UserError(f"model {user_model} does not exist")
     view = inventory.placement_view(dirs, build, environ)
     here = Here(
         view.devices,
@@ -102,6 +93,23 @@ def run_check(
         {d.name: d.memory_free_mib for d in view.devices},
         int(available_gib() * 1024),
     )
+    return here, view.fresh
+
+
+def run_check(
+    dirs, build, command: list[str], environ: Mapping[str, str], *, model: Path | None, run_verify: bool
+) -> CheckReport:
+    """Parse TOOL ARGS… (TOOL checked by the caller), check every placement against the build's devices here, and
+    with `run_verify` run it."""
+    from buildmgr.config import ensure_writable
+    from buildmgr.errors import UserError
+    from buildmgr.smoke import tiny_model
+
+    placements, notes = parse(command[0], command[1:], dict(environ))
+    user_model = model or next((Path(p.model) for p in placements if p.model), None)
+    if user_model is not None and not user_model.is_file():
+        raise UserError(f"model {user_model} does not exist")
+    here, fresh = here_for(dirs, build, environ)
     tests = []
     for candidate in placements:
         found = check(candidate, here)
@@ -116,4 +124,4 @@ def run_check(
                 build.tool("llama-bench"), model_file, candidate, environ, user_model=user_model is not None
             )
         tests.append(Tested(candidate, tuple(found), outcome))
-    return CheckReport(build.id, command[0], view.fresh, tuple(notes), tuple(tests), run_verify)
+    return CheckReport(build.id, command[0], fresh, tuple(notes), tuple(tests), run_verify)

@@ -49,7 +49,7 @@ OPTIONS = (
     Option("cpu_moe", ("-cmoe", "--cpu-moe"), "LLAMA_ARG_CPU_MOE", takes_value=False),
     Option("model", ("-m", "--model"), "LLAMA_ARG_MODEL"),
 )
-_BY_FLAG = {flag: option for option in OPTIONS for flag in option.flags}
+BY_FLAG = {flag: option for option in OPTIONS for flag in option.flags}
 
 
 @dataclass(frozen=True)
@@ -152,11 +152,11 @@ def parse_common(args: list[str], environ: dict[str, str]) -> tuple[Placement, l
         arg = args[index]
         name = arg.replace("_", "-") if arg.startswith("--") else arg
         head, eq, inline = name.partition("=")
-        option = _BY_FLAG.get(name) or (_BY_FLAG.get(head) if eq else None)
+        option = BY_FLAG.get(name) or (BY_FLAG.get(head) if eq else None)
         index += 1
         if option is None:
             continue
-        if eq and name not in _BY_FLAG:
+        if eq and name not in BY_FLAG:
             findings.append(
                 Finding(
                     "error",
@@ -185,7 +185,7 @@ def parse_bench(args: list[str]) -> tuple[list[Placement], list[Finding]]:
     index = 0
     while index < len(args):
         arg, index = args[index], index + 1
-        option = _BY_FLAG.get(arg)
+        option = BY_FLAG.get(arg)
         if option is None or option.key in ("cpu_moe", "n_cpu_moe") or index >= len(args):
             continue
         value, index = args[index], index + 1

@@ -1,0 +1,156 @@
+"""Did the devices of a placement do the work? Each timed phase of a test (prefill, decode) is judged from the samples
+taken during it: a device of the placement that stayed idle, or a GPU outside it that worked, is a fallback; a phase
+too short to sample, or a device nothing can read, leaves the result unproven, and says so. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import Enum
+from typing import NamedTuple
+
+from buildmgr.bench.logs import LoadLog, Phase
+from buildmgr.bench.sampling import Sample
+
+IDLE_PERCENT = 5.0  # a GPU at or below this through a long phase did not run it
+BUSY_PERCENT = 20.0  # a GPU outside the placement above this on average in a phase ran part of it
+CPU_WORKED = 0.5  # cores: a CPU-side device (the CPU, lavapipe) that used less than this did not run the phase
+# NVML's utilisation is the share of its last sampling period (up to a second) a kernel ran: a shorter phase can
+# read 4 % on a GPU that ran all of it (tg128 in 112 ms on an H200, 2026-12-01), so only a phase this long can show
+# a GPU idle (from its readings after the first second), and a shorter one is judged over its whole test.
+MIN_IDLE_SECONDS = 1.0
+
+
+HOST = "CPU"  # the role of a placement with no device: llama.cpp's CPU backend itself
+
+
+class Validity(Enum):
+    VALID = "valid"
+    FALLBACK = "invalid: fallback"
+    UNPROVEN = "unproven"
+    FAILED = "failed"
+    NOT_RUN = "not run"
+
+
+class Role(NamedTuple):
+    """A device the placement gives work: a card matched to engine readings by PCI id, or one judged by the process's
+    CPU time (the CPU itself, or a CPU-type device such as lavapipe). `waits` is set where the placement keeps weights
+    on the CPU on purpose (-ot …=CPU, --cpu-moe): the card then idles while the CPU works, which is no fallback."""
+
+    name: str
+    pci_bus_id: str | None
+    on_cpu: bool = False
+    waits: bool = False
+
+
+class Work(NamedTuple):
+    device: str
+    phase: str  # prompt | generation
+    readings: int
+    busy: float | None  # GPU: the highest reading, percent; CPU side: cores used
+    verdict: str  # worked | worked over the test | idle | waiting | too short | not readable | busy outside …
+
+    def to_json(self) -> dict[str, object]:
+        return self._asdict()
+
+
+class Judgement(NamedTuple):
+    validity: Validity
+    evidence: tuple[str, ...]
+    work: tuple[Work, ...]
+
+
+def _window(samples: Sequence[Sample], start: float, end: float, interval: float) -> list[Sample]:
+    """The samples of a span: a GPU's busy share covers the period before the reading, so one reading after the
+    span's end still tells of it."""
+    return [s for s in samples if start < s.at <= end + interval]
+
+
+def _busy(window: Sequence[Sample], pci: str) -> list[float]:
+    return [r.busy_percent for s in window for r in s.engines if r.pci_bus_id == pci and r.busy_percent is not None]
+
+
+def _gpu_work(role: Role, phase: Phase, samples: Sequence[Sample], span: tuple[float, float], interval: float) -> Work:
+    assert role.pci_bus_id is not None
+    values = _busy(_window(samples, phase.start, phase.end, interval), role.pci_bus_id)
+    # readings in the phase's first second may still average the phase before it
+    settled = _busy(_window(samples, phase.start + MIN_IDLE_SECONDS, phase.end, interval), role.pci_bus_id)
+    if len(settled) >= 2:
+        if max(settled) > IDLE_PERCENT:
+            return Work(role.name, phase.kind, len(settled), max(settled), "worked")
+        return Work(role.name, phase.kind, len(settled), max(settled), "waiting" if role.waits else "idle")
+    around = _busy(_window(samples, *span, interval), role.pci_bus_id)
+    if around and max(around) > 0:
+        return Work(role.name, phase.kind, len(around), max(around), "worked over the test")
+    return Work(role.name, phase.kind, len(values), max(values) if values else None, "too short")
+
+
+def _cpu_work(role: Role, phase: Phase, samples: Sequence[Sample], span: tuple[float, float]) -> Work:
+    """CPU time is a counter: its rate between two readings inside the phase (else inside the test) is their own."""
+    for start, end, verdict in ((phase.start, phase.end, "worked"), (*span, "worked over the test")):
+        timed = [
+            (s.at, s.process.cpu_seconds)
+            for s in samples
+            if start < s.at <= end and s.process and s.process.cpu_seconds is not None
+        ]
+        if len(timed) >= 2 and timed[-1][0] > timed[0][0]:
+            cores = (timed[-1][1] - timed[0][1]) / (timed[-1][0] - timed[0][0])
+            return Work(role.name, phase.kind, len(timed), round(cores, 2), verdict if cores >= CPU_WORKED else "idle")
+    return Work(role.name, phase.kind, 0, None, "too short")
+
+
+def judge(
+    phases: Sequence[Phase],
+    samples: Sequence[Sample],
+    roles: Sequence[Role],
+    interval: float,
+    load: LoadLog | None = None,
+    span: tuple[float, float] | None = None,
+) -> Judgement:
+    """One test of one run (`span`: from its start to its row): every timed phase, every role, and the GPUs outside
+    the placement."""
+    readable = {r.pci_bus_id for s in samples for r in s.engines}
+    placed = {r.pci_bus_id for r in roles if r.pci_bus_id}
+    work: list[Work] = []
+    evidence: list[str] = []
+    for phase in phases:
+        around = span or (phase.start, phase.end)
+        for role in roles:
+            if role.on_cpu:
+                found = _cpu_work(role, phase, samples, around)
+            elif role.pci_bus_id is None or role.pci_bus_id not in readable:
+                found = Work(role.name, phase.kind, 0, None, "not readable")
+            else:
+                found = _gpu_work(role, phase, samples, around, interval)
+            work.append(found)
+            if found.verdict == "idle":
+                measure = f"{found.busy} cores" if role.on_cpu else f"at most {found.busy:g} %"
+                evidence.append(f"{role.name} idle during {phase.kind} ({measure} over {found.readings} readings)")
+        window = _window(samples, phase.start, phase.end, interval)
+        # a card of the placement that no reading matches may be any of them: then none is known to be outside it
+        unmatched = any(not r.on_cpu and r.pci_bus_id not in readable for r in roles)
+        for pci in sorted(readable - placed) if not unmatched else ():
+            values = _busy(window, pci)
+            if len(values) >= 2 and sum(values) / len(values) > BUSY_PERCENT:
+                mean = sum(values) / len(values)
+                work.append(Work(pci, phase.kind, len(values), max(values), "busy outside the placement"))
+                evidence.append(f"GPU {pci}, outside the placement, busy {mean:.0f} % during {phase.kind}")
+    devices = [r for r in roles if r.name != HOST]  # lavapipe too: a Vulkan device, though it runs on the CPU
+    if load is not None and devices and load.offloaded is not None and load.offloaded[0] == 0 < load.offloaded[1]:
+        evidence.append(f"load log: offloaded 0/{load.offloaded[1]} layers to GPU, so the weights ran on the CPU")
+    if evidence:
+        return Judgement(Validity.FALLBACK, tuple(evidence), tuple(work))
+    if not phases:
+        return Judgement(Validity.UNPROVEN, ("no timed phase was seen in the run's progress lines",), tuple(work))
+    unsure = [w for w in work if w.verdict in ("too short", "not readable")]
+    if unsure:
+        reasons = sorted({f"{w.device}: {w.verdict} ({w.phase})" for w in unsure})
+        return Judgement(Validity.UNPROVEN, tuple(reasons), tuple(work))
+    return Judgement(Validity.VALID, (), tuple(work))
+
+
+def slowdowns(samples: Sequence[Sample], placed: set[str]) -> list[str]:
+    """Clock slowdowns (power cap, thermal …) any placed GPU reported during the run."""
+    seen = sorted(
+        {(r.pci_bus_id, reason) for s in samples for r in s.engines if r.pci_bus_id in placed for reason in r.slowdowns}
+    )
+    return [f"GPU {pci}: clocks held down ({reason}) during the run" for pci, reason in seen]

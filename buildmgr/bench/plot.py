@@ -1,0 +1,66 @@
+"""`--plot FILE.png`: tokens/s against depth, one line per CONFIG and a panel per workload (prefill, decode, both),
+fallback runs marked. matplotlib is an optional extra (`pip install 'buildmgr[plot]'`)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+
+from buildmgr.bench import rows
+from buildmgr.errors import UserError
+
+INSTALL = "pip install 'buildmgr[plot]'"
+
+
+def require() -> None:
+    """Before anything runs: a missing matplotlib is said at once, not after an hour of benchmarks."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UserError(f"--plot needs matplotlib, an optional extra: {INSTALL}") from None
+
+
+def plot(made: Sequence[dict], path: Path, title: str = "") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display: a file is written
+    import matplotlib.pyplot as plt
+
+    def workload(row: dict) -> str:
+        p, n = row.get("n_prompt") or 0, row.get("n_gen") or 0
+        return f"pp{p}+tg{n}" if p and n else f"pp{p}" if p else f"tg{n}"
+
+    panels = list(dict.fromkeys(workload(r) for r in made))
+    figure, axes = plt.subplots(1, max(len(panels), 1), figsize=(5 * max(len(panels), 1), 4), squeeze=False)
+    for axis, panel in zip(axes[0], panels):
+        lines: dict[str, list[tuple[int, float, bool]]] = {}
+        for row in made:
+            if workload(row) != panel or not rows.samples(row):
+                continue
+            median = statistics.median(rows.samples(row))
+            fallback = rows.field(row, f"{rows.KEY}.validity") == "invalid: fallback"
+            label = str(rows.field(row, f"{rows.KEY}.config") or rows.axis_value(row, "build"))
+            if len({rows.field(r, "model_filename") for r in made}) > 1:
+                label += f" [{rows.field(row, 'model_filename')}]"
+            lines.setdefault(label, []).append((row.get("n_depth") or 0, median, fallback))
+        for label, points in lines.items():
+            points.sort()
+            drawn = axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+            bad = [p for p in points if p[2]]
+            if bad:
+                axis.scatter(
+                    [p[0] for p in bad], [p[1] for p in bad], marker="x", s=120, color=drawn[0].get_color(), zorder=3
+                )
+        axis.set_title(f"{panel} (× = fallback)")
+        axis.set_xlabel("depth (tokens in the context)")
+        axis.set_ylabel("tokens/s (median, log scale)")
+        axis.set_yscale("log")  # a CPU fallback and a GPU differ by 10-100×
+        axis.grid(True, alpha=0.3)
+        axis.legend(fontsize="small")
+    if title:
+        figure.suptitle(title)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

@@ -1,0 +1,444 @@
+"""The bench stage: each CONFIG checked against this host first, the host checked for other GPU users, then every
+CONFIG run in turn (A B C A B C …, a discarded first round) with llama-bench timing and buildmgr sampling, and the
+rows, their samples and the verdicts written under `<data>/bench/`. The edge of the bench package: it reads and runs;
+the modules it calls do not."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from buildmgr import backends, proc
+from buildmgr.bench import logs, rows
+from buildmgr.bench.config import BenchConfig, Workload
+from buildmgr.bench.judge import HOST, Judgement, Role, Validity, judge, slowdowns
+from buildmgr.bench.sampling import Sample, Sampler, services
+from buildmgr.bench.stats import ratio, summarize
+from buildmgr.errors import UserError
+from buildmgr.findings import Finding, errors
+from buildmgr.placement.check import check, memory_findings, model_devices, weights_per_device
+
+TAIL_LINES = 15
+BUSY_READINGS = 5  # engine readings taken before the first run to see whether another process keeps a GPU busy
+
+
+@dataclass(frozen=True)
+class Request:
+    model: Path | None  # the call's -m; a CONFIG's own -m wins
+    configs: tuple[BenchConfig, ...]
+    workload: Workload
+    interval: float = 0.1
+    timeout: float = 1800.0
+    allow_busy: bool = False
+    allow_pinned: bool = False
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A CONFIG resolved on this host: its build, the devices the model gets (with their PCI ids), how each is
+    judged, the environment its runs get, and what the placement check said."""
+
+    config: BenchConfig
+    build: Any  # store.Build
+    model: Path
+    roles: tuple[Role, ...]
+    devices: dict[str, str | None]
+    env_set: dict[str, str]
+    findings: tuple[Finding, ...]
+    guard: dict[str, str] = field(default_factory=dict)  # what would keep its backends from pinning host memory
+
+    @property
+    def blocked(self) -> Finding | None:
+        """The placement check's certain failure: the CONFIG is reported, not run."""
+        return next(iter(errors(list(self.findings))), None)
+
+
+@dataclass
+class Run:
+    """One llama-bench process of one CONFIG."""
+
+    round: int  # 0: the discarded first run
+    ran: proc.Ran
+    rows: list[dict]
+    judgements: dict[int, Judgement]  # by test, 1-based as llama-bench counts
+    load: logs.LoadLog
+    peak_kib: dict[str, int]
+    warnings: list[str]
+    samples: list[Sample] = field(repr=False, default_factory=list)
+    phases: list[logs.Phase] = field(repr=False, default_factory=list)
+    spans: dict[int, tuple[float, float]] = field(repr=False, default_factory=dict)
+    started: float = 0.0
+
+    @property
+    def failure(self) -> str | None:
+        return None if self.ran.ok and self.rows else self.ran.failure() if not self.ran.ok else "printed no results"
+
+    def tail(self) -> list[str]:
+        return self.ran.stderr.strip().splitlines()[-TAIL_LINES:]
+
+
+@dataclass(frozen=True)
+class Result:
+    rows: list[dict]
+    verdicts: list[str]
+    notes: list[str]
+    path: Path
+    samples_path: Path
+
+    @property
+    def exit_code(self) -> int:
+        """1 where a CONFIG failed or was not run (its rows say why); fallbacks are results, flagged in their rows."""
+        bad = (Validity.FAILED.value, Validity.NOT_RUN.value)
+        return int(any(r[rows.KEY]["validity"] in bad for r in self.rows))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "file": str(self.path),
+            "samples": str(self.samples_path),
+            "notes": self.notes,
+            "verdicts": self.verdicts,
+            "table": rows.compare(self.rows, "config"),
+            "rows": self.rows,
+            "exit_code": self.exit_code,
+        }
+
+
+# --- before anything runs ----------------------------------------------------------------------------------------
+
+
+def model_context(model: Path) -> int | None:
+    """The model's trained context from its GGUF header (no weights read); UserError if it is not a GGUF."""
+    if not model.is_file():
+        raise UserError(f"model {model} does not exist")
+    try:
+        from gguf import GGUFReader
+
+        reader = GGUFReader(str(model))
+    except (OSError, ValueError, KeyError) as err:
+        raise UserError(f"{model} is not a GGUF model ({err})") from None
+    arch = reader.fields.get("general.architecture")
+    key = f"{bytes(arch.parts[-1]).decode()}.context_length" if arch is not None else None
+    value = reader.fields.get(key) if key else None
+    return int(value.parts[-1][0]) if value is not None else None
+
+
+def plan(dirs, request: Request, environ: Mapping[str, str]) -> list[Planned]:
+    """Each CONFIG against its build's devices here, with the model; a name that is no device here is exit 2."""
+    from buildmgr import store
+    from buildmgr.placement.run import here_for
+
+    planned = []
+    for config in request.configs:
+        build = store.find(dirs, config.build)
+        build.installed_tool("llama-bench")
+        here, _ = here_for(dirs, build, environ)
+        found = check(config.placement, here)
+        unknown = [f for f in found if f.rule == "invalid-device"]
+        if unknown:
+            raise UserError(f"CONFIG {config.label!r}: {unknown[0].message}; {unknown[0].fix}")
+        chosen, _ = model_devices(config.placement, here)
+        model = config.model(request.model)
+        found += memory_findings(weights_per_device(config.placement, model, here, chosen), here)
+        by_name = {d.name: d for d in here.devices}
+        # With no device the CPU runs it, judged by the process's CPU time; with -ngl 0 the devices stay the
+        # roles, so that their idle decode shows as the fallback it is.
+        roles = [Role(n, by_name[n].pci_bus_id, by_name[n].type == "cpu", config.cpu_overrides) for n in chosen] or [
+            Role(HOST, None, True)
+        ]
+        guard = backends.pinning_guards([by_name[n].backend for n in chosen])
+        env_set = guard if config.cpu_overrides and not request.allow_pinned else {}
+        devices = {n: by_name[n].pci_bus_id for n in chosen}
+        planned.append(Planned(config, build, model, tuple(roles), devices, env_set, tuple(found), guard))
+    return planned
+
+
+def busy_host(sources: Sequence[backends.EngineSource], interval: float) -> list[str]:
+    """Other processes on the GPUs, model servers running, and GPUs kept busy by something: each a sentence."""
+    own = os.getpid()
+    found = [f"{name} (pid {pid}) is using a GPU" for s in sources for pid, name in s.users() if pid != own]
+    found += [f"{name} (pid {pid}) is running" for pid, name in services(skip=[own])]
+    readings: dict[str, list[float]] = {}
+    for _ in range(BUSY_READINGS if sources else 0):
+        for source in sources:
+            for reading in source.read():
+                if reading.busy_percent is not None:
+                    readings.setdefault(reading.pci_bus_id, []).append(reading.busy_percent)
+        time.sleep(interval)
+    found += [
+        f"GPU {pci} is {sum(v) / len(v):.0f} % busy before any run"
+        for pci, v in sorted(readings.items())
+        if v and sum(v) / len(v) > 20
+    ]
+    return found
+
+
+# --- one run -----------------------------------------------------------------------------------------------------
+
+
+def run_once(
+    planned: Planned,
+    request: Request,
+    environ: Mapping[str, str],
+    sources: list[backends.EngineSource],
+    round_: int,
+    on_event: Callable[[logs.Event], None] = lambda event: None,
+) -> Run:
+    bench = planned.build.tool("llama-bench")
+    command = [str(bench), "-m", str(planned.model), *request.workload.args(), "-r", "1", "-o", "jsonl"]
+    command += ["--progress", "-v", *planned.config.bench_args()]
+    events: list[logs.Event] = []
+    arrivals: list[float] = []
+    sampler = Sampler(sources, request.interval)
+
+    def on_line(stream: str, line: str, at: float) -> None:
+        if stream == "stdout":
+            if line.lstrip().startswith("{"):
+                arrivals.append(at)
+        elif (found := logs.event(line, at)) is not None:
+            events.append(found)
+            on_event(found)
+
+    def on_start(pid: int) -> None:
+        sampler.pid = pid
+
+    started = time.monotonic()
+    with sampler:
+        ran = proc.watch(
+            command,
+            env=dict(environ) | planned.env_set,
+            timeout=request.timeout,
+            on_start=on_start,
+            on_line=on_line,
+        )
+    samples = list(sampler.samples or [])
+    found_rows = logs.rows(ran.stdout)
+    load = logs.load_log(ran.stderr.splitlines())
+    phases = logs.phases(events, arrivals, started + ran.seconds)
+    spans = logs.spans(events, arrivals, started + ran.seconds)
+    judgements = {
+        test: judge(
+            [p for p in phases if p.test == test], samples, planned.roles, request.interval, load, spans.get(test)
+        )
+        for test in range(1, len(found_rows) + 1)
+    }
+    peak: dict[str, int] = {}
+    for sample in samples:
+        for key, value in (sample.process.memory_kib if sample.process else {}).items():
+            peak[key] = max(peak.get(key, 0), value)
+    placed = {pci for pci in planned.devices.values() if pci}
+    warnings = slowdowns(samples, placed)
+    return Run(round_, ran, found_rows, judgements, load, peak, warnings, samples, phases, spans, started)
+
+
+# --- the whole call ------------------------------------------------------------------------------------------------
+
+
+def _test_key(row: dict) -> tuple[int, int, int]:
+    return (row.get("n_prompt") or 0, row.get("n_gen") or 0, row.get("n_depth") or 0)
+
+
+def _worst(judgements: Sequence[Judgement]) -> Judgement | None:
+    order = (Validity.FALLBACK, Validity.UNPROVEN, Validity.VALID)
+    return next((j for state in order for j in judgements if j.validity is state), None)
+
+
+def _rows_of(
+    planned: Planned, runs: list[Run], request: Request, environ: Mapping[str, str], host_notes: list[str]
+) -> list[dict]:
+    receipt = planned.build.prefix / "buildmgr-receipt.json"
+    failures = [{"round": r.round, "failure": r.failure, "tail": r.tail()} for r in runs if r.failure]
+    enumeration = {v: environ[v] for v in backends.enumeration_variables() if v in environ}
+    made = []
+    for test in request.workload.tests():
+        kept, warmup, judgements, template = [], [], [], None
+        engine: list[dict] = []
+        for run in runs:
+            for index, row in enumerate(run.rows, 1):
+                if _test_key(row) != test:
+                    continue
+                if run.round == 0:
+                    warmup += row.get("samples_ts") or []
+                    continue
+                template = template or row
+                kept += row.get("samples_ns") or []
+                judgements.append(run.judgements[index])
+                engine += [{"round": run.round, **w.to_json()} for w in run.judgements[index].work]
+        worst = _worst(judgements)
+        if planned.blocked is not None:
+            validity, evidence = Validity.NOT_RUN, [planned.blocked.line()]
+        elif not kept:
+            validity, evidence = Validity.FAILED, [f["failure"] for f in failures] or ["no kept run"]
+        else:
+            validity, evidence = worst.validity, list(worst.evidence)
+        base = template or {
+            "n_prompt": test[0],
+            "n_gen": test[1],
+            "n_depth": test[2],
+            "model_filename": str(planned.model),
+            "build_commit": (planned.build.receipt.source.commit or "")[:7],
+            "devices": "/".join(planned.config.placement.devices or ()) or "auto",
+            "avg_ts": None,
+            "samples_ts": [],
+        }
+        row = rows.merge_timing(base, kept) if kept else base
+        summary = summarize(row.get("samples_ts") or [])
+        runs_kept = [r for r in runs if r.round > 0 and not r.failure]
+        row[rows.KEY] = {
+            "schema": rows.SCHEMA,
+            "config": planned.config.label,
+            "flags": planned.config.flags(),
+            "build_id": planned.build.id,
+            "receipt_sha256": hashlib.sha256(receipt.read_bytes()).hexdigest() if receipt.is_file() else None,
+            "devices": planned.devices,
+            "enumeration_env": enumeration,
+            "env_set": planned.env_set,
+            "validity": validity.value,
+            "evidence": evidence,
+            "summary": summary.to_json(),
+            "noisy": summary.noisy,
+            "warmup_ts": [round(v, 2) for v in warmup],
+            "runs": len(runs),
+            "failures": failures,
+            "engine": engine,
+            "host_memory": _host_memory(planned, runs_kept, environ),
+            "checks": [f.line() for f in planned.findings],
+            "warnings": sorted({w for r in runs for w in r.warnings}) + host_notes,
+        }
+        made.append(row)
+    return made
+
+
+def _host_memory(planned: Planned, runs: Sequence[Run], environ: Mapping[str, str]) -> dict[str, Any]:
+    """The load log's buffers and the process's peak memory. With the pinning guard set, a *_Host buffer is plain
+    memory (ggml-cuda falls back to a CPU buffer but still logs the buffer type it asked for), so none is pinned."""
+    load = runs[-1].load.to_json() if runs else None
+    env = dict(environ) | planned.env_set
+    guarded = bool(planned.guard) and all(env.get(k) == v for k, v in planned.guard.items())
+    if load is not None and guarded:
+        load["pinned_host_mib"] = 0.0
+    return {"load_log": load, "pinning_guard": planned.guard if guarded else None, "process_peak_kib": _peak(runs)}
+
+
+def _peak(runs: Sequence[Run]) -> dict[str, int]:
+    peak: dict[str, int] = {}
+    for run in runs:
+        for key, value in run.peak_kib.items():
+            peak[key] = max(peak.get(key, 0), value)
+    return peak
+
+
+def _with_baseline(made: list[dict]) -> None:
+    """Each row's ratio to the first CONFIG's row of the same test."""
+    first = made[0][rows.KEY]["config"] if made else None
+    base = {rows.test_name(r): rows.samples(r) for r in made if r[rows.KEY]["config"] == first}
+    for row in made:
+        own = row[rows.KEY]["config"] == first
+        r = None if own else ratio(base.get(rows.test_name(row), []), rows.samples(row))
+        row[rows.KEY]["baseline"] = first
+        row[rows.KEY]["vs_baseline"] = r.to_json() if r else None
+
+
+def _writable(path: Path) -> None:
+    """Before an hour of runs, not after: the results can be written (nothing is created until they are)."""
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"cannot write results under {path} ({existing} is not writable); set XDG_DATA_HOME")
+
+
+def _samples_json(planned: Planned, run: Run) -> dict[str, Any]:
+    return {
+        "config": planned.config.label,
+        "round": run.round,
+        "spans": {test: [round(a - run.started, 4), round(b - run.started, 4)] for test, (a, b) in run.spans.items()},
+        "phases": [
+            {
+                "test": p.test,
+                "kind": p.kind,
+                "start": round(p.start - run.started, 4),
+                "end": round(p.end - run.started, 4),
+            }
+            for p in run.phases
+        ],
+        "samples": [
+            {
+                "t": round(s.at - run.started, 4),
+                "engines": [r._asdict() for r in s.engines],
+                "process": s.process._asdict() if s.process else None,
+            }
+            for s in run.samples
+        ],
+    }
+
+
+def bench(
+    dirs,
+    request: Request,
+    environ: Mapping[str, str],
+    say: Callable[[str], None],
+    notes: list[str],
+    on_event: Callable[[str, int, logs.Event], None] = lambda label, round_, event: None,
+) -> Result:
+    """Plan, refuse a busy host, run every round of every CONFIG interleaved, and write the rows and samples."""
+    from buildmgr.fsutil import atomic_write_text
+
+    planned = plan(dirs, request, environ)
+    _writable(dirs.bench)
+    for note in notes:
+        say(f"note: {note}")
+    sources = backends.open_engines()
+    try:
+        busy = busy_host(sources, request.interval)
+        if busy and not request.allow_busy:
+            raise UserError("the host is busy: " + "; ".join(busy) + " (stop them, or pass --allow-busy)")
+        host_notes = [f"busy host allowed: {b}" for b in busy]
+        host_notes += [note for s in sources for note in s.limits()]
+        if not sources:
+            notes.append("no GPU engine readings here (no NVML, no amdgpu sysfs): GPUs are judged as not readable")
+            say(f"note: {notes[-1]}")
+        for p in planned:
+            if p.blocked is not None:
+                say(f"  not run: {p.config.label}: {p.blocked.line()}")
+        runnable = [p for p in planned if p.blocked is None]
+        runs: dict[str, list[Run]] = {p.config.label: [] for p in planned}
+        executed: list[tuple[Planned, Run]] = []  # in the order they ran
+        started = time.monotonic()
+        rounds = request.workload.reps + 1
+        for round_ in range(rounds):
+            for p in runnable:
+                done = runs[p.config.label]
+                if any(r.failure for r in done):
+                    continue  # it failed once: its rows say so; the others go on
+                run = run_once(
+                    p,
+                    request,
+                    environ,
+                    sources,
+                    round_,
+                    lambda e, label=p.config.label, r=round_: on_event(label, r, e),
+                )
+                done.append(run)
+                executed.append((p, run))
+                what = "warm-up (discarded)" if round_ == 0 else f"run {round_}/{rounds - 1}"
+                outcome = run.failure or ", ".join(sorted({j.validity.value for j in run.judgements.values()}))
+                say(
+                    f"  {p.config.label}: {what}, depths {','.join(map(str, request.workload.depths))}: "
+                    f"{run.ran.seconds:.1f} s ({outcome}) · {time.monotonic() - started:.0f} s elapsed"
+                )
+    finally:
+        for source in sources:
+            source.close()
+    made = [row for p in planned for row in _rows_of(p, runs[p.config.label], request, environ, host_notes)]
+    _with_baseline(made)
+    devices_of = {p.config.label: len(p.roles) for p in planned}
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = dirs.bench / f"{stamp}-{os.getpid()}.jsonl"
+    samples_path = path.with_suffix(".samples.jsonl")
+    atomic_write_text(samples_path, "".join(json.dumps(_samples_json(p, r)) + "\n" for p, r in executed))
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in made))
+    return Result(made, rows.verdicts(made, devices_of), notes, path, samples_path)

@@ -1,0 +1,102 @@
+"""What the host did while a benchmark ran, sampled: each vendor's engine readings (the backends open them), the
+benchmark process's CPU time and memory from /proc, and the host's other processes that use a GPU or serve a
+model. The readers take their root, so recorded /proc files replay in tests; `Sampler` is the thread that reads."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple, Self
+
+from buildmgr.backends import EngineReading, EngineSource
+
+# Process names of model servers that take a GPU (or the CPU) beside a benchmark.
+SERVICES = ("llama-server", "ollama", "vllm", "text-generation-launcher", "sglang", "lmdeploy", "tritonserver")
+# /proc/PID/status fields kept, in kB: anonymous vs file-backed resident memory, locked and pinned pages, the peak.
+STATUS_FIELDS = ("VmRSS", "RssAnon", "RssFile", "RssShmem", "VmLck", "VmPin", "VmHWM")
+
+
+class ProcessReading(NamedTuple):
+    cpu_seconds: float | None  # utime + stime so far
+    memory_kib: dict[str, int]  # STATUS_FIELDS present
+
+
+class Sample(NamedTuple):
+    at: float  # time.monotonic()
+    engines: tuple[EngineReading, ...]
+    process: ProcessReading | None
+
+
+def read_process(pid: int, proc: Path = Path("/proc"), ticks: int | None = None) -> ProcessReading | None:
+    """/proc/PID/stat's utime and stime (fields 14 and 15, after the parenthesised name) and /proc/PID/status."""
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+        status = (proc / str(pid) / "status").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    per_second = ticks or os.sysconf("SC_CLK_TCK")
+    cpu = (int(fields[11]) + int(fields[12])) / per_second if len(fields) > 12 else None
+    memory = {}
+    for line in status.splitlines():
+        key, _, value = line.partition(":")
+        if key in STATUS_FIELDS and value.split():
+            memory[key] = int(value.split()[0])
+    return ProcessReading(cpu, memory)
+
+
+def services(proc: Path = Path("/proc"), skip: Sequence[int] = ()) -> list[tuple[int, str]]:
+    """Processes whose name or command line names a model server (SERVICES)."""
+    found = []
+    for entry in proc.iterdir() if proc.is_dir() else []:
+        if not entry.name.isdigit() or int(entry.name) in skip:
+            continue
+        try:
+            comm = (entry / "comm").read_text().strip()
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        program = Path(argv[0].decode(errors="replace")).name if argv and argv[0] else ""
+        words = {comm, program, *(Path(a.decode(errors="replace")).name for a in argv[1:3])}
+        if any(name in words or any(w.startswith(name) for w in words if w) for name in SERVICES):
+            found.append((int(entry.name), comm))
+    return sorted(found)
+
+
+@dataclass
+class Sampler:
+    """Reads every source and the watched process every `interval` seconds on its own thread, until stopped."""
+
+    sources: list[EngineSource]
+    interval: float
+    pid: int | None = None
+    samples: list[Sample] | None = None
+
+    def __post_init__(self) -> None:
+        self.samples = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def read(self) -> Sample:
+        engines = tuple(r for source in self.sources for r in source.read())
+        return Sample(time.monotonic(), engines, read_process(self.pid) if self.pid else None)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            assert self.samples is not None
+            self.samples.append(self.read())
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        assert self.samples is not None
+        self.samples.append(self.read())  # the reading that covers the run's last moments

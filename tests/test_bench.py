@@ -1,0 +1,421 @@
+"""`buildmgr bench`, its pure parts: CONFIGs, llama-bench's output, the judgement of which devices worked (on samples
+recorded on an H200), the statistics, the rows and their comparison, and the samplers on recorded real readings.
+The runs themselves are in test_vulkan_build.py (lavapipe) and docs/real-runs.md (H200)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import assert_user_error, buildmgr, make_env
+from hypothesis import given
+from hypothesis import strategies as st
+
+from buildmgr import proc
+from buildmgr.backends import EngineReading, cuda, hip
+from buildmgr.bench import config as cfg
+from buildmgr.bench import logs, rows, stats
+from buildmgr.bench.judge import Role, Validity, judge
+from buildmgr.bench.sampling import ProcessReading, Sample, read_process, services
+from buildmgr.errors import UserError
+from buildmgr.placement.check import FFN_EXPS
+
+FIXTURES = Path(__file__).parent / "fixtures"
+H200 = FIXTURES / "h200" / "bench"
+H200_PCI = "0000:00:06.0"
+
+
+# --- CONFIGs -----------------------------------------------------------------------------------------------------
+
+
+def test_a_config_is_a_build_and_the_flags_a_user_types_for_llama_cli():
+    config = cfg.parse_config("split=cuda+vulkan -dev CUDA0,Vulkan1 -sm layer -ts 3,1 -fa on")
+    assert (config.label, config.build) == ("split", "cuda+vulkan")
+    assert config.placement.devices == ("CUDA0", "Vulkan1")
+    # written for llama-bench: '/' joins the devices and the -ts entries of one test
+    assert config.bench_args() == ["-dev", "CUDA0/Vulkan1", "-sm", "layer", "-mg", "0", "-ts", "3/1", "-fa", "on"]
+    assert cfg.parse_config("cpu").label == "cpu"
+    assert cfg.parse_config("cuda -dev CUDA0").label == "cuda -dev CUDA0"
+
+
+def test_cpu_moe_becomes_the_override_llama_cpp_makes_of_it_and_sets_no_pinned_memory():
+    config = cfg.parse_config("moe=cuda -dev CUDA0 --cpu-moe")
+    args = config.bench_args()
+    assert args[args.index("-ot") + 1] == f"{FFN_EXPS}=CPU" and config.cpu_overrides
+    assert cfg.parse_config("x=cuda -ncmoe 3").bench_args()[-2:] == ["-ncmoe", "3"]
+    assert not cfg.parse_config("x=cuda -ot ffn=CUDA0").cpu_overrides
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("", "an empty CONFIG"),
+        ("-dev CUDA0", "must start with a build"),
+        ("cuda --bogus 1", "--bogus is not a placement flag"),
+        ("cuda --device=CUDA0", "no '=' form; write --device CUDA0"),
+        ("cuda -fa on,off", "one value per CONFIG"),
+        ("cuda -dev", "-dev needs a value"),
+        ("cuda -ts 3,x", "every entry must be a number"),
+        ("cuda 'unclosed", "No closing quotation"),
+    ],
+)
+def test_a_bad_config_is_one_line_that_says_what_is_wrong(text, fragment):
+    with pytest.raises(UserError, match=None) as raised:
+        cfg.parse_config(text)
+    assert fragment in str(raised.value)
+
+
+def test_configs_from_toml(tmp_path):
+    path = tmp_path / "bench.toml"
+    path.write_text(
+        '[[config]]\nbuild = "cuda"\nlabel = "c0"\nflags = "-dev CUDA0"\n\n'
+        '[[config]]\nbuild = "vulkan"\nflags = ["-dev", "Vulkan0", "-m", "/m/other.gguf"]\n'
+    )
+    first, second = cfg.read_toml(path)
+    assert (first.label, first.placement.devices) == ("c0", ("CUDA0",))
+    assert second.label == "vulkan -dev Vulkan0 -m /m/other.gguf"
+    assert second.model(Path("/m/default.gguf")) == Path("/m/other.gguf")
+    assert first.model(Path("/m/default.gguf")) == Path("/m/default.gguf")
+    path.write_text("[[config]]\nlabel = 'no build'\n")
+    with pytest.raises(UserError, match="has no build"):
+        cfg.read_toml(path)
+    with pytest.raises(UserError, match="labelled 'a'"):
+        cfg.unique_labels([cfg.parse_config("a=cpu"), cfg.parse_config("a=cuda")])
+
+
+def test_default_depths_are_clipped_to_the_model_and_asked_ones_refused():
+    work = cfg.Workload(512, 128)
+    assert cfg.fit_depths((0, 4096), False, work, 2048) == ((0,), ["depth 4096 left out: the model's context is 2048"])
+    with pytest.raises(UserError, match="use depths up to 1408"):
+        cfg.fit_depths((0, 4096), True, work, 2048)
+    assert cfg.parse_depths("4096,0") == (0, 4096)
+    for bad in ("a", "-1", "0,0"):
+        with pytest.raises(UserError):
+            cfg.parse_depths(bad)
+
+
+def test_every_tg_figure_has_its_depth_and_pg_runs_in_one_context():
+    work = cfg.Workload(512, 128, (0, 4096))
+    assert work.tests() == [(512, 0, 0), (0, 128, 0), (512, 128, 0), (512, 0, 4096), (0, 128, 4096), (512, 128, 4096)]
+    assert work.args() == ["-p", "512", "-n", "128", "-d", "0,4096", "-pg", "512,128"]
+
+
+# --- llama-bench's output ------------------------------------------------------------------------------------------
+
+
+def test_the_verbose_log_of_a_real_run_gives_its_phases_and_buffers():
+    """A real `llama-bench -p 32 -n 16 -d 0,64 -pg 32,16 -r 1 -o jsonl --progress -v` (the pinned cpu build)."""
+    lines = (FIXTURES / "bench" / "llama-bench-v-cpu.txt").read_text().splitlines()
+    events = [e for i, line in enumerate(lines) if (e := logs.event(line, float(i)))]
+    assert [e.test for e in events if e.what == "starting"] == [1, 2, 3, 4, 5, 6]
+    # six rows arrived after their tests' last lines
+    arrivals = [max(e.at for e in events if e.test == t) + 0.5 for t in range(1, 7)]
+    phases = logs.phases(events, arrivals, float(len(lines)))
+    assert [(p.test, p.kind) for p in phases] == [
+        (1, "prompt"), (2, "generation"), (3, "prompt"), (3, "generation"),
+        (4, "prompt"), (5, "generation"), (6, "prompt"), (6, "generation"),
+    ]  # fmt: skip
+    assert all(p.start < p.end for p in phases)
+    spans = logs.spans(events, arrivals, float(len(lines)))
+    assert all(spans[p.test][0] <= p.start and p.end <= spans[p.test][1] for p in phases)
+    load = logs.load_log(lines)
+    assert load.buffers["CPU_Mapped"] == {"model": 0.44} and load.buffers["CPU"]["KV"] == 0.12
+    assert load.offloaded is None and load.pinned_mib == 0
+
+
+def test_gpu_load_lines_give_devices_layers_and_pinned_host_buffers():
+    lines = [
+        "llama_model_load_from_file_impl: using device CUDA0 (NVIDIA H200) (0000:00:06.0) - 142612 MiB free",
+        "load_tensors: offloaded 13/13 layers to GPU",
+        "load_tensors:        CUDA0 model buffer size =   123.35 MiB",
+        "load_tensors:    CUDA_Host model buffer size =  1214.50 MiB",
+        "llama_context:  CUDA_Host  output buffer size =     0.12 MiB",
+        "sched_reserve:      CUDA0 compute buffer size =    64.50 MiB",
+    ]
+    load = logs.load_log(lines)
+    assert load.used == ("CUDA0",) and load.offloaded == (13, 13)
+    assert load.pinned_mib == pytest.approx(1214.62)
+
+
+# --- which devices worked ------------------------------------------------------------------------------------------
+
+
+def _recorded(config: str):
+    """The H200 run's samples of one CONFIG (bench/gpu-bench.sh, 2026-12-01), as the sampler made them."""
+    with gzip.open(H200 / "samples.jsonl.gz", "rt") as handle:
+        runs = [json.loads(line) for line in handle]
+    for run in runs:
+        if run["config"] != config:
+            continue
+        samples = [
+            Sample(
+                s["t"],
+                tuple(EngineReading(**(e | {"slowdowns": tuple(e["slowdowns"])})) for e in s["engines"]),
+                ProcessReading(**s["process"]) if s["process"] else None,
+            )
+            for s in run["samples"]
+        ]
+        yield run["round"], [logs.Phase(**p) for p in run["phases"]], samples
+
+
+def test_the_cpu_decode_of_ngl_0_is_a_fallback_in_the_recorded_h200_samples():
+    """-dev CUDA0 -ngl 0: the GPU read 0 % through every long decode (without the load log's evidence too)."""
+    for _, phases, samples in _recorded("moe-ngl0"):
+        decode = [p for p in phases if p.kind == "generation"]
+        verdict = judge(decode, samples, [Role("CUDA0", H200_PCI)], 0.1)
+        assert verdict.validity is Validity.FALLBACK
+        assert any(e.startswith("CUDA0 idle during generation (at most 0 %") for e in verdict.evidence)
+
+
+def test_the_all_gpu_runs_in_the_recorded_h200_samples_are_never_called_fallbacks():
+    judged = 0
+    for name in ("cuda0", "vulkan0", "moe-gpu"):
+        for _, phases, samples in _recorded(name):
+            for test in {p.test for p in phases}:
+                mine = [p for p in phases if p.test == test]
+                span = (min(p.start for p in mine) - 0.5, max(p.end for p in mine))
+                verdict = judge(mine, samples, [Role(name, H200_PCI)], 0.1, span=span)
+                assert verdict.validity is not Validity.FALLBACK, verdict
+                judged += 1
+    assert judged == 3 * 4 * 6
+
+
+def test_the_same_decode_with_experts_on_the_cpu_waits_rather_than_falls_back():
+    for _, phases, samples in _recorded("moe-cpu-experts"):
+        verdict = judge(phases, samples, [Role("CUDA0", H200_PCI, waits=True)], 0.1)
+        assert verdict.validity is not Validity.FALLBACK
+
+
+def _gpu(at: float, busy: float, pci: str = H200_PCI) -> Sample:
+    return Sample(at, (EngineReading(pci, busy, 1000, 1980, 300.0),), None)
+
+
+def test_a_phase_shorter_than_a_sampling_period_is_judged_over_its_test_or_left_unproven():
+    phase = logs.Phase(1, "generation", 10.0, 10.1)
+    quiet = [_gpu(t / 10, 0.0) for t in range(95, 110)]
+    assert judge([phase], quiet, [Role("CUDA0", H200_PCI)], 0.1).validity is Validity.UNPROVEN
+    warm = [*quiet[:3], _gpu(9.85, 60.0), *quiet[3:]]
+    found = judge([phase], sorted(warm), [Role("CUDA0", H200_PCI)], 0.1, span=(9.8, 10.1))
+    assert found.validity is Validity.VALID and found.work[0].verdict == "worked over the test"
+
+
+def test_a_gpu_outside_the_placement_that_works_is_a_fallback_and_one_nothing_reads_is_unproven():
+    phase = logs.Phase(1, "prompt", 0.0, 2.0)
+    samples = [
+        Sample(t / 10, (EngineReading(H200_PCI, 80.0, 1, 1, 1.0), EngineReading("0000:00:07.0", 0.0, 1, 1, 1.0)), None)
+        for t in range(1, 22)
+    ]
+    found = judge([phase], samples, [Role("CUDA1", "0000:00:07.0")], 0.1)
+    assert found.validity is Validity.FALLBACK
+    assert found.evidence == (
+        "CUDA1 idle during prompt (at most 0 % over 11 readings)",
+        "GPU 0000:00:06.0, outside the placement, busy 80 % during prompt",
+    )
+    assert judge([phase], samples, [Role("Vulkan0", None)], 0.1).validity is Validity.UNPROVEN
+
+
+def test_the_cpu_side_is_judged_by_the_process_s_cpu_time():
+    phase = logs.Phase(1, "generation", 0.0, 1.0)
+    busy = [Sample(t / 10, (), ProcessReading(t / 10 * 2, {})) for t in range(12)]
+    idle = [Sample(t / 10, (), ProcessReading(0.01, {})) for t in range(12)]
+    assert judge([phase], busy, [Role("CPU", None, on_cpu=True)], 0.1).validity is Validity.VALID
+    assert judge([phase], idle, [Role("CPU", None, on_cpu=True)], 0.1).validity is Validity.FALLBACK
+
+
+def test_no_layer_offloaded_is_a_fallback_from_the_load_log_alone():
+    load = logs.LoadLog(offloaded=(0, 13))
+    found = judge([], [], [Role("CUDA0", H200_PCI)], 0.1, load)
+    assert found.validity is Validity.FALLBACK and "offloaded 0/13 layers" in found.evidence[0]
+
+
+# --- statistics ----------------------------------------------------------------------------------------------------
+
+
+def test_a_difference_inside_the_noise_is_none_and_a_clear_one_has_its_interval():
+    same = stats.ratio([100, 104, 98, 101, 99], [99, 103, 100, 102, 97])
+    assert same.within_noise and "inside the noise" in stats.compared(same, "A", "B")
+    better = stats.ratio([100, 101, 99, 100, 100], [116, 117, 115, 116, 116])
+    assert not better.within_noise and 1.14 < better.low < better.value < better.high < 1.18
+    assert stats.compared(better, "A", "B") == f"A wins by {better.text()} over B"
+    assert stats.ratio([100], [120]).low is None  # one sample each: no interval, never a claim
+    assert stats.ratio([100], [120]).within_noise
+
+
+@given(
+    st.lists(st.floats(1, 1e5), min_size=2, max_size=8),
+    st.lists(st.floats(1, 1e5), min_size=2, max_size=8),
+)
+def test_the_ratio_of_b_to_a_is_the_inverse_of_a_to_b(a, b):
+    forward, backward = stats.ratio(a, b), stats.ratio(b, a)
+    assert math.isclose(forward.value * backward.value, 1, rel_tol=1e-9)
+    assert math.isclose(forward.low * backward.high, 1, rel_tol=1e-9)
+    assert forward.low <= forward.value <= forward.high
+
+
+def test_summary_keeps_the_spread_and_counts_outliers():
+    summary = stats.summarize([100, 101, 99, 100, 160])
+    assert summary.median == 100 and summary.outliers == 1 and summary.noisy
+    assert stats.t975(4) == 2.776 and stats.t975(35) == 2.042 and stats.t975(5000) == 1.96
+
+
+# --- rows ------------------------------------------------------------------------------------------------------------
+
+
+def test_merged_timing_is_what_llama_bench_computes():
+    row = rows.merge_timing({"n_prompt": 512, "n_gen": 0}, [10_000_000, 12_000_000])
+    assert row["samples_ts"] == [51200.0, 42666.67]
+    assert row["avg_ts"] == pytest.approx((51200 + 42666.666) / 2)
+    assert row["avg_ns"] == 11_000_000 and row["stddev_ns"] == 1414213
+
+
+def test_the_h200_rows_compare_by_devices_and_give_the_verdicts_of_the_run():
+    found = rows.read_rows([H200 / "rows.jsonl"])
+    table = rows.compare(found, "devices")
+    tg = {e["devices"]: e for e in table if e["test"] == "tg128 @ d4096" and "dense" not in str(e)}
+    assert tg["devices=Vulkan0"]["vs_baseline"]["ratio"] == pytest.approx(1.27, abs=0.01)
+    assert not tg["devices=Vulkan0"]["vs_baseline"]["within_noise"]
+    devices_of = {"cuda0": 1, "vulkan0": 1, "cuda0+vulkan0": 2, "moe-gpu": 1, "moe-cpu-experts": 1, "moe-ngl0": 1}
+    lines = rows.verdicts(found, devices_of)
+    assert json.loads((H200 / "bench-summary.json").read_text())["verdicts"] == lines
+    assert (
+        "tg128 @ d4096 [dense.gguf]: split cuda0+vulkan0 is not worth it: 0.58× [0.56, 0.60] of the best single device vulkan0"
+        in lines
+    )
+    assert not any("moe-ngl0" in line for line in lines)  # a fallback never wins
+
+
+def test_llama_bench_s_own_json_and_jsonl_are_read(tmp_path):
+    row = {"n_prompt": 0, "n_gen": 128, "n_depth": 0, "avg_ts": 50.0, "samples_ts": [49.0, 51.0], "devices": "auto"}
+    (tmp_path / "a.json").write_text(json.dumps([row, row | {"devices": "none", "samples_ts": [25.0, 25.5]}]))
+    (tmp_path / "b.jsonl").write_text(json.dumps(row | {"n_depth": 512}) + "\n")
+    found = rows.read_rows([tmp_path / "a.json", tmp_path / "b.jsonl"])
+    table = rows.compare(found, "devices")
+    assert [(e["test"], e["devices"], e["median_ts"]) for e in table] == [
+        ("tg128 @ d0", "devices=auto", 50.0),
+        ("tg128 @ d0", "devices=none", 25.25),
+        ("tg128 @ d512", "devices=auto", 50.0),
+    ]
+    csv = rows.render(table, "devices", "csv").splitlines()
+    assert csv[0] == "test,devices,median t/s,cv,n,vs baseline,validity" and len(csv) == 4
+    (tmp_path / "c.txt").write_text("hello")
+    with pytest.raises(UserError, match="neither JSON nor JSONL"):
+        rows.read_rows([tmp_path / "c.txt"])
+    with pytest.raises(UserError, match="--by 'colour'"):
+        rows.compare(found, "colour")
+
+
+# --- samplers on recorded readings --------------------------------------------------------------------------------
+
+
+def test_nvml_readings_recorded_on_the_h200_idle_and_busy():
+    idle = json.loads((H200 / "nvml-idle.json").read_text())
+    busy = json.loads((H200 / "nvml-busy.json").read_text())
+    first = cuda.nvml_reading(idle["readings"][0][0])
+    assert first == EngineReading(H200_PCI, 0.0, 615, 345, 84.504, ())  # reason 0x1 (idle) is no slowdown
+    assert min(cuda.nvml_reading(r[0]).busy_percent for r in busy["readings"]) >= 50
+    assert busy["users"] == [[13062, "llama-bench"]]  # the process the busy check named
+    capped = idle["readings"][0][0] | {"clocks_event_reasons": 0x4 | 0x40, "power_limit_mw": 400000}
+    assert cuda.nvml_reading(capped).slowdowns == ("power cap", "thermal (hardware)")
+    assert cuda.power_limit_note(capped) == "GPU 00000000:00:06.0: power limit 400 W is below its default 700 W"
+    assert cuda.power_limit_note(idle["readings"][0][0]) is None
+
+
+def test_amdgpu_sysfs_files_in_the_kernel_s_format(tmp_path):
+    """amdgpu's documented files (Documentation/gpu/amdgpu/thermal.rst, kfd's proc dir); no AMD GPU was lent."""
+    device = tmp_path / "sys" / "devices" / "pci0000:00" / "0000:03:00.0"
+    (device / "hwmon" / "hwmon4").mkdir(parents=True)
+    files = {
+        "vendor": "0x1002\n",
+        "uevent": "DRIVER=amdgpu\nPCI_SLOT_NAME=0000:03:00.0\n",
+        "gpu_busy_percent": "87\n",
+        "mem_info_vram_used": str(5 << 30) + "\n",
+        "pp_dpm_sclk": "0: 500Mhz \n1: 2124Mhz *\n",
+        "hwmon/hwmon4/power1_average": "212000000\n",
+        "hwmon/hwmon4/power1_cap": "200000000\n",
+        "hwmon/hwmon4/power1_cap_default": "303000000\n",
+    }
+    for name, text in files.items():
+        (device / name).write_text(text)
+    drm = tmp_path / "sys" / "class" / "drm" / "card1"
+    drm.mkdir(parents=True)
+    (drm / "device").symlink_to(device)
+    (tmp_path / "sys" / "class" / "kfd" / "kfd" / "proc" / str(os.getpid())).mkdir(parents=True)
+    source = hip.SysfsEngines.open(tmp_path / "sys")
+    assert source.read() == [EngineReading("0000:03:00.0", 87.0, 5120, 2124, 212.0, ())]
+    assert source.users() == [(os.getpid(), Path("/proc/self/comm").read_text().strip())]
+    assert source.limits() == ["GPU 0000:03:00.0: power cap 200 W is below its default 303 W"]
+    assert hip.SysfsEngines.open(tmp_path / "nothing") is None
+
+
+def test_the_process_reader_on_this_process_and_the_services_scan(tmp_path):
+    reading = read_process(os.getpid())
+    assert reading.cpu_seconds > 0 and reading.memory_kib["VmRSS"] > 0 and "RssAnon" in reading.memory_kib
+    fake = tmp_path / "proc"
+    for pid, comm, argv in (
+        (10, "ollama", b"/usr/bin/ollama\0serve\0"),
+        (11, "python3", b"python3\0-m\0vllm.entrypoints\0"),
+        (12, "bash", b"bash\0"),
+    ):
+        (fake / str(pid)).mkdir(parents=True)
+        (fake / str(pid) / "comm").write_text(comm + "\n")
+        (fake / str(pid) / "cmdline").write_bytes(argv)
+    assert services(fake) == [(10, "ollama"), (11, "python3")]
+
+
+def test_watch_hands_over_each_line_with_when_it_came_and_kills_at_the_timeout():
+    script = "import sys, time\nprint('a', flush=True)\ntime.sleep(0.3)\nprint('b', file=sys.stderr, flush=True)\n"
+    seen = []
+    ran = proc.watch([sys.executable, "-c", script], timeout=30, on_line=lambda s, line, at: seen.append((s, line, at)))
+    assert ran.ok and [(s, line) for s, line, _ in seen] == [("stdout", "a"), ("stderr", "b")]
+    assert seen[1][2] - seen[0][2] >= 0.25
+    slow = proc.watch([sys.executable, "-c", "import time; print('x', flush=True); time.sleep(30)"], timeout=0.5)
+    assert slow.timed_out and slow.stdout == "x\n"
+
+
+# --- the command line ------------------------------------------------------------------------------------------------
+
+
+def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path):
+    env = make_env(tmp_path)
+    not_gguf = tmp_path / "model.txt"
+    not_gguf.write_text("hello")
+    assert_user_error(buildmgr(env, "bench", "cpu"), "has no model")
+    assert_user_error(buildmgr(env, "bench", "-m", str(not_gguf), "cpu"), "is not a GGUF model")
+    assert_user_error(buildmgr(env, "bench", "-m", str(tmp_path / "none.gguf"), "cpu"), "does not exist")
+    assert_user_error(buildmgr(env, "bench", "-m", str(not_gguf)), "name at least one CONFIG")
+    assert_user_error(buildmgr(env, "bench", "-m", str(not_gguf), "cpu --bogus 1"), "--bogus is not")
+    assert_user_error(buildmgr(env, "bench", "--compare", str(not_gguf)), "neither JSON nor JSONL")
+    assert_user_error(buildmgr(env, "bench", "--compare", str(H200 / "rows.jsonl"), "--by", "colour"), "--by 'colour'")
+    assert not (tmp_path / "data").exists()
+
+
+def test_a_plot_without_matplotlib_is_refused_before_anything_runs(tmp_path):
+    blocker = tmp_path / "blocker"
+    (blocker / "matplotlib").mkdir(parents=True)
+    (blocker / "matplotlib" / "__init__.py").write_text("raise ImportError('not installed')\n")
+    env = make_env(tmp_path, PYTHONPATH=os.pathsep.join([str(blocker), *sys.path]))
+    result = buildmgr(env, "bench", "--compare", str(H200 / "rows.jsonl"), "--plot", str(tmp_path / "p.png"))
+    assert_user_error(result, "pip install 'buildmgr[plot]'")
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_compare_plots_the_h200_rows(tmp_path):
+    result = buildmgr(
+        make_env(tmp_path),
+        "bench",
+        "--compare",
+        str(H200 / "rows.jsonl"),
+        "--plot",
+        str(tmp_path / "p.png"),
+        "--format",
+        "json",
+    )
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = json.loads(result.stdout)
+    assert {e["validity"] for e in table if e["config"] == "moe-ngl0"} == {"invalid: fallback"}
