@@ -419,3 +419,15 @@ def test_compare_plots_the_h200_rows(tmp_path):
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = json.loads(result.stdout)
     assert {e["validity"] for e in table if e["config"] == "moe-ngl0"} == {"invalid: fallback"}
+
+
+def test_each_row_is_compared_with_the_first_config_on_its_own_model():
+    from buildmgr.bench.runner import _with_baseline
+
+    found = rows.read_rows([H200 / "rows.jsonl"])
+    _with_baseline(found)
+    baselines = {(r["buildmgr"]["config"], r["buildmgr"]["baseline"]) for r in found}
+    assert ("moe-ngl0", "moe-gpu") in baselines and ("vulkan0", "cuda0") in baselines
+    assert all(r["buildmgr"]["vs_baseline"] is None for r in found if r["buildmgr"]["config"] in ("cuda0", "moe-gpu"))
+    with pytest.raises(UserError, match="--baseline 'devices=CUDA9' is no value of --by devices"):
+        rows.compare(found, "devices", "devices=CUDA9")

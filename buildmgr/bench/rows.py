@@ -146,6 +146,11 @@ def compare(rows: Sequence[dict], axis: str, baseline: str | None = None) -> lis
     groups: dict[tuple, dict[str, list[dict]]] = {}
     for row in rows:
         groups.setdefault(_key(row, axis), {}).setdefault(axis_value(row, axis), []).append(row)
+    values_seen = {value for members in groups.values() for value in members}
+    if baseline is not None and baseline not in values_seen:
+        raise UserError(
+            f"--baseline {baseline!r} is no value of --by {axis} in these rows: {', '.join(sorted(values_seen))}"
+        )
     table = []
     for members in groups.values():
         values = {value: [s for r in rs for s in samples(r)] for value, rs in members.items()}

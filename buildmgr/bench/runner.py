@@ -334,13 +334,20 @@ def _peak(runs: Sequence[Run]) -> dict[str, int]:
 
 
 def _with_baseline(made: list[dict]) -> None:
-    """Each row's ratio to the first CONFIG's row of the same test."""
-    first = made[0][rows.KEY]["config"] if made else None
-    base = {rows.test_name(r): rows.samples(r) for r in made if r[rows.KEY]["config"] == first}
+    """Each row's ratio to the same test of the first CONFIG on the same model."""
+    first: dict[str, str] = {}
     for row in made:
-        own = row[rows.KEY]["config"] == first
-        r = None if own else ratio(base.get(rows.test_name(row), []), rows.samples(row))
-        row[rows.KEY]["baseline"] = first
+        first.setdefault(rows.field(row, "model_filename"), row[rows.KEY]["config"])
+    base = {
+        (rows.field(r, "model_filename"), rows.test_name(r)): rows.samples(r)
+        for r in made
+        if r[rows.KEY]["config"] == first[rows.field(r, "model_filename")]
+    }
+    for row in made:
+        model = rows.field(row, "model_filename")
+        own = row[rows.KEY]["config"] == first[model]
+        r = None if own else ratio(base.get((model, rows.test_name(row)), []), rows.samples(row))
+        row[rows.KEY]["baseline"] = first[model]
         row[rows.KEY]["vs_baseline"] = r.to_json() if r else None
 
 
