@@ -17,7 +17,7 @@ import pytest
 from conftest import assert_user_error, buildmgr, make_env
 from packaging.version import Version
 
-from buildmgr.bench.rows import test_name
+from buildmgr.bench import rows as bench_rows
 
 pytestmark = [
     pytest.mark.slow,
@@ -299,7 +299,7 @@ def test_bench_rows_read_back_by_compare_and_by_upstream_s_script(root, benched,
     medians = {(e["test"], e["config"]): e["median_ts"] for e in json.loads(compared.stdout)}
     for row in (r for r in benched["rows"] if r["samples_ts"]):
         median = row["buildmgr"]["summary"]["median"]  # rounded to 4 places in the row
-        assert medians[(test_name(row), row["buildmgr"]["config"])] == pytest.approx(median, abs=1e-4)
+        assert medians[(bench_rows.test_name(row), row["buildmgr"]["config"])] == pytest.approx(median, abs=1e-4)
     # upstream's own comparison script, from the pinned source: one CONFIG's rows, the commit against itself
     [script] = (root / "data" / "buildmgr" / "sources").glob("llama.cpp-*/scripts/compare-llama-bench.py")
     vk = tmp_path / "vk.jsonl"
