@@ -20,7 +20,7 @@ from buildmgr import proc
 from buildmgr.backends import EngineReading, cuda, hip
 from buildmgr.bench import config as cfg
 from buildmgr.bench import logs, rows, stats
-from buildmgr.bench.judge import Role, Validity, judge
+from buildmgr.bench.judge import Role, Validity, Verdict, judge
 from buildmgr.bench.sampling import ProcessReading, Sample, read_process, services
 from buildmgr.errors import UserError
 from buildmgr.placement.check import FFN_EXPS
@@ -201,7 +201,7 @@ def test_a_phase_shorter_than_a_sampling_period_is_judged_over_its_test_or_left_
     assert judge([phase], quiet, [Role("CUDA0", H200_PCI)], 0.1).validity is Validity.UNPROVEN
     warm = [*quiet[:3], _gpu(9.85, 60.0), *quiet[3:]]
     found = judge([phase], sorted(warm), [Role("CUDA0", H200_PCI)], 0.1, span=(9.8, 10.1))
-    assert found.validity is Validity.VALID and found.work[0].verdict == "worked over the test"
+    assert found.validity is Validity.VALID and found.work[0].verdict is Verdict.WORKED_OVER_TEST
 
 
 def test_a_gpu_outside_the_placement_that_works_is_a_fallback_and_one_nothing_reads_is_unproven():
@@ -431,3 +431,17 @@ def test_each_row_is_compared_with_the_first_config_on_its_own_model():
     assert all(r["buildmgr"]["vs_baseline"] is None for r in found if r["buildmgr"]["config"] in ("cuda0", "moe-gpu"))
     with pytest.raises(UserError, match="--baseline 'devices=CUDA9' is no value of --by devices"):
         rows.compare(found, "devices", "devices=CUDA9")
+
+
+def test_one_run_each_is_never_called_a_difference_or_none():
+    one = stats.ratio([100.0], [250.0])
+    assert stats.compared(one, "B", "A") == "B ahead of A by 2.50× in one run each: too few runs to tell"
+
+
+def test_a_single_thread_on_a_loaded_host_is_not_an_idle_cpu_and_a_tick_is_not_a_rate():
+    phase = logs.Phase(1, "prompt", 0.0, 1.0)
+    one_thread_slowed = [Sample(t / 10, (), ProcessReading(t / 10 * 0.4, {})) for t in range(0, 12)]
+    assert judge([phase], one_thread_slowed, [Role("CPU", None, on_cpu=True)], 0.1).validity is Validity.VALID
+    short = logs.Phase(1, "prompt", 0.0, 0.03)
+    no_tick_yet = [Sample(t / 100, (), ProcessReading(0.5, {})) for t in range(0, 4)]
+    assert judge([short], no_tick_yet, [Role("CPU", None, on_cpu=True)], 0.01).validity is Validity.UNPROVEN

@@ -13,7 +13,9 @@ from buildmgr.bench.sampling import Sample
 
 IDLE_PERCENT = 5.0  # a GPU at or below this through a long phase did not run it
 BUSY_PERCENT = 20.0  # a GPU outside the placement above this on average in a phase ran part of it
-CPU_WORKED = 0.5  # cores: a CPU-side device (the CPU, lavapipe) that used less than this did not run the phase
+CPU_WORKED = 0.1  # cores: a CPU-side device (the CPU, lavapipe) that used less than this did not run the phase
+# CPU time counts in clock ticks (10 ms): a rate over a shorter window than this is too coarse to call anything idle
+CPU_MIN_SECONDS = 0.1
 # NVML's utilisation is the share of its last sampling period (up to a second) a kernel ran: a shorter phase can
 # read 4 % on a GPU that ran all of it (tg128 in 112 ms on an H200, 2026-12-01), so only a phase this long can show
 # a GPU idle (from its readings after the first second), and a shorter one is judged over its whole test.
@@ -42,15 +44,31 @@ class Role(NamedTuple):
     waits: bool = False
 
 
+class Verdict(Enum):
+    """What one device did in one phase."""
+
+    WORKED = "worked"
+    WORKED_OVER_TEST = "worked over the test"  # the phase was too short to sample; its test showed work
+    IDLE = "idle"
+    WAITING = "waiting"  # idle while the CPU ran the weights the placement keeps there
+    TOO_SHORT = "too short"
+    NOT_READABLE = "not readable"  # no reading matches the device
+    BUSY_OUTSIDE = "busy outside the placement"
+
+    @property
+    def unsure(self) -> bool:
+        return self in (Verdict.TOO_SHORT, Verdict.NOT_READABLE)
+
+
 class Work(NamedTuple):
     device: str
     phase: str  # prompt | generation
     readings: int
     busy: float | None  # GPU: the highest reading, percent; CPU side: cores used
-    verdict: str  # worked | worked over the test | idle | waiting | too short | not readable | busy outside …
+    verdict: Verdict
 
     def to_json(self) -> dict[str, object]:
-        return self._asdict()
+        return self._asdict() | {"verdict": self.verdict.value}
 
 
 class Judgement(NamedTuple):
@@ -76,26 +94,28 @@ def _gpu_work(role: Role, phase: Phase, samples: Sequence[Sample], span: tuple[f
     settled = _busy(_window(samples, phase.start + MIN_IDLE_SECONDS, phase.end, interval), role.pci_bus_id)
     if len(settled) >= 2:
         if max(settled) > IDLE_PERCENT:
-            return Work(role.name, phase.kind, len(settled), max(settled), "worked")
-        return Work(role.name, phase.kind, len(settled), max(settled), "waiting" if role.waits else "idle")
+            return Work(role.name, phase.kind, len(settled), max(settled), Verdict.WORKED)
+        return Work(role.name, phase.kind, len(settled), max(settled), Verdict.WAITING if role.waits else Verdict.IDLE)
     around = _busy(_window(samples, *span, interval), role.pci_bus_id)
     if around and max(around) > 0:
-        return Work(role.name, phase.kind, len(around), max(around), "worked over the test")
-    return Work(role.name, phase.kind, len(values), max(values) if values else None, "too short")
+        return Work(role.name, phase.kind, len(around), max(around), Verdict.WORKED_OVER_TEST)
+    return Work(role.name, phase.kind, len(values), max(values) if values else None, Verdict.TOO_SHORT)
 
 
 def _cpu_work(role: Role, phase: Phase, samples: Sequence[Sample], span: tuple[float, float]) -> Work:
     """CPU time is a counter: its rate between two readings inside the phase (else inside the test) is their own."""
-    for start, end, verdict in ((phase.start, phase.end, "worked"), (*span, "worked over the test")):
+    for start, end, verdict in ((phase.start, phase.end, Verdict.WORKED), (*span, Verdict.WORKED_OVER_TEST)):
         timed = [
             (s.at, s.process.cpu_seconds)
             for s in samples
             if start < s.at <= end and s.process and s.process.cpu_seconds is not None
         ]
-        if len(timed) >= 2 and timed[-1][0] > timed[0][0]:
+        if len(timed) >= 2 and timed[-1][0] - timed[0][0] >= CPU_MIN_SECONDS:
             cores = (timed[-1][1] - timed[0][1]) / (timed[-1][0] - timed[0][0])
-            return Work(role.name, phase.kind, len(timed), round(cores, 2), verdict if cores >= CPU_WORKED else "idle")
-    return Work(role.name, phase.kind, 0, None, "too short")
+            return Work(
+                role.name, phase.kind, len(timed), round(cores, 2), verdict if cores >= CPU_WORKED else Verdict.IDLE
+            )
+    return Work(role.name, phase.kind, 0, None, Verdict.TOO_SHORT)
 
 
 def judge(
@@ -118,11 +138,11 @@ def judge(
             if role.on_cpu:
                 found = _cpu_work(role, phase, samples, around)
             elif role.pci_bus_id is None or role.pci_bus_id not in readable:
-                found = Work(role.name, phase.kind, 0, None, "not readable")
+                found = Work(role.name, phase.kind, 0, None, Verdict.NOT_READABLE)
             else:
                 found = _gpu_work(role, phase, samples, around, interval)
             work.append(found)
-            if found.verdict == "idle":
+            if found.verdict is Verdict.IDLE:
                 measure = f"{found.busy} cores" if role.on_cpu else f"at most {found.busy:g} %"
                 evidence.append(f"{role.name} idle during {phase.kind} ({measure} over {found.readings} readings)")
         window = _window(samples, phase.start, phase.end, interval)
@@ -132,7 +152,7 @@ def judge(
             values = _busy(window, pci)
             if len(values) >= 2 and sum(values) / len(values) > BUSY_PERCENT:
                 mean = sum(values) / len(values)
-                work.append(Work(pci, phase.kind, len(values), max(values), "busy outside the placement"))
+                work.append(Work(pci, phase.kind, len(values), max(values), Verdict.BUSY_OUTSIDE))
                 evidence.append(f"GPU {pci}, outside the placement, busy {mean:.0f} % during {phase.kind}")
     devices = [r for r in roles if r.name != HOST]  # lavapipe too: a Vulkan device, though it runs on the CPU
     if load is not None and devices and load.offloaded is not None and load.offloaded[0] == 0 < load.offloaded[1]:
@@ -141,9 +161,9 @@ def judge(
         return Judgement(Validity.FALLBACK, tuple(evidence), tuple(work))
     if not phases:
         return Judgement(Validity.UNPROVEN, ("no timed phase was seen in the run's progress lines",), tuple(work))
-    unsure = [w for w in work if w.verdict in ("too short", "not readable")]
+    unsure = [w for w in work if w.verdict.unsure]
     if unsure:
-        reasons = sorted({f"{w.device}: {w.verdict} ({w.phase})" for w in unsure})
+        reasons = sorted({f"{w.device}: {w.verdict.value} ({w.phase})" for w in unsure})
         return Judgement(Validity.UNPROVEN, tuple(reasons), tuple(work))
     return Judgement(Validity.VALID, (), tuple(work))
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from buildmgr.bench import rows
+from buildmgr.bench.judge import Validity
 from buildmgr.errors import UserError
 
 INSTALL = "pip install 'buildmgr[plot]'"
@@ -39,7 +40,7 @@ def plot(made: Sequence[dict], path: Path, title: str = "") -> None:
             if workload(row) != panel or not rows.samples(row):
                 continue
             median = statistics.median(rows.samples(row))
-            fallback = rows.field(row, f"{rows.KEY}.validity") == "invalid: fallback"
+            fallback = rows.field(row, f"{rows.KEY}.validity") == Validity.FALLBACK.value
             label = str(rows.field(row, f"{rows.KEY}.config") or rows.axis_value(row, "build"))
             if len({rows.field(r, "model_filename") for r in made}) > 1:
                 label += f" [{rows.field(row, 'model_filename')}]"

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from buildmgr.bench.judge import Validity
 from buildmgr.bench.stats import Ratio, compared, ratio, summarize
 from buildmgr.errors import UserError
 
@@ -57,6 +58,7 @@ AXES: dict[str, tuple[str, ...]] = {
     "depth": ("n_depth",),
 }
 FORMATS = ("md", "json", "csv")
+RANKED = (Validity.VALID.value, Validity.UNPROVEN.value)  # rows a comparison may rank; a fallback never wins
 DEFAULTS = ("0.00", 0, "none", False)  # llama-bench's spelling of a field left at its default: not shown in a label
 
 
@@ -155,7 +157,7 @@ def compare(rows: Sequence[dict], axis: str, baseline: str | None = None) -> lis
     for members in groups.values():
         values = {value: [s for r in rs for s in samples(r)] for value, rs in members.items()}
         validity = {value: _validity(rs) for value, rs in members.items()}
-        usable = [v for v in members if validity[v] in ("valid", "unproven", "")]
+        usable = [v for v in members if validity[v] in (*RANKED, "")]  # "": llama-bench's own rows
         base = baseline if baseline in usable else (usable[0] if usable else None)
         for value, rs in members.items():
             summary = summarize(values[value])
@@ -178,7 +180,7 @@ def compare(rows: Sequence[dict], axis: str, baseline: str | None = None) -> lis
 
 def _validity(rows: Sequence[dict]) -> str:
     states = [field(r, f"{KEY}.validity") or "" for r in rows]
-    return next((s for s in states if s not in ("valid", "")), states[0] if states else "")
+    return next((s for s in states if s not in (Validity.VALID.value, "")), states[0] if states else "")
 
 
 def render(table: Sequence[dict], axis: str, fmt: str) -> str:
@@ -191,7 +193,8 @@ def render(table: Sequence[dict], axis: str, fmt: str) -> str:
         shown = (
             "baseline"
             if entry[axis] == entry["baseline"]
-            else Ratio(r["ratio"], *(r["ci95"] or (None, None))).text() + (" (noise)" if r["within_noise"] else "")
+            else Ratio(r["ratio"], *(r["ci95"] or (None, None))).text()
+            + (" (one run: no interval)" if r["ci95"] is None else " (noise)" if r["within_noise"] else "")
             if r
             else "—"
         )
@@ -229,7 +232,7 @@ def verdicts(rows: Sequence[dict], devices_of: dict[str, int]) -> list[str]:
         by_test.setdefault(test_name(row) + model, []).append(row)
     lines = []
     for test, members in by_test.items():
-        usable = [r for r in members if field(r, f"{KEY}.validity") in ("valid", "unproven") and samples(r)]
+        usable = [r for r in members if field(r, f"{KEY}.validity") in RANKED and samples(r)]
         ranked = sorted(usable, key=lambda r: statistics.median(samples(r)), reverse=True)
         if not ranked:
             lines.append(f"{test}: no configuration gave a usable result")

@@ -103,6 +103,8 @@ def compared(ratio_: Ratio | None, winner: str, other: str) -> str:
     """'A is 1.16× [1.10, 1.22] B', or that they cannot be told apart."""
     if ratio_ is None:
         return f"{winner} and {other}: too few samples to compare"
+    if ratio_.low is None:
+        return f"{winner} ahead of {other} by {ratio_.text()} in one run each: too few runs to tell"
     if ratio_.within_noise:
         return f"no difference between {winner} and {other} ({ratio_.text()}: inside the noise)"
     return f"{winner} wins by {ratio_.text()} over {other}"

@@ -92,12 +92,13 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         print(json.dumps(result.to_json(), indent=2))
         return result.exit_code
     from buildmgr.bench import rows
+    from buildmgr.bench.judge import Validity
 
     print(rows.render(rows.compare(result.rows, "config"), "config", "md"))
     for row in result.rows:
         state = row[rows.KEY]
         label = f"{state['config']}: {rows.test_name(row)}"
-        if state["validity"] != "valid":
+        if state["validity"] != Validity.VALID.value:
             render.say(f"{state['validity']}: {label}: " + "; ".join(state["evidence"]), "yellow")
         if state["noisy"]:
             render.warn(f"noisy: {label}: CV {state['summary']['cv'] * 100:.1f} % over {state['summary']['n']} runs")
