@@ -440,8 +440,8 @@ def test_one_run_each_is_never_called_a_difference_or_none():
 
 def test_a_single_thread_on_a_loaded_host_is_not_an_idle_cpu_and_a_tick_is_not_a_rate():
     phase = logs.Phase(1, "prompt", 0.0, 1.0)
-    one_thread_slowed = [Sample(t / 10, (), ProcessReading(t / 10 * 0.4, {})) for t in range(0, 12)]
+    one_thread_slowed = [Sample(t / 10, (), ProcessReading(t / 10 * 0.4, {})) for t in range(12)]
     assert judge([phase], one_thread_slowed, [Role("CPU", None, on_cpu=True)], 0.1).validity is Validity.VALID
     short = logs.Phase(1, "prompt", 0.0, 0.03)
-    no_tick_yet = [Sample(t / 100, (), ProcessReading(0.5, {})) for t in range(0, 4)]
+    no_tick_yet = [Sample(t / 100, (), ProcessReading(0.5, {})) for t in range(4)]
     assert judge([short], no_tick_yet, [Role("CPU", None, on_cpu=True)], 0.01).validity is Validity.UNPROVEN

@@ -284,7 +284,8 @@ def test_bench_proves_which_device_worked_and_flags_the_fallback(root, benched):
     assert "invalid: fallback" not in by_config["cpu"] | by_config["vk"]
     vk = next(r for r in benched["rows"] if r["buildmgr"]["config"] == "vk" and r["n_gen"] and not r["n_prompt"])
     worked = {(w["device"], w["verdict"]) for w in vk["buildmgr"]["engine"]}
-    assert ("Vulkan0", "worked") in worked  # lavapipe runs on the CPU: judged by the process's CPU time
+    # lavapipe runs on the CPU: judged by the process's CPU time, over the phase or (a short one) over its test
+    assert {device for device, _ in worked} == {"Vulkan0"}
     assert {w["verdict"] for w in vk["buildmgr"]["engine"]} <= {"worked", "worked over the test"}
     assert vk["buildmgr"]["host_memory"]["load_log"]["buffers_mib"]["Vulkan0"]["model"] > 20
     assert vk["buildmgr"]["devices"] == {"Vulkan0": None}
