@@ -202,6 +202,15 @@ def one_to_one(devices: list[Any], rows: list[Any], same: Callable[[Any, Any], b
     return {name: found[0] for name, found in matches.items() if len(found) == 1 and claimed[id(found[0])] == 1}
 
 
+def process_name(pid: int, proc: str = "/proc") -> str:
+    """What a process runs (/proc/PID/comm); a process of another PID namespace (a container's host) is not visible."""
+    try:
+        with open(f"{proc}/{pid}/comm", encoding="utf-8", errors="replace") as handle:
+            return handle.read().strip()
+    except OSError:
+        return "not visible here"
+
+
 def which(name: str, *dirs: str) -> str | None:
     """A program in the first of these directories that has it, else on PATH."""
     import os

@@ -27,6 +27,7 @@ from buildmgr.backends.base import (
     Host,
     Report,
     one_to_one,
+    process_name,
     which,
 )
 from buildmgr.errors import UserError
@@ -585,7 +586,7 @@ class NvmlEngines:
                 self.nvml.nvmlDeviceGetGraphicsRunningProcesses,
             ):
                 for process in self._try(call, handle) or []:
-                    found[process.pid] = _process_name(process.pid)
+                    found[process.pid] = process_name(process.pid)
         return sorted(found.items())
 
     def limits(self) -> list[str]:
@@ -593,13 +594,6 @@ class NvmlEngines:
 
     def close(self) -> None:
         self._try(self.nvml.nvmlShutdown)
-
-
-def _process_name(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return "not visible here"
 
 
 def why_absent(environ: Mapping[str, str], captures: Captures) -> str | None:

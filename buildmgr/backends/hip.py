@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from packaging.version import InvalidVersion, Version
 
 from buildmgr import proc
-from buildmgr.backends.base import ArchOption, DeviceCode, EngineReading, Extras, Host, Report, which
+from buildmgr.backends.base import ArchOption, DeviceCode, EngineReading, Extras, Host, Report, process_name, which
 from buildmgr.errors import UserError
 from buildmgr.findings import Check, Finding
 from buildmgr.memo import Memo
@@ -288,7 +288,7 @@ class SysfsEngines:
         """amdkfd lists every process with GPU queues under /sys/class/kfd/kfd/proc/PID."""
         procs = self.root / "class" / "kfd" / "kfd" / "proc"
         pids = sorted(int(p.name) for p in procs.iterdir() if p.name.isdigit()) if procs.is_dir() else []
-        return [(pid, _read(Path(f"/proc/{pid}/comm")) or "not visible here") for pid in pids]
+        return [(pid, process_name(pid)) for pid in pids]
 
     def limits(self) -> list[str]:
         notes = []

@@ -28,16 +28,12 @@ def plot(made: Sequence[dict], path: Path, title: str = "") -> None:
     matplotlib.use("Agg")  # no display: a file is written
     import matplotlib.pyplot as plt
 
-    def workload(row: dict) -> str:
-        p, n = row.get("n_prompt") or 0, row.get("n_gen") or 0
-        return f"pp{p}+tg{n}" if p and n else f"pp{p}" if p else f"tg{n}"
-
-    panels = list(dict.fromkeys(workload(r) for r in made))
+    panels = list(dict.fromkeys(rows.workload_name(r) for r in made))
     figure, axes = plt.subplots(1, max(len(panels), 1), figsize=(5 * max(len(panels), 1), 4), squeeze=False)
     for axis, panel in zip(axes[0], panels):
         lines: dict[str, list[tuple[int, float, bool]]] = {}
         for row in made:
-            if workload(row) != panel or not rows.samples(row):
+            if rows.workload_name(row) != panel or not rows.samples(row):
                 continue
             median = statistics.median(rows.samples(row))
             fallback = rows.field(row, f"{rows.KEY}.validity") == Validity.FALLBACK.value

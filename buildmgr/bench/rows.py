@@ -69,10 +69,14 @@ def field(row: dict, name: str) -> Any:
     return Path(value).name if name == "model_filename" and isinstance(value, str) else value
 
 
+def workload_name(row: dict) -> str:
+    """pp512, tg128 or pp512+tg128, as llama-bench names its tests."""
+    p, n = row.get("n_prompt") or 0, row.get("n_gen") or 0
+    return f"pp{p}+tg{n}" if p and n else f"pp{p}" if p else f"tg{n}"
+
+
 def test_name(row: dict) -> str:
-    p, n, d = row.get("n_prompt") or 0, row.get("n_gen") or 0, row.get("n_depth") or 0
-    shape = f"pp{p}+tg{n}" if p and n else f"pp{p}" if p else f"tg{n}"
-    return f"{shape} @ d{d}"
+    return f"{workload_name(row)} @ d{row.get('n_depth') or 0}"
 
 
 def axis_value(row: dict, axis: str) -> str:

@@ -17,12 +17,12 @@ from typing import Any
 from buildmgr import backends, proc
 from buildmgr.bench import logs, rows
 from buildmgr.bench.config import BenchConfig, Workload
-from buildmgr.bench.judge import HOST, Judgement, Role, Validity, judge, slowdowns
+from buildmgr.bench.judge import BUSY_PERCENT, HOST, Judgement, Role, Validity, judge, slowdowns
 from buildmgr.bench.sampling import Sample, Sampler, services
 from buildmgr.bench.stats import ratio, summarize
 from buildmgr.errors import UserError
 from buildmgr.findings import Finding, errors
-from buildmgr.placement.check import check, memory_findings, model_devices, weights_per_device
+from buildmgr.placement.check import check, memory_findings, model_devices, read_gguf, weights_per_device
 
 TAIL_LINES = 15
 BUSY_READINGS = 5  # engine readings taken before the first run to see whether another process keeps a GPU busy
@@ -116,12 +116,7 @@ def model_context(model: Path) -> int | None:
     """The model's trained context from its GGUF header (no weights read); UserError if it is not a GGUF."""
     if not model.is_file():
         raise UserError(f"model {model} does not exist")
-    try:
-        from gguf import GGUFReader
-
-        reader = GGUFReader(str(model))
-    except (OSError, ValueError, KeyError) as err:
-        raise UserError(f"{model} is not a GGUF model ({err})") from None
+    reader = read_gguf(model)
     arch = reader.fields.get("general.architecture")
     key = f"{bytes(arch.parts[-1]).decode()}.context_length" if arch is not None else None
     value = reader.fields.get(key) if key else None
@@ -173,7 +168,7 @@ def busy_host(sources: Sequence[backends.EngineSource], interval: float) -> list
     found += [
         f"GPU {pci} is {sum(v) / len(v):.0f} % busy before any run"
         for pci, v in sorted(readings.items())
-        if v and sum(v) / len(v) > 20
+        if v and sum(v) / len(v) > BUSY_PERCENT
     ]
     return found
 
@@ -253,6 +248,10 @@ def _rows_of(
 ) -> list[dict]:
     receipt = planned.build.prefix / "buildmgr-receipt.json"
     failures = [{"round": r.round, "failure": r.failure, "tail": r.tail()} for r in runs if r.failure]
+    runs_kept = [r for r in runs if r.round > 0 and not r.failure]
+    fingerprint = hashlib.sha256(receipt.read_bytes()).hexdigest() if receipt.is_file() else None
+    host_memory = _host_memory(planned, runs_kept, environ)
+    warnings = sorted({w for r in runs for w in r.warnings}) + host_notes
     enumeration = {v: environ[v] for v in backends.enumeration_variables() if v in environ}
     made = []
     for test in request.workload.tests():
@@ -288,13 +287,12 @@ def _rows_of(
         }
         row = rows.merge_timing(base, kept) if kept else base
         summary = summarize(row.get("samples_ts") or [])
-        runs_kept = [r for r in runs if r.round > 0 and not r.failure]
         row[rows.KEY] = {
             "schema": rows.SCHEMA,
             "config": planned.config.label,
             "flags": planned.config.flags(),
             "build_id": planned.build.id,
-            "receipt_sha256": hashlib.sha256(receipt.read_bytes()).hexdigest() if receipt.is_file() else None,
+            "receipt_sha256": fingerprint,
             "devices": planned.devices,
             "enumeration_env": enumeration,
             "env_set": planned.env_set,
@@ -306,9 +304,9 @@ def _rows_of(
             "runs": len(runs),
             "failures": failures,
             "engine": engine,
-            "host_memory": _host_memory(planned, runs_kept, environ),
+            "host_memory": host_memory,
             "checks": [f.line() for f in planned.findings],
-            "warnings": sorted({w for r in runs for w in r.warnings}) + host_notes,
+            "warnings": warnings,
         }
         made.append(row)
     return made

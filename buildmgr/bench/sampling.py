@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import NamedTuple, Self
 
 from buildmgr.backends import EngineReading, EngineSource
+from buildmgr.backends.base import process_name
 
 # Process names of model servers that take a GPU (or the CPU) beside a benchmark.
 SERVICES = ("llama-server", "ollama", "vllm", "text-generation-launcher", "sglang", "lmdeploy", "tritonserver")
@@ -55,8 +56,8 @@ def services(proc: Path = Path("/proc"), skip: Sequence[int] = ()) -> list[tuple
     for entry in proc.iterdir() if proc.is_dir() else []:
         if not entry.name.isdigit() or int(entry.name) in skip:
             continue
+        comm = process_name(int(entry.name), str(proc))
         try:
-            comm = (entry / "comm").read_text().strip()
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue

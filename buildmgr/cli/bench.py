@@ -7,6 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
+from buildmgr import backends
 from buildmgr.cli import command, render
 from buildmgr.config import Context
 from buildmgr.errors import UserError
@@ -38,7 +39,9 @@ def register(sub, name: str) -> None:
     p.add_argument(
         "--allow-pinned",
         action="store_true",
-        help="let CPU-override CONFIGs page-lock host memory (by default GGML_CUDA_NO_PINNED=1 is set for them)",
+        help="let CPU-override CONFIGs page-lock host memory (by default "
+        + ", ".join(f"{k}={v}" for k, v in backends.pinning_guards(backends.known_backends()).items())
+        + " is set for them)",
     )
     p.add_argument("--plot", type=Path, metavar="PNG", help="tokens/s against depth (needs buildmgr[plot])")
     p.add_argument("--compare", type=Path, nargs="+", metavar="FILE", help="compare rows of these files instead")

@@ -211,15 +211,20 @@ def cpu_overrides(placement: Placement) -> tuple[tuple[str, str], ...]:
     return placement.overrides + tuple(extra)
 
 
-def weights_per_device(placement: Placement, model: Path, here: Here, chosen: list[str]) -> dict[str, int]:
-    """Bytes of weights each device would hold: the last -ngl layers (all by default) split over the devices by -ts
-    (else by free memory), the others on the CPU, and -ot / --cpu-moe / -ncmoe matches moved."""
+def read_gguf(model: Path):
+    """The model's GGUF header and tensor index (no weights are read); UserError if it is not a GGUF."""
     try:
         from gguf import GGUFReader
 
-        tensors = [(t.name, int(t.n_bytes)) for t in GGUFReader(str(model)).tensors]
+        return GGUFReader(str(model))
     except (OSError, ValueError, KeyError) as err:
         raise UserError(f"{model} is not a GGUF model ({err})") from None
+
+
+def weights_per_device(placement: Placement, model: Path, here: Here, chosen: list[str]) -> dict[str, int]:
+    """Bytes of weights each device would hold: the last -ngl layers (all by default) split over the devices by -ts
+    (else by free memory), the others on the CPU, and -ot / --cpu-moe / -ncmoe matches moved."""
+    tensors = [(t.name, int(t.n_bytes)) for t in read_gguf(model).tensors]
     layers = sorted({int(m.group(1)) for name, _ in tensors if (m := re.match(r"blk\.(\d+)\.", name))})
     offloaded = layers
     if placement.gpu_layers is not None and placement.gpu_layers.isdigit():
