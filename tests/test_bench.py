@@ -445,3 +445,20 @@ def test_a_single_thread_on_a_loaded_host_is_not_an_idle_cpu_and_a_tick_is_not_a
     short = logs.Phase(1, "prompt", 0.0, 0.03)
     no_tick_yet = [Sample(t / 100, (), ProcessReading(0.5, {})) for t in range(4)]
     assert judge([short], no_tick_yet, [Role("CPU", None, on_cpu=True)], 0.01).validity is Validity.UNPROVEN
+
+
+def test_a_gpu_whose_utilisation_nvml_cannot_read_is_not_readable_rather_than_too_short():
+    phase = logs.Phase(1, "generation", 0.0, 3.0)
+    no_util = [Sample(t / 10, (EngineReading(H200_PCI, None, 1000, 1980, 300.0),), None) for t in range(1, 32)]
+    found = judge([phase], no_util, [Role("CUDA0", H200_PCI)], 0.1)
+    assert found.validity is Validity.UNPROVEN and found.evidence == ("CUDA0: not readable (generation)",)
+
+
+def test_an_empty_depth_and_an_unwritable_plot_are_refused_before_anything(tmp_path):
+    env = make_env(tmp_path)
+    assert_user_error(buildmgr(env, "bench", "--depth", "", "-m", str(tmp_path / "m.gguf"), "cpu"), "--depth ''")
+    not_a_dir = tmp_path / "notes.txt"
+    not_a_dir.write_text("a file where a directory was meant")
+    result = buildmgr(env, "bench", "--compare", str(H200 / "rows.jsonl"), "--plot", str(not_a_dir / "p.png"))
+    assert_user_error(result, "notes.txt is not a writable directory")
+    assert result.stdout == ""

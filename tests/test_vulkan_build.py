@@ -319,3 +319,20 @@ def test_bench_rows_read_back_by_compare_and_by_upstream_s_script(root, benched,
     )
     ours = sorted(round(json.loads(line)["avg_ts"], 2) for line in vk.read_text().splitlines())
     assert shown == ours
+
+
+def test_a_model_server_running_refuses_the_bench_in_one_line_and_nothing_is_written(root, built, tmp_path):
+    """A real process named llama-server (a copy of sleep): the host is busy, and bench says so before any run."""
+    server = tmp_path / "llama-server"
+    shutil.copy(shutil.which("sleep"), server)
+    running = subprocess.Popen([str(server), "60"])
+    try:
+        model = next((root / "cache" / "buildmgr" / "smoke").glob("*.gguf"))  # its context of 256 drops depth 4096
+        results = root / "data" / "buildmgr" / "bench"
+        before = sorted(results.iterdir()) if results.exists() else []
+        result = buildmgr(env_with(root), "bench", "-m", str(model), "-p", "64", "-n", "16", "vulkan -dev none")
+    finally:
+        running.kill()
+        running.wait()
+    assert_user_error(result, f"llama-server (pid {running.pid}) is running", "--allow-busy")
+    assert (sorted(results.iterdir()) if results.exists() else []) == before

@@ -128,7 +128,7 @@ def judge(
 ) -> Judgement:
     """One test of one run (`span`: from its start to its row): every timed phase, every role, and the GPUs outside
     the placement."""
-    readable = {r.pci_bus_id for s in samples for r in s.engines}
+    readable = {r.pci_bus_id for s in samples for r in s.engines if r.busy_percent is not None}
     placed = {r.pci_bus_id for r in roles if r.pci_bus_id}
     work: list[Work] = []
     evidence: list[str] = []

@@ -14,12 +14,16 @@ from buildmgr.errors import UserError
 INSTALL = "pip install 'buildmgr[plot]'"
 
 
-def require() -> None:
-    """Before anything runs: a missing matplotlib is said at once, not after an hour of benchmarks."""
+def require(path: Path) -> None:
+    """Before anything runs: a missing matplotlib or a place the picture cannot go is said at once, not after an
+    hour of benchmarks."""
+    from buildmgr.bench.runner import writable
+
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         raise UserError(f"--plot needs matplotlib, an optional extra: {INSTALL}") from None
+    writable(path.parent, "give --plot a path in a writable directory")
 
 
 def plot(made: Sequence[dict], path: Path, title: str = "") -> None:

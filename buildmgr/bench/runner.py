@@ -349,11 +349,11 @@ def _with_baseline(made: list[dict]) -> None:
         row[rows.KEY]["vs_baseline"] = r.to_json() if r else None
 
 
-def _writable(path: Path) -> None:
+def writable(path: Path, fix: str = "set XDG_DATA_HOME") -> None:
     """Before an hour of runs, not after: the results can be written (nothing is created until they are)."""
     existing = next(p for p in (path, *path.parents) if p.exists())
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UserError(f"cannot write results under {path} ({existing} is not writable); set XDG_DATA_HOME")
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"cannot write under {path} ({existing} is not a writable directory); {fix}")
 
 
 def _samples_json(planned: Planned, run: Run) -> dict[str, Any]:
@@ -393,14 +393,14 @@ def bench(
     from buildmgr.fsutil import atomic_write_text
 
     planned = plan(dirs, request, environ)
-    _writable(dirs.bench)
-    for note in notes:
-        say(f"note: {note}")
+    writable(dirs.bench)
     sources = backends.open_engines()
     try:
         busy = busy_host(sources, request.interval)
         if busy and not request.allow_busy:
             raise UserError("the host is busy: " + "; ".join(busy) + " (stop them, or pass --allow-busy)")
+        for note in notes:  # after the refusal, which is one line
+            say(f"note: {note}")
         host_notes = [f"busy host allowed: {b}" for b in busy]
         host_notes += [note for s in sources for note in s.limits()]
         if not sources:

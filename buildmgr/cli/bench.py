@@ -74,14 +74,13 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     _positive(args.n_gen, "-n", 1)
     _positive(args.interval, "--interval", 0.01)
     _positive(args.timeout, "--timeout", 1)
+    asked = cfg.parse_depths(args.depth) if args.depth is not None else None
     if args.plot:
-        plot.require()
+        plot.require(args.plot)
     contexts = [runner.model_context(m) for m in dict.fromkeys(c.model(args.model) for c in configs)]
     n_ctx = min((c for c in contexts if c is not None), default=None)
     workload = cfg.Workload(args.n_prompt, args.n_gen, pg=not args.no_pg, reps=args.reps)
-    depths, notes = cfg.fit_depths(
-        cfg.parse_depths(args.depth) if args.depth else cfg.DEFAULT_DEPTHS, bool(args.depth), workload, n_ctx
-    )
+    depths, notes = cfg.fit_depths(asked or cfg.DEFAULT_DEPTHS, asked is not None, workload, n_ctx)
     workload = cfg.Workload(args.n_prompt, args.n_gen, depths, not args.no_pg, args.reps)
     request = runner.Request(
         args.model, tuple(configs), workload, args.interval, args.timeout, args.allow_busy, args.allow_pinned
@@ -146,7 +145,7 @@ def compare(args: argparse.Namespace) -> int:
     if args.configs or args.model:
         raise UserError("--compare reads files only: leave out CONFIGs and -m")
     if args.plot:
-        plot.require()
+        plot.require(args.plot)
     found = rows.read_rows(args.compare)
     table = rows.compare(found, args.by, args.baseline)
     print(rows.render(table, args.by, "json" if args.json else args.format))
