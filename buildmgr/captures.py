@@ -1,15 +1,18 @@
-"""Text that llama.cpp's tools print, read into device records: `--list-devices` (and rpc-server's device list),
-and the records of ggml's device API. Pure; the backend modules read their own vendor tools' captures."""
+"""Text that llama.cpp's tools print, read into device records: `--list-devices` (and rpc-server's device list), any
+log people paste (each backend's start-up lines, the load log, test-backend-ops), and the records of ggml's device API.
+Pure; the backend modules hold their own lines' shapes and their families' names, and read their vendor tools."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field, replace
 
 from buildmgr import backends
-from buildmgr.devices import Device, normalize_pci
+from buildmgr.devices import Device, RoleBasis, normalize_pci
 from buildmgr.errors import UserError
 
 HEADERS = ("Available devices:", "Devices:")  # llama tools' --list-devices; rpc-server's start-up
+BLOCK = "device list"
 _MEMORY = r"\s+\((?P<total>\d+) MiB, (?P<free>\d+) MiB free\)\s*$"
 _NAME = r"(?P<backend>[A-Za-z][A-Za-z_]*?)(?P<index>\d*):\s+(?P<description>\S.*?)"
 # A device line right after its header's prefix; the memory group is optional (older or trimmed captures)
@@ -17,36 +20,244 @@ _NAME = r"(?P<backend>[A-Za-z][A-Za-z_]*?)(?P<index>\d*):\s+(?P<description>\S.*
 _DEVICE = re.compile(r"^\s{1,4}" + _NAME + r"(?:" + _MEMORY + r"|\s*$)")
 # Anywhere in a line behind some other log prefix, only with the memory group.
 _PREFIXED_DEVICE = re.compile(r"\s{2}" + _NAME + _MEMORY)
+# common's device_info block (llama-server's log at the pin): "  - CUDA0   : NVIDIA GeForce RTX 3090 (24575 MiB, …)".
+_DEVICE_INFO = re.compile(r"(?:^|\s)-\s+(?P<name>[A-Za-z][A-Za-z_]*\d*)\s+:\s+(?P<description>\S.*?)" + _MEMORY)
+# llama.cpp's load log and ggml's registry (GGML_LOG_DEBUG): ggml's own description, the free memory, the device id.
+_USING = re.compile(
+    r"using device (?P<name>\S+) \((?P<description>.*?)\)"
+    r"(?: \((?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d|unknown id)\))? - (?P<free>\d+) MiB free"
+)
+_REGISTERED = re.compile(r"register_device: registered device (?P<name>\S+) \((?P<description>.*)\)\s*$")
+# test-backend-ops: "Backend 1/2: Vulkan0", then "  Device description: …" and "  Device memory: 4342 MB (2630 MB free)".
+_OPS_BACKEND = re.compile(r"Backend \d+/\d+: (?P<name>\S+)\s*$")
+_OPS_DESCRIPTION = re.compile(r"^\s+Device description: (?P<description>\S.*?)\s*$")
+_OPS_MEMORY = re.compile(r"^\s+Device memory: (?P<total>\d+) MB \((?P<free>\d+) MB free\)")
+# Where a log line of llama.cpp or ggml starts, whatever its prefix: a whole log pasted as one line is cut here.
+_STARTS = re.compile(
+    r"(?<=\s)(?=(?:ggml_\w+|llama_\w+|llm_load_\w+|load_backend|register_\w+|load_tensors|print_info|system_info"
+    r"|common_\w+|main|build): )"
+)
+# A text with none of these (and no device line) is not a llama.cpp or ggml log.
+_LLAMA_LINE = re.compile(
+    r"(?<![\w.])(?:ggml_\w+|llama_\w+|llm_load_\w+|load_backend|register_backend|register_device|load_tensors"
+    r"|print_info|system_info|device_info|common_\w+):|Available devices:|\b(?:version|build): \d+ \([0-9a-f]+\)"
+)
+# Where a record's description comes from, best first: ggml's own description over a start-up line's (which adds the
+# driver); memory from whichever printed it.
+_BLOCK, _OPS, _LOAD, _INIT = range(4)
 MIB = 1 << 20
 
 
+@dataclass(frozen=True)
+class Parsed:
+    """What a pasted text says about devices: each once, the shapes it was read from, and notes on the text."""
+
+    devices: tuple[Device, ...]
+    shapes: tuple[str, ...]
+    notes: tuple[str, ...]
+
+
+@dataclass
+class _Record:
+    name: str
+    backend: str
+    index: int | None
+    description: str = ""
+    rank: int = _INIT + 1
+    total: int | None = None
+    free: int | None = None
+    pci: str | None = None
+    role: tuple[str, str] | None = None  # (role, reason) a line of the text tells
+    detail: str = ""  # more of its name a line printed (ROCm's gfx target)
+    listed: bool = False
+
+    def add(self, rank: int, description: str | None = None, total=None, free=None, pci=None) -> None:
+        if description and rank < self.rank:
+            self.description, self.rank = description.strip(), rank
+        self.total = int(total) if total is not None and (self.total is None or rank == _BLOCK) else self.total
+        self.free = int(free) if free is not None and (self.free is None or rank == _BLOCK) else self.free
+        self.pci = self.pci or normalize_pci(pci)
+        self.listed = self.listed or rank == _BLOCK
+
+
+@dataclass
+class _Reading:
+    records: dict[tuple[str, str], _Record] = field(default_factory=dict)
+    shapes: list[str] = field(default_factory=list)
+
+    def record(self, name: str, backend: str | None = None, description: str = "") -> _Record:
+        number = re.search(r"(\d+)$", name)
+        backend = backend or (name[: number.start()] if number else name)
+        # Names without an index (GPUOpenCL, Metal) may stand for several devices: their description tells them apart.
+        key = (name, "") if number else (name, _plain(description))
+        if key not in self.records:
+            self.records[key] = _Record(name, backend, int(number.group(1)) if number else None)
+        return self.records[key]
+
+    def saw(self, shape: str) -> None:
+        if shape not in self.shapes:
+            self.shapes.append(shape)
+
+
+def _plain(description: str) -> str:
+    return re.sub(r"(?:\s*\([^()]*\))+\s*$", "", description).strip().lower()
+
+
 def role_of(backend: str, ggml_type: str | None) -> str:
-    """The device's role from ggml's own type, except for a device that is not a card (BLAS, RPC)."""
+    """The device's role from ggml's own type, except for a device that is not a card (CPU, BLAS, RPC)."""
     if backend in backends.NOT_A_CARD:
         return backends.NOT_A_CARD[backend]
     return ggml_type if ggml_type in ("gpu", "igpu", "accel", "cpu") else "unknown"
 
 
-def roles_from_log(text: str) -> dict[str, str]:
-    """Device name → the role a backend's own log line tells (e.g. an integrated GPU)."""
-    return {
-        f"{backend}{match['index']}": role
-        for backend, pattern, role in backends.log_roles()
-        for match in re.finditer(pattern, text)
-    }
+def with_role(device: Device, told: tuple[str, str] | None = None, detail: str = "") -> Device:
+    """The device with a role where ggml's type leaves it unknown: a device that is not a card, what a line of the
+    text told, else a family known from its name (and the detail a line printed with it, such as a gfx target).
+    A discrete card is never concluded from text."""
+    if device.backend in backends.NOT_A_CARD:
+        return replace(device, type=backends.NOT_A_CARD[device.backend], role_basis=RoleBasis.BACKEND.value)
+    if device.type != "unknown":
+        return device
+    if told is not None:
+        return replace(device, type=told[0], role_basis=RoleBasis.LOG.value, role_reason=told[1])
+    family = backends.name_role(f"{device.description} {detail}".strip())
+    if family is None:
+        return device
+    return replace(device, type=family.role, role_basis=RoleBasis.NAME.value, role_reason=family.reason)
 
 
-def _device(backend: str, index: str, description: str, total: str | None, free: str | None, roles: dict) -> Device:
-    number = int(index) if index else None
-    return Device(
-        f"{backend}{index}",
-        backend,
-        number,
-        description.strip(),
-        int(total) if total is not None else None,
-        int(free) if free is not None else None,
-        roles.get(f"{backend}{index}", role_of(backend, None)),
+def _lines(text: str) -> list[str]:
+    """The text's lines, a log joined onto one line cut at each llama.cpp line, and a device line wrapped in two
+    joined again."""
+    lines = [piece for line in text.splitlines() for piece in _STARTS.sub("\n", line).split("\n")]
+    wraps = [row for row in backends.log_devices() if row.wrapped]
+    joined: list[str] = []
+    for line in lines:
+        previous = joined[-1] if joined else ""
+        if any(
+            re.search(row.pattern, previous)
+            and not re.search(row.wrapped, previous)
+            and re.search(row.wrapped, line)
+            and not _LLAMA_LINE.search(line)
+            for row in wraps
+        ):
+            joined[-1] = previous.rstrip() + " " + line.strip()
+        else:
+            joined.append(line)
+    return joined
+
+
+def _read_blocks(lines: list[str], reading: _Reading) -> None:
+    found = next(((n, prefix) for n, line in enumerate(lines) if (prefix := _header_prefix(line)) is not None), None)
+    if found is not None:
+        start, prefix = found
+        for line in lines[start + 1 :]:
+            bare = line[len(prefix) :] if prefix.strip() and line.startswith(prefix) else line
+            match = _DEVICE.match(bare) or _PREFIXED_DEVICE.search(line)
+            if match and match["backend"] != "Device":  # a backend's init log: "  Device 0: …" lines
+                name = match["backend"] + match["index"]
+                reading.saw(BLOCK)
+                reading.record(name, match["backend"], match["description"]).add(
+                    _BLOCK, match["description"], match["total"], match["free"]
+                )
+    for line in lines:
+        match = _DEVICE_INFO.search(line)
+        if match:
+            reading.saw(BLOCK)
+            reading.record(match["name"], None, match["description"]).add(
+                _BLOCK, match["description"], match["total"], match["free"]
+            )
+
+
+def _read_backend_lines(lines: list[str], reading: _Reading) -> None:
+    for row in backends.log_devices():
+        named = None  # the backend name its `after` header gave
+        for line in lines:
+            header = re.search(row.after, line) if row.after else None
+            if header:
+                named = header["backend"] if re.fullmatch(r"[A-Za-z]+", header["backend"]) else None
+            for match in re.finditer(row.pattern, line):
+                groups = match.groupdict()
+                backend = groups.get("backend") or named or row.backend
+                record = reading.record(f"{backend}{groups.get('index') or ''}", backend, match["description"])
+                record.add(_INIT, match["description"], groups.get("total"), groups.get("free"), groups.get("pci"))
+                record.detail = groups.get("detail") or record.detail
+                if row.role and groups.get(row.role[0]) == row.role[1]:
+                    record.role = (row.role[2], row.role[3])
+                reading.saw(row.shape)
+
+
+def _read_load_log(lines: list[str], reading: _Reading) -> None:
+    current: _Record | None = None
+    for line in lines:
+        if match := _USING.search(line):
+            reading.saw("load log (using device)")
+            pci = match["pci"] if match["pci"] != "unknown id" else None
+            reading.record(match["name"], None, match["description"]).add(
+                _LOAD, match["description"], free=match["free"], pci=pci
+            )
+        if match := _REGISTERED.search(line):
+            reading.saw("register_device lines")
+            reading.record(match["name"], None, match["description"]).add(_LOAD, match["description"])
+        if match := _OPS_BACKEND.search(line):
+            reading.saw("test-backend-ops")
+            current = reading.record(match["name"])
+        elif current is not None and (match := _OPS_DESCRIPTION.search(line)):
+            current.add(_OPS, match["description"])
+        elif current is not None and (match := _OPS_MEMORY.search(line)):
+            current.add(_OPS, total=match["total"], free=match["free"])
+
+
+def _device(record: _Record) -> Device:
+    device = Device(
+        record.name,
+        record.backend,
+        record.index,
+        record.description,
+        record.total,
+        record.free,
+        role_of(record.backend, None),
+        pci_bus_id=record.pci,
+        source="list-devices" if record.listed else "log",
     )
+    return with_role(device, record.role, record.detail)
+
+
+def read_text(text: str) -> Parsed:
+    """Any text a user pastes → its devices, each once, with the name llama.cpp gives it for -dev.
+
+    Reads the device list of --list-devices, rpc-server and llama-server, each backend's start-up lines, the load log,
+    and test-backend-ops, behind any log prefix, joined or wrapped. A llama.cpp log without devices is an empty list
+    with a note; a text that is no llama.cpp or ggml log is a UserError.
+    """
+    lines = _lines(text)
+    reading = _Reading()
+    _read_blocks(lines, reading)
+    _read_backend_lines(lines, reading)
+    _read_load_log(lines, reading)
+    said = [
+        match.group(0).strip()
+        for line in lines
+        for pattern in backends.log_empty()
+        if (match := re.search(pattern, line))
+    ]
+    devices = tuple(_device(record) for record in reading.records.values())
+    if not devices and not said and not any(_LLAMA_LINE.search(line) for line in lines):
+        raise UserError(
+            "no llama.cpp or ggml log lines in that text: paste the output of `llama-cli --list-devices`, or a "
+            "llama.cpp log from its start (the lines that name the devices)"
+        )
+    said = list(dict.fromkeys(said))
+    if devices:
+        notes = [f"the log says: {line}" for line in said]
+    elif said:
+        notes = [f"no devices: the log says '{line}'" for line in said]
+    else:
+        seen = ", ".join(
+            list(dict.fromkeys(m.group(0).rstrip(":") for ln in lines for m in _LLAMA_LINE.finditer(ln)))[:4]
+        )
+        notes = [f"no devices: the text holds llama.cpp log lines ({seen}) but none names a device"]
+    return Parsed(devices, tuple(reading.shapes), tuple(notes))
 
 
 def _header_prefix(line: str) -> str | None:
@@ -63,40 +274,37 @@ def _header_prefix(line: str) -> str | None:
 def parse_list_devices(text: str) -> list[Device]:
     """`llama-* --list-devices` (or rpc-server) output → devices; UserError if it has no device block.
 
-    Noise is allowed anywhere: init logs before or after the block, prompt lines, log prefixes.
+    Noise is allowed anywhere: init logs before or after the block, prompt lines, log prefixes. The block decides
+    which devices there are; the init lines only add what they tell (an iGPU's uma: 1).
     """
     lines = text.splitlines()
-    found = next(((n, prefix) for n, line in enumerate(lines) if (prefix := _header_prefix(line)) is not None), None)
-    if found is None:
+    if not any(_header_prefix(line) is not None for line in lines):
         raise UserError(f"no '{HEADERS[0]}' block found: is this the output of a llama.cpp tool's --list-devices?")
-    start, prefix = found
-    roles = roles_from_log(text)
-    devices: list[Device] = []
-    for line in lines[start + 1 :]:
-        bare = line[len(prefix) :] if prefix.strip() and line.startswith(prefix) else line
-        match = _DEVICE.match(bare) or _PREFIXED_DEVICE.search(line)
-        if match and match["backend"] != "Device":  # a backend's init log: "  Device 0: …" lines
-            devices.append(
-                _device(match["backend"], match["index"], match["description"], match["total"], match["free"], roles)
-            )
-    return devices
+    reading = _Reading()
+    _read_blocks(lines, reading)
+    _read_backend_lines(lines, reading)
+    return [_device(record) for record in reading.records.values() if record.listed]
 
 
 def device_from_api(record: dict) -> Device:
     """One record of `ggml_api.read_devices` → a Device, memory in MiB as --list-devices prints it."""
     name, backend = str(record["name"]), str(record["backend"])
     number = re.search(r"(\d+)$", name)
-    return Device(
+    ggml_type = str(record["type"])
+    device = Device(
         name,
         backend,
         int(number.group(1)) if number else None,
         str(record["description"] or ""),
         int(record["memory_total"]) // MIB,
         int(record["memory_free"]) // MIB,
-        role_of(backend, str(record["type"])),
+        role_of(backend, ggml_type),
         pci_bus_id=normalize_pci(record.get("device_id")),
-        ggml_type=str(record["type"]),
+        ggml_type=ggml_type,
         device_id=record.get("device_id"),
         caps=dict(record.get("caps") or {}),
         source="ggml-api",
     )
+    if device.type != "unknown" and backend not in backends.NOT_A_CARD:
+        return replace(device, role_basis=RoleBasis.GGML.value)
+    return with_role(device)

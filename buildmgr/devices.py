@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, NewType
+
+from buildmgr.jsonshape import OMIT_IF_NONE
 
 _PCI = re.compile(r"^(?:([0-9a-f]{4,8}):)?([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])(-v\d+)?$")
 # A name given to two different cards by builds probed under different environments is shown as NAME@PCI.
@@ -55,6 +57,19 @@ def alone_id(name: str) -> PhysicalId:
     return PhysicalId(f"alone:{name}")
 
 
+class RoleBasis(str, Enum):
+    """What told a device's role, so that a role never read from ggml says where it came from."""
+
+    GGML = "ggml"  # ggml's own device type (the API probe)
+    BACKEND = "backend"  # the backend is not a card: CPU, BLAS, RPC
+    LOG = "log"  # a line of the text says it (ggml_vulkan's uma: 1)
+    NAME = "name"  # a family known from its name (a table in backends/)
+    TOOL = "tool"  # a vendor tool's device type (vulkaninfo)
+
+
+_SAID_WHEN_TOLD = ("role_basis", "role_reason")
+
+
 @dataclass(frozen=True)
 class Device:
     name: str
@@ -70,11 +85,16 @@ class Device:
     ggml_type: str | None = None  # what ggml itself reports; known only from the API probe
     device_id: str | None = None  # ggml's raw device_id
     caps: dict[str, bool] | None = None
-    source: str = "list-devices"  # ggml-api | list-devices
+    source: str = "list-devices"  # ggml-api | list-devices | log (pasted text without a device list)
     kernel_driver: str | None = None  # /sys/class/drm: which kernel driver holds the card
+    # a RoleBasis value; None: the role is unknown or a vendor tool's. Absent in files before 2026-12-01.
+    role_basis: str | None = field(default=None, metadata=OMIT_IF_NONE)
+    # for people, with a name or log basis: "Intel UHD Graphics is integrated"
+    role_reason: str | None = field(default=None, metadata=OMIT_IF_NONE)
 
     def to_json(self) -> dict[str, object]:
-        return asdict(self)
+        """Every field; the role's basis and reason only where something told the role (older files lack them)."""
+        return {k: v for k, v in asdict(self).items() if v is not None or k not in _SAID_WHEN_TOLD}
 
     @classmethod
     def from_json(cls, data: dict) -> Device:

@@ -4,11 +4,13 @@ Pure functions.
 Identity, strongest first:
 1. the PCI bus id ggml itself reports (`device_id`, from the API probe), or a UUID / PCI bus id that
    nvidia-smi or vulkaninfo tie to exactly one device;
-2. only where no device of a pair has a hardware id (captured text, or a probe that fell back): the same
+2. a layered driver that names the card it runs on (Dozen: "Microsoft Direct3D12 (NAME)") and exactly one other
+   device of that name: "grouped by name", the one pairing allowed within one backend;
+3. only where no device of a pair has a hardware id (captured text, or a probe that fell back): the same
    description once a driver's parenthesis is removed, one such device per backend, and total memory within
    5 % or 512 MiB (or a driver parenthesis that shows one card seen through two drivers, such as an APU's
    iGPU seen through two backends). Each such pairing is said in a note;
-3. otherwise the device stands alone. Two devices of one backend never share an id.
+4. otherwise the device stands alone. Two devices of one backend never share an id.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from buildmgr.devices import (
     Captures,
     Device,
     DrmCard,
+    RoleBasis,
     Selection,
     State,
     alone_id,
@@ -38,8 +41,8 @@ _HARDWARE_KEYS = ("pci_bus_id", "uuid")
 
 
 def _plain(description: str) -> str:
-    """'AMD Radeon Graphics (RADV GFX1151)' and 'AMD Radeon Graphics' describe one card."""
-    return re.sub(r"\s*\([^()]*\)\s*$", "", description).strip().lower()
+    """'AMD Radeon Graphics (RADV GFX1151) (radv)' and 'AMD Radeon Graphics' describe one card."""
+    return re.sub(r"(?:\s*\([^()]*\))+\s*$", "", description).strip().lower()
 
 
 def memory_close(a: int | None, b: int | None) -> bool:
@@ -81,8 +84,8 @@ def assign_physical_ids(devices: list[Device]) -> tuple[list[Device], list[str]]
         top = root(name)
         return {d.backend for d in devices if root(d.name) == top}
 
-    def join(a: Device, b: Device) -> bool:
-        if root(a.name) == root(b.name) or backends_of(a.name) & backends_of(b.name):
+    def join(a: Device, b: Device, within_backend: bool = False) -> bool:
+        if root(a.name) == root(b.name) or (backends_of(a.name) & backends_of(b.name) and not within_backend):
             return False
         parent[root(b.name)] = root(a.name)
         return True
@@ -106,6 +109,7 @@ def assign_physical_ids(devices: list[Device]) -> tuple[list[Device], list[str]]
                     f"pairing unknown: {names} look alike (same name and memory); PCI ids from ggml's API "
                     "(buildmgr devices --refresh on that host) or UUIDs from nvidia-smi/vulkaninfo would tell them apart"
                 )
+    notes += _group_layered(devices, root, join)
     ids = {}
     for device in devices:
         members = sorted((d for d in devices if root(d.name) == root(device.name)), key=lambda d: d.name)
@@ -121,6 +125,32 @@ def assign_physical_ids(devices: list[Device]) -> tuple[list[Device], list[str]]
         ids[device.name] = keyed or (matched_id(m.name for m in members) if len(members) > 1 else alone_id(device.name))
     result = [replace(d, physical_id=ids[d.name]) for d in devices]
     return _share_roles(result), sorted(set(notes))
+
+
+def _group_layered(devices: list[Device], root, join) -> list[str]:
+    """A layered driver's device joins the one card it names; identical cards of that name are never guessed between."""
+    notes = []
+    for device in devices:
+        layered = backends.layered_card(device.description)
+        if layered is None:
+            continue
+        card, driver = layered
+        hosts = [
+            d
+            for d in devices
+            if d is not device
+            and backends.layered_card(d.description) is None
+            and _plain(d.description) == _plain(card)
+        ]
+        cards = sorted({root(d.name) for d in hosts})
+        if len(cards) == 1 and join(hosts[0], device, within_backend=True):
+            notes.append(f"{device.name} ≡ {hosts[0].name}: grouped by name ({driver.reason})")
+        elif len(cards) > 1:
+            names = ", ".join(sorted(d.name for d in hosts))
+            notes.append(
+                f"{device.name} runs on a {card}, which {names} all are: not grouped (identical cards are never merged)"
+            )
+    return notes
 
 
 def _share_roles(devices: list[Device]) -> list[Device]:
@@ -177,6 +207,14 @@ def default_selection(devices: list[Device]) -> dict[str, Selection]:
 def role_notes(devices: list[Device]) -> list[str]:
     """Name the iGPU plainly, the largest discrete card of each backend, and every role left unknown."""
     notes = [f"iGPU = {d.name} ({d.description})" for d in devices if d.type == "igpu"]
+    notes += [
+        f"{d.name}: named {d.type} from its name: {d.role_reason}"
+        for d in devices
+        if d.role_basis == RoleBasis.NAME.value
+    ]
+    notes += [
+        f"{d.name}: {d.type} from the log: {d.role_reason}" for d in devices if d.role_basis == RoleBasis.LOG.value
+    ]
     for backend in sorted({d.backend for d in devices}):
         cards = [d for d in devices if d.backend == backend and d.type == "gpu"]
         if len(cards) > 1 or (cards and len([d for d in devices if d.backend == backend]) > 1):
@@ -188,7 +226,8 @@ def role_notes(devices: list[Device]) -> list[str]:
                 else f"{backend}: {', '.join(top)} are equal discrete cards ({largest} MiB each)"
             )
     notes += [
-        f"{d.name}: role unknown (ggml's type not read and no vulkaninfo match); not assumed to be discrete"
+        f"{d.name}: role unknown (ggml's type not read, no vulkaninfo match, no log line or known name tells it); "
+        "not assumed to be discrete"
         for d in devices
         if d.type == "unknown"
     ]

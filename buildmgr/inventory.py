@@ -169,7 +169,8 @@ def cards(
         row["members"] = (*row["members"], device.name)
         row["pci_bus_id"] = row["pci_bus_id"] or device.pci_bus_id
         row["uuid"] = row["uuid"] or device.uuid
-        row["memory_total_mib"][device.backend] = device.memory_total_mib
+        if device.memory_total_mib is not None or device.backend not in row["memory_total_mib"]:
+            row["memory_total_mib"][device.backend] = device.memory_total_mib
     by_name = {d.name: d for d in devices}
     for build_id, entry in builds.items():
         for listed in entry.devices:

@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from buildmgr.captures import parse_list_devices
+from buildmgr.captures import device_from_api, parse_list_devices, read_text
 from buildmgr.devices import normalize_pci
+from buildmgr.errors import UserError
 from buildmgr.identity import resolve
 
 CAPTURES = Path(__file__).parent / "fixtures" / "captures"
@@ -88,3 +89,257 @@ def test_same_name_without_a_driver_parenthesis_and_far_apart_memory_stays_apart
 )
 def test_pci_ids_are_comparable_across_tools(raw, normal):
     assert normalize_pci(raw) == normal
+
+
+# --- any text a user pastes (issue 19): real captures from public reports, each with its source in its first line ---
+
+V = "Vulkan"
+# file → every device as (name, description, total MiB, free MiB, role); groups: the names that are one card.
+PASTED = {
+    "vulkan-lines-arc-130v-ollama.txt": [
+        ("Vulkan0", "Intel(R) Arc(TM) 130V GPU (16GB) (Intel Corporation)", None, None, "igpu"),
+    ],
+    "vulkan-lines-radeon-890m.txt": [("Vulkan0", "AMD Radeon Graphics (RADV GFX1150) (radv)", None, None, "igpu")],
+    "cuda-init-two-identical-3090.txt": [
+        ("CUDA0", "NVIDIA GeForce RTX 3090", None, None, "unknown"),
+        ("CUDA1", "NVIDIA GeForce RTX 3090", None, None, "unknown"),
+    ],
+    "rocm-init-cublas-2024.txt": [("ROCm0", "AMD Radeon RX 7900 XTX", None, None, "unknown")],
+    "load-log-using-device-rx6700xt.txt": [("Vulkan0", "AMD Radeon RX 6700 XT", None, 12272, "unknown")],
+    "load-log-using-device-8060s.txt": [("Vulkan0", "Radeon 8060S Graphics (RADV GFX1151)", None, 87722, "igpu")],
+    "ctest-llvmpipe.txt": [("Vulkan0", "llvmpipe (LLVM 20.1.8, 256 bits) (llvmpipe)", None, None, "cpu")],
+    "vulkan-no-devices.txt": [],
+    "dozen-beside-native-2024.txt": [
+        ("Vulkan0", "AMD Radeon RX 6800 XT (AMD proprietary driver)", None, None, "unknown"),
+        ("Vulkan1", "Microsoft Direct3D12 (AMD Radeon RX 6800 XT) (Dozen)", None, None, "unknown"),
+    ],
+    "dozen-adreno-and-vulkaninfo.txt": [
+        ("Vulkan0", "Microsoft Direct3D12 (Qualcomm(R) Adreno(TM) X1-85 GPU) (Dozen)", None, None, "igpu"),
+    ],
+    "opencl-adreno-830.txt": [
+        ("GPUOpenCL", "QUALCOMM Adreno(TM) 830 (OpenCL 3.0 Adreno(TM) 830)", None, None, "igpu"),
+    ],
+    "intel-uhd-630-name-only.txt": [
+        ("Vulkan0", "Intel(R) UHD Graphics 630 (CFL GT2) (Intel open-source Mesa driver)", None, None, "igpu"),
+    ],
+    "test-backend-ops-a770-uhd770.txt": [
+        ("Vulkan0", "Intel(R) Arc(TM) A770 Graphics (Intel Corporation)", None, None, "unknown"),
+        ("Vulkan1", "Intel(R) UHD Graphics 770 (Intel Corporation)", None, None, "igpu"),
+    ],
+    "test-backend-ops-gtx1050ti.txt": [("Vulkan0", "NVIDIA GeForce GTX 1050 Ti", 4342, 2630, "unknown")],
+    "device-info-two-3090-and-cpu.txt": [
+        ("CUDA0", "NVIDIA GeForce RTX 3090", 24575, 31032, "unknown"),
+        ("CUDA1", "NVIDIA GeForce RTX 3090", 24575, 30950, "unknown"),
+        ("CPU", "AMD Ryzen 9 5900X 12-Core Processor", 32045, 32045, "cpu"),
+    ],
+    "moltenvk-two-radeons.txt": [
+        ("Vulkan0", "AMD Radeon RX 6800 XT", None, 16368, "unknown"),
+        ("Vulkan1", "AMD Radeon Pro 5500M (MoltenVK)", None, None, "unknown"),
+    ],
+    "llamafile-register-device.txt": [
+        ("CUDA0", "NVIDIA GeForce RTX 3060", None, None, "unknown"),
+        ("CPU", "CPU", None, None, "cpu"),
+    ],
+    "two-identical-radv-gfx1201.txt": [
+        ("Vulkan0", "AMD Radeon Graphics (RADV GFX1201) (radv)", None, None, "unknown"),
+        ("Vulkan1", "AMD Radeon Graphics (RADV GFX1201) (radv)", None, None, "unknown"),
+    ],
+    "vulkan-2024-apu-alone.txt": [
+        ("Vulkan0", "AMD Radeon(TM) Graphics (AMD proprietary driver)", None, None, "igpu"),
+    ],
+}
+GROUPED = {"dozen-beside-native-2024.txt": [{"Vulkan0", "Vulkan1"}]}
+
+
+def pasted(name: str):
+    parsed = read_text((CAPTURES / name).read_text())
+    devices, notes = resolve(list(parsed.devices), {})
+    return parsed, devices, [*parsed.notes, *notes]
+
+
+@pytest.mark.parametrize("name", sorted(PASTED))
+def test_pasted_capture_names_descriptions_memory_and_roles(name):
+    source = (CAPTURES / name).read_text().splitlines()[0]
+    assert source.startswith("# source: https://"), "every pasted capture names where it was collected"
+    _, devices, _ = pasted(name)
+    assert [(d.name, d.description, d.memory_total_mib, d.memory_free_mib, d.type) for d in devices] == PASTED[name]
+    groups = [{d.name for d in devices if d.physical_id == p} for p in dict.fromkeys(d.physical_id for d in devices)]
+    assert [g for g in groups if len(g) > 1] == GROUPED.get(name, [])
+
+
+def test_the_index_is_the_one_dev_takes_and_opencl_has_none():
+    _, devices, _ = pasted("test-backend-ops-a770-uhd770.txt")
+    assert [(d.backend, d.index) for d in devices] == [(V, 0), (V, 1)]
+    _, [opencl], _ = pasted("opencl-adreno-830.txt")
+    assert (opencl.name, opencl.backend, opencl.index) == ("GPUOpenCL", "GPUOpenCL", None)
+    _, [rocm], _ = pasted("rocm-init-cublas-2024.txt")  # the header says ROCm, not CUDA
+    assert (rocm.backend, rocm.index) == ("ROCm", 0)
+
+
+def test_every_role_from_a_name_table_says_so():
+    _, _, notes = pasted("intel-uhd-630-name-only.txt")
+    assert "Vulkan0: named igpu from its name: Intel UHD, HD, Iris and unnamed Intel Graphics are integrated" in notes
+    _, _, notes = pasted("ctest-llvmpipe.txt")
+    assert "Vulkan0: named cpu from its name: llvmpipe (Mesa's lavapipe) is a CPU rasterizer" in notes
+    _, devices, notes = pasted("test-backend-ops-a770-uhd770.txt")
+    assert [d.role_basis for d in devices] == [None, "log"]
+    assert any(n.startswith("Vulkan1: igpu from the log: its ggml_vulkan line says uma: 1") for n in notes)
+    assert any(n.startswith("Vulkan0: role unknown") for n in notes)
+
+
+def test_dozen_is_grouped_by_name_with_the_card_it_names():
+    _, devices, notes = pasted("dozen-beside-native-2024.txt")
+    assert devices[0].physical_id == devices[1].physical_id
+    assert "Vulkan1 ≡ Vulkan0: grouped by name (Dozen is Vulkan on Direct3D 12, run by the card it names)" in notes
+
+
+def test_dozen_on_one_of_two_identical_cards_is_not_guessed():
+    text = (
+        "ggml_vulkan: 0 = AMD Radeon RX 6800 XT (AMD proprietary driver) | uma: 0 | fp16: 1\n"
+        "ggml_vulkan: 1 = AMD Radeon RX 6800 XT (AMD proprietary driver) | uma: 0 | fp16: 1\n"
+        "ggml_vulkan: 2 = Microsoft Direct3D12 (AMD Radeon RX 6800 XT) (Dozen) | uma: 0 | fp16: 1\n"
+    )
+    devices, notes = resolve(list(read_text(text).devices), {})
+    assert len({d.physical_id for d in devices}) == 3
+    assert any("not grouped (identical cards are never merged)" in n for n in notes)
+
+
+def test_identical_cards_of_one_backend_stay_apart():
+    for name in (
+        "cuda-init-two-identical-3090.txt",
+        "two-identical-radv-gfx1201.txt",
+        "device-info-two-3090-and-cpu.txt",
+    ):
+        _, devices, _ = pasted(name)
+        assert len({d.physical_id for d in devices}) == len(devices)
+
+
+def test_a_log_without_devices_is_an_empty_list_with_what_it_says():
+    parsed, devices, notes = pasted("vulkan-no-devices.txt")
+    assert devices == [] and parsed.shapes == ()
+    assert notes == ["no devices: the log says 'ggml_vulkan: No devices found.'"]
+    quiet = read_text("main: llama backend init\nllama_model_loader: loaded meta data with 30 key-value pairs\n")
+    assert quiet.devices == () and quiet.notes == (
+        "no devices: the text holds llama.cpp log lines (llama_model_loader) but none names a device",
+    )
+
+
+def test_text_that_is_no_llama_log_is_a_user_error():
+    with pytest.raises(UserError, match="no llama.cpp or ggml log lines"):
+        read_text("index, name, memory.total [MiB]\n0, NVIDIA H200, 143771 MiB\n")
+
+
+def test_vulkaninfo_devices_header_is_not_a_device_list():
+    parsed, devices, _ = pasted("dozen-adreno-and-vulkaninfo.txt")
+    assert parsed.shapes == ("ggml_vulkan lines",) and [d.name for d in devices] == ["Vulkan0"]
+
+
+def _body(name: str) -> str:
+    return "\n".join(line for line in (CAPTURES / name).read_text().splitlines() if not line.startswith("# source:"))
+
+
+@pytest.mark.parametrize(
+    "name", ["test-backend-ops-a770-uhd770.txt", "cuda-init-two-identical-3090.txt", "load-log-using-device-8060s.txt"]
+)
+def test_a_log_joined_onto_one_line_reads_as_the_log(name):
+    """Derived from the real captures: the same text with every newline made a space (a paste that lost them)."""
+    whole = [(d.name, d.description, d.memory_free_mib, d.type) for d in read_text(_body(name)).devices]
+    joined = [
+        (d.name, d.description, d.memory_free_mib, d.type)
+        for d in read_text(" ".join(_body(name).splitlines())).devices
+    ]
+    assert joined == whole and whole
+
+
+@pytest.mark.parametrize(
+    ("cut", "wrapped"),
+    [
+        (
+            "Intel(R) UHD Graphics 770 (Intel Corporation) | uma: 1",
+            "Intel(R) UHD Graphics 770 (Intel\nCorporation) | uma: 1",
+        ),
+        (" | uma: 1 | fp16", " |\numa: 1 | fp16"),
+        (" | uma: 1 | fp16", "\n| uma: 1 | fp16"),
+    ],
+)
+def test_a_ggml_vulkan_line_wrapped_in_two(cut, wrapped):
+    """Derived from the real capture: its iGPU's line wrapped by a terminal or a mail client."""
+    body = _body("test-backend-ops-a770-uhd770.txt")
+    assert cut in body
+    devices = read_text(body.replace(cut, wrapped)).devices
+    assert [(d.name, d.description, d.type) for d in devices][1] == (
+        "Vulkan1",
+        "Intel(R) UHD Graphics 770 (Intel Corporation)",
+        "igpu",
+    )
+
+
+def test_prefixed_lines_ctest_timestamps_and_journald():
+    lines = [
+        "3: ggml_vulkan: 0 = Intel(R) Graphics (ADL GT2) (Intel open-source Mesa driver) | uma: 1 | fp16: 1",
+        "Sep 04 13:05:08 FORGE ollama[841963]: ggml_cuda_init: found 1 CUDA devices:",
+        "Sep 04 13:05:08 FORGE ollama[841963]:   Device 0: NVIDIA GeForce RTX 4090, compute capability 8.9, VMM: yes",
+        "0.00.245.532 I llama_model_load_from_file_impl: using device CUDA0 (NVIDIA GeForce RTX 4090) (0000:01:00.0) - 23500 MiB free",
+    ]
+    devices = {d.name: d for d in read_text("\n".join(lines)).devices}
+    assert devices["Vulkan0"].type == "igpu"
+    assert (devices["CUDA0"].description, devices["CUDA0"].pci_bus_id, devices["CUDA0"].memory_free_mib) == (
+        "NVIDIA GeForce RTX 4090",
+        "0000:01:00.0",
+        23500,
+    )
+
+
+def test_rpc_server_cpu_device_is_cpu():
+    text = "Devices:\n  CUDA0: NVIDIA GeForce RTX 4090 (24080 MiB, 23512 MiB free)\n  CPU: AMD Ryzen 9 7950X 16-Core Processor (63404 MiB, 63404 MiB free)\n"
+    roles = {d.name: d.type for d in parse_list_devices(text)}
+    assert roles == {"CUDA0": "unknown", "CPU": "cpu"}
+
+
+def test_the_live_probe_uses_the_same_rules_where_ggml_leaves_a_question():
+    listed = parse_list_devices(
+        "Available devices:\n  Vulkan0: Intel(R) UHD Graphics 770 (32000 MiB, 31000 MiB free)\n"
+    )
+    assert (listed[0].type, listed[0].role_basis) == ("igpu", "name")
+    record = {"name": "Vulkan0", "backend": "Vulkan", "description": "llvmpipe (LLVM 15.0.6, 256 bits)", "type": "?"}
+    unknown_type = device_from_api(record | {"memory_total": 1 << 30, "memory_free": 1 << 30})
+    assert (unknown_type.type, unknown_type.role_basis) == ("cpu", "name")
+    typed = device_from_api(record | {"type": "gpu", "memory_total": 1 << 30, "memory_free": 1 << 30})
+    assert (typed.type, typed.role_basis) == ("gpu", "ggml"), "ggml's own type is never overridden by a name"
+
+
+@pytest.mark.parametrize(
+    ("description", "role"),
+    [
+        ("AMD Radeon Graphics (RADV RAPHAEL_MENDOCINO)", "igpu"),
+        ("AMD Radeon 780M Graphics", "igpu"),
+        ("Radeon(TM) Vega 6 Graphics", "igpu"),
+        ("AMD Ryzen 7 5700U with Radeon Graphics (RADV RENOIR)", "igpu"),
+        ("Intel(R) Iris(R) Xe Graphics (TGL GT2)", "igpu"),
+        ("Intel(R) Arc(tm) Graphics (MTL)", "igpu"),
+        ("Mali-G710", "igpu"),
+        ("SwiftShader Device (Subzero)", "cpu"),
+        ("Microsoft Direct3D12 (Microsoft Basic Render Driver) (Dozen)", "cpu"),
+        # never claimed from a name: discrete cards, and RADV's name for cards it has no marketing name for
+        ("AMD Radeon Graphics (RADV GFX1201)", "unknown"),
+        ("AMD Radeon Graphics", "unknown"),
+        ("AMD Radeon RX 7600M XT", "unknown"),
+        ("AMD Radeon Pro 5600M", "unknown"),
+        ("Intel(R) Arc(TM) A770 Graphics (DG2)", "unknown"),
+        ("Intel(R) Arc(TM) B580 Graphics", "unknown"),
+        ("NVIDIA GeForce RTX 4090", "unknown"),
+    ],
+)
+def test_name_tables(description, role):
+    [device] = read_text(f"ggml_vulkan: 0 = {description} | uma: 0 | fp16: 1\n").devices
+    assert device.type == role
+
+
+def test_a_total_alone_is_a_total_and_free_stays_null():
+    text = (
+        "ggml_cuda_init: found 1 ROCm devices (Total VRAM: 98304 MiB):\n"
+        "  Device 0: AMD Radeon Graphics, gfx1151 (0x1151), VMM: no, Wave Size: 32, VRAM: 98304 MiB\n"
+    )
+    [device] = read_text(text).devices
+    assert (device.name, device.memory_total_mib, device.memory_free_mib, device.type) == ("ROCm0", 98304, None, "igpu")
+    assert device.role_reason == "this gfx target is an APU's"

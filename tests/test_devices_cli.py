@@ -54,7 +54,8 @@ def test_vulkaninfo_capture_types_the_device(tmp_path, tmp_env):
 
 def test_files_without_a_device_block_or_missing_are_user_errors(tmp_path, tmp_env):
     assert_user_error(
-        buildmgr(tmp_env, "devices", "--parse", str(H200 / "nvidia-smi.csv"), "--json"), "no 'Available devices:' block"
+        buildmgr(tmp_env, "devices", "--parse", str(H200 / "nvidia-smi.csv"), "--json"),
+        "no llama.cpp or ggml log lines",
     )
     assert_user_error(buildmgr(tmp_env, "devices", "--parse", str(tmp_path / "nope.txt")), "cannot read --parse file")
     assert_user_error(
@@ -76,4 +77,20 @@ def test_every_capture_variant_parses_through_the_cli(tmp_env):
     for capture in sorted(captures.glob("*.txt")):
         result = buildmgr(tmp_env, "devices", "--parse", str(capture), "--json")
         assert result.returncode == 0, (capture.name, result.stderr)
-        assert json.loads(result.stdout)["devices"], capture.name
+        shown = json.loads(result.stdout)
+        assert shown["devices"] or shown["notes"][0].startswith("no devices: "), capture.name
+
+
+def test_parse_of_an_empty_log_prints_what_it_saw_and_writes_nothing(tmp_path, tmp_env):
+    capture = Path(__file__).parent / "fixtures" / "captures" / "vulkan-no-devices.txt"
+    result = buildmgr(tmp_env, "devices", "--parse", str(capture))
+    assert result.returncode == 0, result.stderr
+    assert "no devices in that text" in result.stdout and "ggml_vulkan: No devices found." in result.stdout
+    assert not (tmp_path / "data").exists()
+
+
+def test_parse_of_a_pasted_log_groups_dozen_with_its_card(tmp_env):
+    capture = Path(__file__).parent / "fixtures" / "captures" / "dozen-beside-native-2024.txt"
+    shown = json.loads(buildmgr(tmp_env, "devices", "--parse", str(capture), "--json").stdout)
+    assert len({d["physical_id"] for d in shown["devices"]}) == 1 and shown["shapes"] == ["ggml_vulkan lines"]
+    assert any("grouped by name" in note for note in shown["notes"])

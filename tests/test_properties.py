@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from buildmgr.backends.cuda import parse_nvidia_smi_csv, parse_sm
 from buildmgr.backends.hip import parse_gfx
 from buildmgr.backends.vulkan import parse_vulkaninfo_summary
-from buildmgr.captures import parse_list_devices
+from buildmgr.captures import parse_list_devices, read_text
 from buildmgr.config import resource_path
 from buildmgr.errors import UserError
 from buildmgr.placement import syntax
@@ -107,6 +107,8 @@ def test_tool_names_never_leave_bin(name):
 def test_captured_text(listing, vulkaninfo, nvidia_smi):
     works_or_user_error(parse_list_devices, listing)
     works_or_user_error(parse_list_devices, "Available devices:\n" + listing)
+    works_or_user_error(read_text, listing)
+    works_or_user_error(read_text, "ggml_vulkan: 0 = " + listing)
     parse_vulkaninfo_summary(vulkaninfo)
     parse_nvidia_smi_csv(nvidia_smi)
 

@@ -69,6 +69,7 @@ def test_lavapipe_is_named_typed_and_identified_when_made_visible(root, built):
     assert (
         device["type"] == "cpu" and "Vulkan0: ggml reports gpu, but vulkaninfo says it is a CPU driver" in data["notes"]
     )
+    assert (device["role_basis"], device["role_reason"]) == ("tool", "vulkaninfo types it cpu")
     assert device["uuid"] and device["physical_id"] == f"uuid:{device['uuid']}"
     assert device["memory_total_mib"] == 2048 and device["caps"]["async"] is True
     assert "GGML_VK_VISIBLE_DEVICES" in device["moves_with"]

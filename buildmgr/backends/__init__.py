@@ -9,6 +9,7 @@ Backend names are the ones llama.cpp prints (`CUDA0`, `Vulkan0`, `ROCm0` …).
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,9 @@ from buildmgr.backends.base import (
     EngineSource,
     Extras,
     Host,
+    Layered,
+    LogDevice,
+    NameRole,
     Report,
 )
 from buildmgr.errors import UserError
@@ -42,6 +46,9 @@ __all__ = [
     "EngineSource",
     "Extras",
     "Host",
+    "Layered",
+    "LogDevice",
+    "NameRole",
     "Report",
 ]
 
@@ -112,8 +119,38 @@ def build_failures() -> tuple[Signature, ...]:
     return tuple(s for m in all_modules() for s in m.EXTRAS.build_failures)
 
 
-def log_roles() -> list[tuple[str, str, str]]:
-    return [(m.NAME, pattern, role) for m in all_modules() for pattern, role in m.EXTRAS.log_roles]
+def _text_extras() -> tuple[Extras, ...]:
+    """What every backend, built here or only seen in pasted logs, knows about its devices' text."""
+    from buildmgr.backends import unbuilt
+
+    return (*(m.EXTRAS for m in all_modules()), unbuilt.EXTRAS)
+
+
+def log_devices() -> list[LogDevice]:
+    return [row for extras in _text_extras() for row in extras.log_devices]
+
+
+def log_empty() -> list[str]:
+    return [pattern for extras in _text_extras() for pattern in extras.log_empty]
+
+
+def name_roles() -> list[NameRole]:
+    """Device families known from their names, from every vendor's module: a name is the same under every backend."""
+    return [row for extras in _text_extras() for row in extras.name_roles]
+
+
+def name_role(description: str) -> NameRole | None:
+    """The first family whose name pattern the description holds."""
+    return next((row for row in name_roles() if re.search(row.pattern, description)), None)
+
+
+def layered_card(description: str) -> tuple[str, Layered] | None:
+    """(the card's own name, the driver) when the description is a layered driver's (Dozen on a card)."""
+    for row in (row for extras in _text_extras() for row in extras.layered):
+        match = re.search(row.pattern, description)
+        if match:
+            return match["card"], row
+    return None
 
 
 def languages() -> tuple[str, ...]:

@@ -22,9 +22,10 @@ if TYPE_CHECKING:
     from buildmgr.toolchain import Toolchain
 
 
-# Devices that are not a card: BLAS does the CPU's matrix work, and RPC is another host. Each has a fixed role
+# Devices that are not a card: the CPU itself (logs and rpc-server list it), BLAS does the CPU's matrix work, and RPC is
+# another host. Each has a fixed role
 # (whatever ggml reports), is never one physical card with another backend's device, and is not benched.
-NOT_A_CARD = {"BLAS": "accel", "RPC": "remote"}
+NOT_A_CARD = {"CPU": "cpu", "BLAS": "accel", "RPC": "remote"}
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,37 @@ class DeviceCode(NamedTuple):
     schema_1: tuple[str, ...] = ()  # the receipt fields (schema 1) that held these codes
 
 
+class LogDevice(NamedTuple):
+    """One device as a backend's own start-up line prints it, searched anywhere in a line of pasted text (behind any
+    log prefix). Groups: `index`, `description`, and where printed `total`/`free` (MiB), `pci`, `backend`, and
+    `detail` (more of the device's name, such as ROCm's gfx target, which the name tables read too)."""
+
+    shape: str  # the shape's name, in notes: "ggml_vulkan lines"
+    pattern: str
+    backend: str  # the device name's prefix when neither the line nor its `after` header says another
+    after: str | None = None  # a header line whose `backend` group names the devices below it (ROCm, MUSA …)
+    role: tuple[str, str, str, str] | None = None  # (group, value, role, reason): the role the line itself tells
+    wrapped: str | None = None  # what the rest of a line wrapped in two holds, when the first part lacks it
+
+
+class NameRole(NamedTuple):
+    """A device family known from its name alone: only roles a name proves (integrated or a CPU); a discrete card is
+    never claimed from a name."""
+
+    pattern: str  # searched in the description, case-sensitive
+    role: str  # igpu | cpu
+    reason: str  # said in the notes: "Intel UHD Graphics is integrated"
+    source: str  # where that fact is written down
+
+
+class Layered(NamedTuple):
+    """A driver that runs on another card and names it (Dozen: Vulkan on Direct3D 12): two names of one card."""
+
+    pattern: str  # on the description; group `card` is the card's own name
+    reason: str
+    source: str
+
+
 class EngineReading(NamedTuple):
     """One card's engines at one instant, as its vendor's library or the kernel reports them (None: not reported)."""
 
@@ -165,11 +197,14 @@ class Extras(NamedTuple):
     capture: Capture | None = None  # its vendor tool
     device_code: DeviceCode | None = None  # the GPU code its binaries carry
     build_failures: tuple[Signature, ...] = ()  # how its known build failures show in a log, and their fixes
-    log_roles: tuple[tuple[str, str], ...] = ()  # a log line's regular expression (group `index`) → the role it tells
     splits: Mapping[str, str | None] = MappingProxyType({})  # -sm mode → the rule it fails by; None: ran
     ci_runner: tuple[str, str] | None = None  # (ubuntu release, container) it needs on a Linux runner
     engines: Callable[[], EngineSource | None] | None = None  # opens its cards' engine readings (None: not here)
     pinning_guard: tuple[str, str] | None = None  # (variable, value) that keeps it from page-locking host memory
+    log_devices: tuple[LogDevice, ...] = ()  # how its start-up lines print its devices
+    log_empty: tuple[str, ...] = ()  # lines by which it says it found no device
+    name_roles: tuple[NameRole, ...] = ()  # device families of its vendor that are known from their names
+    layered: tuple[Layered, ...] = ()  # its drivers that run on another card
 
 
 class Backend(Protocol):

@@ -25,6 +25,8 @@ from buildmgr.backends.base import (
     EngineReading,
     Extras,
     Host,
+    LogDevice,
+    NameRole,
     Report,
     one_to_one,
     process_name,
@@ -604,6 +606,28 @@ def why_absent(environ: Mapping[str, str], captures: Captures) -> str | None:
     return "no device found"
 
 
+# ggml-cuda's start-up lines, for CUDA and for its HIP and MUSA builds (the header names which):
+# "ggml_cuda_init: found 2 CUDA devices (Total VRAM: …):" then "  Device 0: NAME, compute capability 8.6, VMM: yes[, VRAM:
+# N MiB]" (ROCm: "NAME, gfx1151 (0x1151), …"); before 2024 the header was "ggml_init_cublas: found …".
+LOG_DEVICES = (
+    LogDevice(
+        "ggml_cuda_init lines",
+        r"(?<![\w-])Device (?P<index>\d+): (?P<description>[^,]+?), (?:compute capability \d+\.\d+|(?P<detail>gfx\w+) \(0x[0-9a-fA-F]+\))"
+        r"(?:,.*?VRAM: (?P<total>\d+) MiB)?",
+        NAME,
+        after=r"ggml_(?:cuda_init|init_cublas): found \d+ (?P<backend>\S+) devices",
+    ),
+)
+LOG_EMPTY = (r"ggml_cuda_init: failed to initialize \S+: .*", r"ggml_(?:cuda_init|init_cublas): no \S+ devices found")
+NAME_ROLES = (
+    NameRole(
+        r"\b(?:Orin|Xavier|Tegra|GB10)\b",
+        "igpu",
+        "Jetson (Orin, Xavier) and GB10 GPUs share the CPU's memory (CUDA types them integrated)",
+        "https://docs.nvidia.com/cuda/cuda-for-tegra-appnote/",
+    ),
+)
+
 EXTRAS = Extras(
     languages=("CUDA",),
     arch=ARCH,
@@ -614,4 +638,7 @@ EXTRAS = Extras(
     ci_runner=("ubuntu-24.04", CI_CONTAINER),
     engines=NvmlEngines.open,
     pinning_guard=PINNING_GUARD,
+    log_devices=LOG_DEVICES,
+    log_empty=LOG_EMPTY,
+    name_roles=NAME_ROLES,
 )

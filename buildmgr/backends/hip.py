@@ -16,7 +16,17 @@ from typing import TYPE_CHECKING, NamedTuple
 from packaging.version import InvalidVersion, Version
 
 from buildmgr import proc
-from buildmgr.backends.base import ArchOption, DeviceCode, EngineReading, Extras, Host, Report, process_name, which
+from buildmgr.backends.base import (
+    ArchOption,
+    DeviceCode,
+    EngineReading,
+    Extras,
+    Host,
+    NameRole,
+    Report,
+    process_name,
+    which,
+)
 from buildmgr.errors import UserError
 from buildmgr.findings import Check, Finding
 from buildmgr.memo import Memo
@@ -304,4 +314,36 @@ class SysfsEngines:
         pass
 
 
-EXTRAS = Extras(languages=("HIP",), arch=ARCH, device_code=DEVICE_CODE, engines=SysfsEngines.open)
+# AMD's integrated GPUs, by the names drivers give them. A plain "AMD Radeon Graphics" is not among them: RADV gives that
+# name to discrete cards it has no marketing name for ("AMD Radeon Graphics (RADV GFX1201)").
+NAME_ROLES = (
+    NameRole(
+        r"\(RADV (?:KAVERI|KABINI|MULLINS|CARRIZO|STONEY|RAVEN2?|RENOIR|VANGOGH|REMBRANDT|RAPHAEL_MENDOCINO|MENDOCINO"
+        r"|PHOENIX2?|HAWK_POINT\d?|GFX1103(?:_R\d)?|GFX115[0-3])\)",
+        "igpu",
+        "RADV names this APU family (Ryzen graphics)",
+        "https://gitlab.freedesktop.org/mesa/mesa/-/blob/main/src/amd/common/amd_family.c",
+    ),
+    NameRole(
+        r"\bRadeon(?:\(TM\))? (?:[5-9][0-9]0M|Vega \d+|80[4-6]0S)\b",
+        "igpu",
+        "Radeon 610M–890M, Vega N and 8040S–8060S are the graphics of Ryzen APUs",
+        "https://www.amd.com/en/products/specifications/processors.html",
+    ),
+    NameRole(
+        r"^AMD Radeon\(TM\) Graphics\b|\bRyzen\b.* with Radeon",
+        "igpu",
+        "AMD's driver names APU graphics 'AMD Radeon(TM) Graphics' or after the Ryzen CPU",
+        "https://gitlab.freedesktop.org/mesa/drm/-/blob/main/data/amdgpu.ids",
+    ),
+    NameRole(
+        r"\bgfx(?:90c|1035|1036|1037|1103|115[0-3])\b",
+        "igpu",
+        "this gfx target is an APU's",
+        "https://llvm.org/docs/AMDGPUUsage.html#processors",
+    ),
+)
+
+EXTRAS = Extras(
+    languages=("HIP",), arch=ARCH, device_code=DEVICE_CODE, engines=SysfsEngines.open, name_roles=NAME_ROLES
+)

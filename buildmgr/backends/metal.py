@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from buildmgr.backends.base import Extras, Host, Nothing, Report
+from buildmgr.backends.base import Extras, Host, NameRole, Nothing, Report
 from buildmgr.findings import Check
 
 if TYPE_CHECKING:
@@ -22,7 +22,16 @@ RUNTIME_LIBRARIES: dict[str, str] = {}  # Metal and Foundation come with macOS
 SYSTEMS = ("macos",)
 CI_SETUP = ""
 DRIVER_LIBRARY = ""
-EXTRAS = Extras()  # no arch option, vendor tool, GPU code or known failures of its own
+# Apple silicon's GPU shares the SoC's memory (Metal, and MoltenVK under Vulkan, name it after the chip).
+NAME_ROLES = (
+    NameRole(
+        r"\bApple M\d",
+        "igpu",
+        "Apple M-series GPUs are part of the SoC and share its unified memory",
+        "https://developer.apple.com/documentation/metal/choosing-a-resource-storage-mode-for-apple-gpus",
+    ),
+)
+EXTRAS = Extras(name_roles=NAME_ROLES)  # no arch option, vendor tool, GPU code or known failures of its own
 
 
 def locate(host: Host) -> Nothing:

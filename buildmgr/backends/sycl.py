@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
 from buildmgr import proc
-from buildmgr.backends.base import Extras, Host, Report, which
+from buildmgr.backends.base import Extras, Host, NameRole, Report, which
 from buildmgr.findings import Check
 
 if TYPE_CHECKING:
@@ -28,7 +28,30 @@ RUNTIME_LIBRARIES = {
 SYSTEMS = ("linux",)
 CI_SETUP = None
 DRIVER_LIBRARY = ""
-EXTRAS = Extras()  # no arch option, vendor tool, GPU code or known failures of its own
+# Intel's integrated GPUs by name, under every driver: Windows ("Intel(R) UHD Graphics 770", "Intel(R) Arc(TM) 140V
+# GPU"), Mesa ANV ("Intel(R) UHD Graphics 630 (CFL GT2)", "Intel(R) Graphics (ADL GT2)", "… (MTL)") and SYCL. Discrete
+# cards are "Intel(R) Arc(TM) A770 Graphics (DG2)", B580 (BMG): never matched.
+NAME_ROLES = (
+    NameRole(
+        r"Intel\(R\) (?:U?HD|Iris\(R\)(?: Xe| Plus| Pro)?) Graphics|Intel\(R\) Graphics\b",
+        "igpu",
+        "Intel UHD, HD, Iris and unnamed Intel Graphics are integrated",
+        "https://gitlab.freedesktop.org/mesa/mesa/-/blob/main/include/pci_ids/iris_pci_ids.h",
+    ),
+    NameRole(
+        r"Intel\(R\) Arc\((?:TM|tm)\) (?:Graphics|1[34]0V)\b",
+        "igpu",
+        "Intel Arc Graphics without a model number, and Arc 130V/140V, are Core Ultra integrated GPUs",
+        "https://www.intel.com/content/www/us/en/products/details/discrete-gpus/arc.html",
+    ),
+    NameRole(
+        r"\((?:[A-Z]{3} GT\d|MTL|LNL|ARL|PTL)\)",
+        "igpu",
+        "Mesa's codename (GT1–GT3, MTL, LNL, ARL, PTL) is an integrated Intel GPU's",
+        "https://gitlab.freedesktop.org/mesa/mesa/-/blob/main/include/pci_ids/iris_pci_ids.h",
+    ),
+)
+EXTRAS = Extras(name_roles=NAME_ROLES)  # no arch option, vendor tool, GPU code or known failures of its own
 FIX = "install Intel oneAPI Base Toolkit and `source /opt/intel/oneapi/setvars.sh` first"
 
 

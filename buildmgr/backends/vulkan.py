@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.version import Version
 
+from buildmgr.backends import base
 from buildmgr.backends.base import Capture, Extras, Host, Report, one_to_one, which
 from buildmgr.findings import Check, Signature
 
@@ -56,8 +57,54 @@ BUILD_FAILURES = (
         "glslc is missing: apt-get install glslc (or install the LunarG Vulkan SDK)",
     ),
 )
-# "ggml_vulkan: 0 = AMD Radeon Graphics (RADV GFX1151) (radv) | uma: 1 | ...": uma 1 is an integrated GPU.
-LOG_ROLES = ((r"ggml_vulkan: (?P<index>\d+) = .*?\| uma: 1 \|", "igpu"),)
+# "ggml_vulkan: 0 = AMD Radeon Graphics (RADV GFX1151) (radv) | uma: 1 | …" (ggml-vulkan's device line: name, then the
+# driver in parentheses; uma is deviceType == eIntegratedGpu), and the 2024 form "Vulkan0: NAME (DRIVER) | uma: 0 | …".
+_UMA = ("uma", "1", "igpu", "its ggml_vulkan line says uma: 1 (Vulkan's integrated-GPU device type)")
+LOG_DEVICES = (
+    base.LogDevice(
+        "ggml_vulkan lines",
+        r"ggml_vulkan: (?P<index>\d+) = (?P<description>.+?)\s*(?:\| uma: (?P<uma>\d).*)?$",
+        NAME,
+        role=_UMA,
+        wrapped=r"(?:^\s*|\| )uma: \d",
+    ),
+    base.LogDevice(
+        "ggml_vulkan lines",
+        r"(?<![\w-])Vulkan(?P<index>\d+): (?P<description>.+?)\s*\| uma: (?P<uma>\d)",
+        NAME,
+        role=_UMA,
+    ),
+)
+LOG_EMPTY = (r"ggml_vulkan: No devices found\.",)
+# Software rasterizers, which Vulkan types as CPUs; the Direct3D one appears through Dozen.
+NAME_ROLES = (
+    base.NameRole(
+        r"\bllvmpipe\b",
+        "cpu",
+        "llvmpipe (Mesa's lavapipe) is a CPU rasterizer",
+        "https://docs.mesa3d.org/drivers/llvmpipe.html",
+    ),
+    base.NameRole(
+        r"\bSwiftShader\b",
+        "cpu",
+        "SwiftShader is a CPU implementation of Vulkan",
+        "https://github.com/google/swiftshader",
+    ),
+    base.NameRole(
+        r"Microsoft Basic Render Driver",
+        "cpu",
+        "the Microsoft Basic Render Driver is WARP, Direct3D's CPU rasterizer",
+        "https://learn.microsoft.com/windows/win32/direct3darticles/directx-warp",
+    ),
+)
+# Dozen (Mesa's Vulkan on Direct3D 12, Windows and WSL) names the card it runs on: "Microsoft Direct3D12 (NAME)".
+LAYERED = (
+    base.Layered(
+        r"^Microsoft Direct3D12 \((?P<card>.+?)\)(?: \(Dozen\))?$",
+        "Dozen is Vulkan on Direct3D 12, run by the card it names",
+        "https://docs.mesa3d.org/drivers/dozen.html",
+    ),
+)
 # Seen at the pin on 2×H200: no split buffer type; Vulkan-only -sm tensor sets ran.
 SPLITS: dict[str, str | None] = {"row": "row-split-unsupported", "tensor": None}
 # ggml-vulkan uses vk::LayerSettingEXT, public since 1.3.272; measured: 1.3.239 fails, 1.4.309 works.
@@ -242,6 +289,8 @@ def why_absent(environ: Mapping[str, str], captures: Captures) -> str | None:
 def match_vulkaninfo(devices: list[Device], vulkan: list[VulkanGpu], notes: list[str]) -> list[Device]:
     """vulkaninfo's UUID and device type for the Vulkan devices: by UUID, else by name where one to one. Its type
     settles what ggml cannot: a CPU driver (lavapipe) that ggml calls a GPU is a CPU, said in `notes`."""
+    from buildmgr.devices import RoleBasis
+
     mine = [d for d in devices if d.backend == NAME]
     by_uuid = {g.uuid: g for g in vulkan if g.uuid}
     by_name = one_to_one([d for d in mine if d.uuid is None], vulkan, lambda d, g: g.name == d.description)
@@ -251,7 +300,13 @@ def match_vulkaninfo(devices: list[Device], vulkan: list[VulkanGpu], notes: list
             (by_uuid.get(device.uuid) if device.uuid else by_name.get(device.name)) if device.backend == NAME else None
         )
         if gpu is not None:
-            device = dataclasses.replace(device, uuid=gpu.uuid, type=_role(device, gpu.type, notes))
+            role = _role(device, gpu.type, notes)
+            told = (
+                {"role_basis": RoleBasis.TOOL.value, "role_reason": f"vulkaninfo types it {gpu.type}"}
+                if role != device.type
+                else {}
+            )
+            device = dataclasses.replace(device, uuid=gpu.uuid, type=role, **told)
         matched.append(device)
     return matched
 
@@ -282,7 +337,10 @@ EXTRAS = Extras(
     shader_compiler=SHADER_COMPILER,
     capture=CAPTURE,
     build_failures=BUILD_FAILURES,
-    log_roles=LOG_ROLES,
+    log_devices=LOG_DEVICES,
+    log_empty=LOG_EMPTY,
+    name_roles=NAME_ROLES,
+    layered=LAYERED,
     splits=SPLITS,
     ci_runner=("ubuntu-24.04", ""),  # its Vulkan headers (1.3.275) are the first distro ones new enough
 )

@@ -60,19 +60,23 @@ def _env_assignments(items: list[str]) -> dict[str, str]:
 def _parse(args: argparse.Namespace) -> int:
     """The same view from text captured on any host."""
     from buildmgr import identity, inventory
-    from buildmgr.captures import parse_list_devices
+    from buildmgr.captures import read_text
 
-    devices = parse_list_devices(_read_capture(args.parse, "--parse"))
+    if args.suggest:
+        raise UserError("--suggest needs builds, and a capture has no builds: leave out --parse")
+    parsed = read_text(_read_capture(args.parse, "--parse"))
     captured = {}
     for name, capture in backends.captures():
         captured[name] = capture.parse(_read_capture(getattr(args, capture.dest), capture.option))
-    resolved, notes = identity.resolve(devices, captured)
-    if args.suggest:
-        raise UserError("--suggest needs builds, and a capture has no builds: leave out --parse")
+    resolved, resolved_notes = identity.resolve(list(parsed.devices), captured)
+    notes = [*parsed.notes, *resolved_notes]
     if args.json:
-        print(json.dumps({"devices": [d.to_json() for d in resolved], "notes": notes}, indent=2, sort_keys=True))
+        shown = {"devices": [d.to_json() for d in resolved], "notes": notes, "shapes": list(parsed.shapes)}
+        print(json.dumps(shown, indent=2, sort_keys=True))
     else:
-        render.devices_table(inventory.cards(resolved, {}, {}), {}, notes)
+        if parsed.shapes:
+            render.out().print(f"read from: {', '.join(parsed.shapes)}", markup=False)
+        render.devices_table(inventory.cards(resolved, {}, {}), {}, notes, empty="no devices in that text")
     return 0
 
 

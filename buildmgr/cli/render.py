@@ -80,7 +80,9 @@ def placement(report: CheckReport) -> None:
             say("placement ok", "green")
 
 
-def devices_table(cards: Iterable[Card], builds: Mapping[str, BuildEntry], notes: Iterable[str]) -> None:
+def devices_table(
+    cards: Iterable[Card], builds: Mapping[str, BuildEntry], notes: Iterable[str], empty: str | None = None
+) -> None:
     """One row per physical card; a column per build with the names it has there (* the one llama.cpp uses without
     -dev), or 'built ≠ present' where the build has the card's backend but not the card."""
     rows = list(cards)
@@ -108,7 +110,8 @@ def devices_table(cards: Iterable[Card], builds: Mapping[str, BuildEntry], notes
             out().print("[dim]* the name llama.cpp uses for that card when no -dev is given[/]")
     else:
         out().print(
-            "no devices besides the CPU" + (" in any build" if builds else " (no builds yet: run 'buildmgr build')")
+            empty
+            or "no devices besides the CPU" + (" in any build" if builds else " (no builds yet: run 'buildmgr build')")
         )
     for note in notes:
         out().print(f"• {escape(note)}")
