@@ -105,7 +105,7 @@ def merge_timing(template: dict, ns: Sequence[int]) -> dict:
         "avg_ts": statistics.fmean(ts) if ts else None,
         "stddev_ts": statistics.stdev(ts) if len(ts) > 1 else 0.0,
         "samples_ns": list(ns),
-        "samples_ts": [round(t, 2) for t in ts],
+        "samples_ts": [float(f"{t:.6g}") for t in ts],  # as llama-bench prints them: six significant digits
     }
 
 
