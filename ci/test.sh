@@ -12,6 +12,10 @@ bash ci/apt-install.sh build-essential git binutils python3-venv redis-server
 BUILDMGR_TEST_VULKAN_SDK=$(bash ci/vulkan-sdk.sh "$HOME/.cache/buildmgr-tests/vulkan-sdk")
 export BUILDMGR_TEST_VULKAN_SDK
 
+# HIP is compiled for real against Debian's own ROCm 6.4, in a sid root kept in ~/.cache (see ci/rocm-root.sh).
+BUILDMGR_TEST_ROCM_ROOT=$(bash ci/rocm-root.sh "$HOME/.cache/buildmgr-tests/rocm-sid")
+export BUILDMGR_TEST_ROCM_ROOT
+
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
 

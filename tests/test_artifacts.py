@@ -445,7 +445,7 @@ def known(tmp_path: Path):
 
 def test_matrix_fans_out_per_arch_and_leaves_out_what_cannot_build_with_a_reason(tmp_path):
     request = matrices.MatrixRequest(
-        ("cpu", "universal+cuda+vulkan", "metal", "hip", "cuda"), {"--sm": ("86,89", "90")}
+        ("cpu", "universal+cuda+vulkan", "metal", "hip", "cuda"), {"--sm": ("86,89", "90"), "--gfx": ("gfx1100",)}
     )
     entries, skipped = matrices.matrix(request, known(tmp_path), 11312, COMMIT)
     names = [e["artifact"] for e in entries]
@@ -453,6 +453,7 @@ def test_matrix_fans_out_per_arch_and_leaves_out_what_cannot_build_with_a_reason
         "llama-b11312-bin-linux-cpu-x64.tar.gz",
         "llama-b11312-bin-linux-cuda-universal-vulkan-sm86_89-x64.tar.gz",
         "llama-b11312-bin-linux-cuda-universal-vulkan-sm90-x64.tar.gz",
+        "llama-b11312-bin-linux-hip-gfx1100-x64.tar.gz",
     ]
     cuda_entry = entries[1]
     assert cuda_entry["args"] == ["build", "cuda+universal+vulkan", "--sm", "86,89"]
@@ -460,7 +461,16 @@ def test_matrix_fans_out_per_arch_and_leaves_out_what_cannot_build_with_a_reason
     assert len({e["ccache_key"] for e in entries}) == len(entries)
     reasons = {s["recipe"]: s["reason"] for s in skipped}
     assert reasons.pop("metal") == "Metal does not build on linux"
-    assert reasons.pop("hip") == "it has HIP: name the targets with --gfx"
+    hip_entry = entries[3]
+    assert (hip_entry["container"], hip_entry["setup"], hip_entry["args"]) == (
+        "debian:sid",
+        "rocm",
+        ["build", "hip", "--gfx", "gfx1100"],
+    )
+    without_gfx = matrices.MatrixRequest(("hip",), {"--sm": ("90",)})
+    assert matrices.matrix(without_gfx, known(tmp_path), 11312, COMMIT)[1][0]["reason"] == (
+        "it has HIP: name the targets with --gfx"
+    )
     assert "loads libcuda.so.1 at start, which a GPU-less runner lacks" in reasons.pop("cuda")
     assert reasons == {}
 

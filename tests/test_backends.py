@@ -272,6 +272,8 @@ def fake_rocm(root: Path, version: str = "6.4.3") -> Path:
         (root / "lib" / "cmake" / package).mkdir(parents=True)
     (root / "llvm" / "bin").mkdir(parents=True)
     (root / "llvm" / "bin" / "clang").write_text("")
+    (root / "lib" / "rocblas" / "library").mkdir(parents=True)
+    (root / "lib" / "rocblas" / "library" / "TensileLibrary_lazy_gfx1100.dat").write_text("")
     return root
 
 
@@ -300,3 +302,74 @@ def test_rocm_is_located_once_and_its_checks_and_memo_inputs_come_from_that(tmp_
         host, hip.locate(Host({"ROCM_PATH": str(old)}, "Linux", "x86_64", tools)), deep=False
     ).failures
     assert too_old.what == "ROCm" and too_old.found.startswith("5.7.1")
+    assert "stops with 'At least ROCM/HIP V6.1 is required'" in too_old.fix
+
+
+def fake_debian_rocm(root: Path, kernels=("gfx1100", "gfx1101")) -> Path:
+    """ROCm as Debian packages it under /usr: hipconfig in bin, CMake packages and rocBLAS kernels under the multiarch
+    folder, ROCm's clang as the distribution's clang-NN (hipconfig --hipclangpath names it)."""
+    (root / "lib" / "llvm-21" / "bin").mkdir(parents=True)
+    (root / "lib" / "llvm-21" / "bin" / "clang").write_text("")
+    (root / "bin").mkdir()
+    clang_dir = root / "lib" / "llvm-21" / "bin"
+    (root / "bin" / "hipconfig").write_text(
+        f'#!/bin/sh\nif [ "$1" = --hipclangpath ]; then echo {clang_dir}; else echo 6.4.43484-9999; fi\n'
+    )
+    (root / "bin" / "hipconfig").chmod(0o755)
+    for package, version in (("hip", "6.4.43484"), ("hipblas", "2.4.0"), ("rocblas", "4.4.1")):
+        (root / "lib" / "x86_64-linux-gnu" / "cmake" / package).mkdir(parents=True)
+        (root / "lib" / "x86_64-linux-gnu" / "cmake" / package / f"{package}-config-version.cmake").write_text(
+            f'set(PACKAGE_VERSION "{version}")\n'
+        )
+    library = root / "lib" / "x86_64-linux-gnu" / "rocblas" / "4.4.1" / "library"
+    library.mkdir(parents=True)
+    for gfx in kernels:
+        (library / f"TensileLibrary_lazy_{gfx}.dat").write_text("")
+        (library / f"TensileLibrary_Type_HH_Contraction_l_Ailk_Bjlk_Cijk_Dijk_fallback_{gfx}.hsaco").write_text("")
+    return root
+
+
+def test_a_distributions_rocm_under_usr_is_found_with_its_own_paths(tmp_path):
+    root = fake_debian_rocm(tmp_path / "usr")
+    found = hip.find_rocm({"ROCM_PATH": str(root)})
+    assert found.layout.root == "/usr" and found.hipconfig == str(root / "bin" / "hipconfig")
+    assert found.packages["hipblas"] == root / "lib" / "x86_64-linux-gnu" / "cmake" / "hipblas"
+    assert found.clang == root / "lib" / "llvm-21" / "bin" / "clang"
+    assert hip.rocblas_targets(found) == {"gfx1100", "gfx1101"}
+    from buildmgr.toolchain import Tool, Toolchain
+
+    tools = Toolchain(Tool("cmake"), Tool("ninja"), Tool("cc"), Tool("c++"), Tool("ccache"))
+    report = hip.inspect(Host({"ROCM_PATH": str(root)}, "Linux", "x86_64", tools), found, deep=False)
+    assert not report.failures and report.versions == {"rocm": "6.4.43484", "hipblas": "2.4.0", "rocblas": "4.4.1"}
+    hipblas = next(c for c in report.checks if c.what == "hipblas")
+    assert hipblas.found == f"2.4.0 at {root / 'lib' / 'x86_64-linux-gnu' / 'cmake' / 'hipblas'}"
+    assert report.host_defines == {"CMAKE_HIP_COMPILER": str(root / "lib" / "llvm-21" / "bin" / "clang")}
+    kernels = next(c for c in report.checks if c.what == "rocBLAS kernels")
+    assert kernels.found.startswith("gfx1100, gfx1101 in ") and "rocblas/4.4.1/library" in kernels.found
+
+
+def test_a_gfx_target_without_rocblas_kernels_is_refused_with_the_ones_it_has(tmp_path):
+    found = hip.find_rocm({"ROCM_PATH": str(fake_debian_rocm(tmp_path / "usr"))})
+    hip.check_gfx(["gfx1100", "gfx1101"], found)
+    with pytest.raises(
+        UserError, match=r"--gfx gfx1151: this ROCm's rocBLAS has no kernels .* it has gfx1100, gfx1101$"
+    ):
+        hip.check_gfx(["gfx1100", "gfx1151"], found)
+
+
+def test_amd_gpus_from_amdkfds_topology_without_rocm(tmp_path):
+    nodes = tmp_path / "class" / "kfd" / "kfd" / "topology" / "nodes"
+    for node, version in (("0", 0), ("1", 110501), ("2", 90010), ("3", 110000)):
+        (nodes / node).mkdir(parents=True)
+        (nodes / node / "properties").write_text(f"cpu_cores_count 0\ngfx_target_version {version}\nsimd_count 80\n")
+    assert hip.kfd_targets(tmp_path) == ["gfx90a", "gfx1100", "gfx1151"]
+    assert hip.visible_targets({"PATH": "/nonexistent"}, tmp_path) == ["gfx90a", "gfx1100", "gfx1151"]
+    [finding] = hip.kernel_findings(["gfx90a", "gfx1100"], hip.kfd_targets(tmp_path))
+    assert "the gfx1151 GPU has no code in this build (gfx90a, gfx1100)" in finding.message
+
+
+def test_a_host_without_kfd_says_it_has_no_hip_device(tmp_path, monkeypatch):
+    monkeypatch.setattr(hip, "KFD", tmp_path / "kfd")
+    assert hip.why_absent({}, {}).startswith("no HIP device on this host")
+    (tmp_path / "kfd").write_text("")
+    assert hip.why_absent({}, {}) == "no device found"

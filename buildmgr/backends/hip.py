@@ -47,35 +47,61 @@ ENUMERATION_ENV: tuple[str, ...] = (
 )
 # Libraries the built files may need from the host (soname stem → where it comes from).
 RUNTIME_LIBRARIES = {
-    "libamdhip64.so": "ROCm's HIP runtime (apt hip-runtime-amd)",
-    "libhipblas.so": "ROCm's hipBLAS (apt hipblas)",
-    "librocblas.so": "ROCm's rocBLAS (apt rocblas)",
+    "libamdhip64.so": "ROCm's HIP runtime (AMD's repository: hip-runtime-amd; Debian: libamdhip64-6)",
+    "libhipblas.so": "ROCm's hipBLAS (AMD's repository: hipblas; Debian: libhipblas2)",
+    "librocblas.so": "ROCm's rocBLAS (AMD's repository: rocblas; Debian: librocblas4)",
 }
 # Where the artifacts workflow can build it, and the provisioning step it needs (None: no step for it yet).
 SYSTEMS = ("linux",)
-CI_SETUP = None
+CI_SETUP = "rocm"
+# A Linux runner builds HIP in Debian sid's container, whose own ROCm (6.4, under /usr) the workflow's "rocm" step
+# installs; llama.cpp refuses ROCm < 6.1, which every Ubuntu LTS image carries.
+CI_CONTAINER = "debian:sid"
 DRIVER_LIBRARY = ""
 MIN_ROCM = Version("6.1")
+TOO_OLD = "At least ROCM/HIP V6.1 is required"  # ggml/src/ggml-hip/CMakeLists.txt at the pin
 ROCM_FIX = (
-    "install ROCm >= 6.1 from AMD's repository (Debian 12 itself only packages ROCm 5.x) "
-    "and set ROCM_PATH if it is not /opt/rocm"
+    "install ROCm >= 6.1: AMD's repository (/opt/rocm; set ROCM_PATH if elsewhere), or a distribution's own "
+    "packages under /usr (Debian sid: apt install hipcc libhipblas-dev librocblas-dev rocm-cmake; Debian 12 and 13 "
+    "only package ROCm 5.x)"
 )
 _GFX = re.compile(r"^gfx[0-9a-f]{3,4}$")
 _HIP_TARGET = re.compile(rb"amdgcn-amd-amdhsa--(gfx[0-9a-f]+)")
 
 
 class Layout(NamedTuple):
-    """Where one kind of ROCm installation keeps what the build needs, relative to its root."""
+    """Where one kind of ROCm installation keeps what the build needs, relative to its root (globs where a
+    distribution puts a version or an architecture in the path)."""
 
     name: str
     root: str  # ROCM_PATH overrides it
     bin: str = "bin"
     cmake_packages: str = "lib/cmake"
-    clang: str = "llvm/bin/clang"
+    clang: str = "llvm/bin/clang"  # where `hipconfig --hipclangpath` does not say
+    rocblas_kernels: str = "lib/rocblas/library"  # rocBLAS's Tensile kernels, one file set per gfx target
 
 
-LAYOUTS = (Layout("AMD's ROCm", "/opt/rocm"),)
+LAYOUTS = (
+    Layout("AMD's ROCm", "/opt/rocm"),
+    # Debian's and Ubuntu's packages: hipcc and hipconfig in /usr/bin, ROCm's clang is the distribution's clang-NN,
+    # the CMake packages and rocBLAS's kernels under the multiarch library folder.
+    Layout(
+        "the distribution's ROCm under /usr",
+        "/usr",
+        cmake_packages="lib/*-linux-gnu/cmake",
+        clang="lib/llvm-*/bin/clang",
+        rocblas_kernels="lib/*-linux-gnu/rocblas/*/library",
+    ),
+)
 _PACKAGES = ("hipblas", "rocblas")
+
+
+def _first(root: Path, pattern: str) -> Path:
+    """The path a layout's pattern names under root: the last match of a glob (the newest version), or the plain path."""
+    if not any(c in pattern for c in "*?["):
+        return root / pattern
+    found = sorted(root.glob(pattern), key=lambda p: [int(n) for n in re.findall(r"\d+", str(p))])
+    return found[-1] if found else root / pattern
 
 
 class Rocm(NamedTuple):
@@ -87,11 +113,20 @@ class Rocm(NamedTuple):
 
     @property
     def packages(self) -> dict[str, Path]:
-        return {name: self.root / self.layout.cmake_packages / name for name in _PACKAGES}
+        return {name: _first(self.root, self.layout.cmake_packages) / name for name in _PACKAGES}
 
     @property
     def clang(self) -> Path:
-        return self.root / self.layout.clang
+        """ROCm's clang: where hipconfig says it is, else where the layout keeps it."""
+        if self.hipconfig:
+            said = proc.run([self.hipconfig, "--hipclangpath"], timeout=60).stdout.strip()
+            if said and Path(said, "clang").is_file():
+                return Path(said, "clang")
+        return _first(self.root, self.layout.clang)
+
+    @property
+    def rocblas_kernels(self) -> Path:
+        return _first(self.root, self.layout.rocblas_kernels)
 
     @property
     def bin(self) -> Path:
@@ -104,15 +139,19 @@ class Rocm(NamedTuple):
 
 
 def find_rocm(environ: Mapping[str, str]) -> Rocm:
-    """The first layout whose hipconfig is where that layout keeps it (ROCM_PATH moves every layout's root), else the
-    first layout, with hipconfig from PATH if it is there."""
+    """The first layout whose hipconfig and CMake packages are where that layout keeps them (ROCM_PATH moves every
+    layout's root), else the first with hipconfig there, else the first layout, with hipconfig from PATH if there."""
     found = []
     for layout in LAYOUTS:
         root = Path(environ.get("ROCM_PATH", layout.root))
         bindir = root / layout.bin
         if os.access(bindir / "hipconfig", os.X_OK):
-            return Rocm(layout, root, str(bindir / "hipconfig"))
-        found.append(Rocm(layout, root, which("hipconfig", str(bindir))))
+            rocm = Rocm(layout, root, str(bindir / "hipconfig"))
+            if _first(root, layout.cmake_packages).is_dir():
+                return rocm
+            found.insert(0, rocm)
+        else:
+            found.append(Rocm(layout, root, which("hipconfig", str(bindir))))
     return found[0]
 
 
@@ -146,27 +185,102 @@ def inspect(host: Host, found: Rocm, deep: bool) -> Report:
     if found.hipconfig is None:
         return Report((Check(NAME, "ROCm (hipconfig)", False, f"not found in {found.bin} or PATH", ROCM_FIX),))
     version = parse_rocm_version(proc.run([found.hipconfig, "--version"], timeout=60).output)
-    checks = [Check(NAME, "ROCm", bool(version and version >= MIN_ROCM), f"{version} at {found.root}", ROCM_FIX)]
+    recent = bool(version and version >= MIN_ROCM)
+    fix = ROCM_FIX if recent else f"llama.cpp at the pin stops with '{TOO_OLD}': {ROCM_FIX}"
+    checks = [Check(NAME, "ROCm", recent, f"{version} at {found.root}", fix)]
+    versions = {"rocm": str(version)}
     for package, config in found.packages.items():
+        said = package_version(config, package)
+        versions |= {package: said} if said else {}
         checks.append(
             Check(
                 NAME,
                 package,
                 config.is_dir(),
-                str(config) if config.is_dir() else "not found",
-                f"install {package}-dev from the ROCm repository",
+                (f"{said} at {config}" if said else str(config)) if config.is_dir() else "not found",
+                f"install {package}-dev from AMD's ROCm repository, or lib{package}-dev from your distribution",
             )
         )
-    defines = {"CMAKE_HIP_COMPILER": str(found.clang)} if found.clang.exists() else {}
-    return Report(tuple(checks), defines, {"rocm": str(version)})
-
-
-def visible_targets(environ: Mapping[str, str]) -> list[str]:
-    """The gfx targets of this host's AMD GPUs, as rocminfo lists them (gfx000 is the CPU agent)."""
-    rocminfo = which("rocminfo", str(find_rocm(environ).bin))
-    found = (
-        sorted(set(re.findall(r"\b(gfx[0-9a-f]{3,4})\b", proc.run([rocminfo], timeout=60).output))) if rocminfo else []
+    clang = found.clang
+    checks.append(
+        Check(NAME, "ROCm's clang", clang.is_file(), str(clang) if clang.is_file() else "not found", ROCM_FIX)
     )
+    kernels = rocblas_targets(found)
+    checks.append(
+        Check(
+            NAME,
+            "rocBLAS kernels",
+            bool(kernels),
+            f"{', '.join(sorted(kernels, key=gfx_key))} in {found.rocblas_kernels}" if kernels else "none found",
+            "install librocblas (rocblas from AMD's repository): llama.cpp's matrix products need its kernels",
+        )
+    )
+    defines = {"CMAKE_HIP_COMPILER": str(clang)} if clang.is_file() else {}
+    return Report(tuple(checks), defines, versions)
+
+
+def package_version(config: Path, name: str) -> str | None:
+    """A CMake package's version, from its `<name>-config-version.cmake`."""
+    match = re.search(r'set\(PACKAGE_VERSION "([^"]+)"\)', _read(config / f"{name}-config-version.cmake") or "")
+    return match.group(1) if match else None
+
+
+def gfx_key(gfx: str) -> tuple[int, str]:
+    """gfx803 < gfx90a < gfx1100: by generation, then the rest."""
+    digits = gfx[3:]
+    return (int(digits[:-2] or "0"), digits[-2:])
+
+
+def rocblas_targets(rocm: Rocm) -> set[str]:
+    """The gfx targets rocBLAS ships kernels for here: its Tensile library files are named by target
+    (`TensileLibrary_lazy_gfx1100.dat`, which rocBLAS loads for a gfx1100 GPU)."""
+    library = rocm.rocblas_kernels
+    names = (p.name for p in library.iterdir()) if library.is_dir() else ()
+    return {m.group(1) for name in names if (m := re.match(r"TensileLibrary.*[-_](gfx[0-9a-f]{3,4})[-_.]", name))}
+
+
+def clang_targets(clang: Path) -> set[str]:
+    """The gfx targets ROCm's clang can compile (empty if it cannot be asked)."""
+    ran = proc.run([str(clang), "--target=amdgcn-amd-amdhsa", "--print-supported-cpus"], timeout=60)
+    return set(re.findall(r"^\s*(gfx[0-9a-f]{3,4})\s*$", ran.output, flags=re.MULTILINE)) if ran.ok else set()
+
+
+def check_gfx(targets: Sequence[str], rocm: Rocm) -> None:
+    """Refuse, before anything is configured, a target this ROCm cannot compile or has no rocBLAS kernels for."""
+    clang = rocm.clang
+    known = clang_targets(clang) if clang.is_file() else set()
+    kernels = rocblas_targets(rocm)
+    for gfx in targets:
+        if known and gfx not in known:
+            raise UserError(
+                f"--gfx {gfx}: ROCm's clang ({clang}) cannot compile it; it knows "
+                f"{', '.join(sorted(known, key=gfx_key))}"
+            )
+        if kernels and gfx not in kernels:
+            raise UserError(
+                f"--gfx {gfx}: this ROCm's rocBLAS has no kernels for it ({rocm.rocblas_kernels}), so llama.cpp's "
+                f"matrix products would fail there; it has {', '.join(sorted(kernels, key=gfx_key))}"
+            )
+
+
+def kfd_targets(sys_root: Path = Path("/sys")) -> list[str]:
+    """The gfx targets of this host's AMD GPUs as the kernel's amdkfd lists them: each topology node's
+    `gfx_target_version` (major·10000 + minor·100 + stepping; 0 for a CPU node), without any ROCm installed."""
+    found = set()
+    for properties in sorted((sys_root / "class" / "kfd" / "kfd" / "topology" / "nodes").glob("*/properties")):
+        match = re.search(r"^gfx_target_version (\d+)$", _read(properties) or "", flags=re.MULTILINE)
+        version = int(match.group(1)) if match else 0
+        if version:
+            found.add(f"gfx{version // 10000}{version // 100 % 100:x}{version % 100:x}")
+    return sorted(found, key=gfx_key)
+
+
+def visible_targets(environ: Mapping[str, str], sys_root: Path = Path("/sys")) -> list[str]:
+    """The gfx targets of this host's AMD GPUs: amdkfd's topology, else rocminfo's list (gfx000 is the CPU agent)."""
+    found = kfd_targets(sys_root)
+    rocminfo = which("rocminfo", str(find_rocm(environ).bin)) if not found else None
+    if rocminfo:
+        found = sorted(set(re.findall(r"\b(gfx[0-9a-f]{3,4})\b", proc.run([rocminfo], timeout=60).output)), key=gfx_key)
     return [g for g in found if g != "gfx000"]
 
 
@@ -205,15 +319,25 @@ def resolve_gfx(text: str | None, environ: Mapping[str, str]) -> tuple[str, str]
     return parse_gfx(text)
 
 
+KFD = Path("/dev/kfd")  # amdkfd's device: present wherever amdgpu drives a GPU that HIP can use
+
+
 def why_absent(environ: Mapping[str, str], captures: Captures) -> str | None:
     if any(environ.get(k) in ("", "-1") for k in ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES") if k in environ):
         return "HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES hides every ROCm device"
+    if not KFD.exists():
+        return "no HIP device on this host (no /dev/kfd: the amdgpu kernel driver has no GPU here)"
     return "no device found"
 
 
 def resolve_arch(text: str | None, host: Host, memo: Memo) -> tuple[str, str]:
-    """`--gfx` → GPU_TARGETS; without it, this host's GPUs (asked every time)."""
-    return resolve_gfx(text, host.environ)
+    """`--gfx` → GPU_TARGETS; without it, this host's GPUs (asked every time). Each target is checked against what
+    the ROCm found here can compile and has rocBLAS kernels for."""
+    value, label = resolve_gfx(text, host.environ)
+    rocm = find_rocm(host.environ)
+    if rocm.hipconfig is not None:
+        check_gfx(value.split(";"), rocm)
+    return value, label
 
 
 def gfx_from_defines(defines: Mapping[str, str]) -> str | None:
@@ -345,5 +469,10 @@ NAME_ROLES = (
 )
 
 EXTRAS = Extras(
-    languages=("HIP",), arch=ARCH, device_code=DEVICE_CODE, engines=SysfsEngines.open, name_roles=NAME_ROLES
+    languages=("HIP",),
+    arch=ARCH,
+    device_code=DEVICE_CODE,
+    engines=SysfsEngines.open,
+    name_roles=NAME_ROLES,
+    ci_runner=("ubuntu-24.04", CI_CONTAINER),
 )
