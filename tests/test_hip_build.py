@@ -117,3 +117,12 @@ def test_the_artifact_installs_on_a_host_without_an_amd_gpu_and_is_refused_where
     assert installed.returncode == 0, installed.stderr[-3000:]
     assert json.loads(installed.stdout)["devices"] == []
     assert "ROCm: built ≠ present: no HIP device on this host" in installed.stderr
+
+
+def test_hip_and_vulkan_configure_together_against_debians_packages(home):
+    """The dual recipe, like cuda+vulkan: Debian sid's own Vulkan headers, SPIRV-Headers and glslc beside its ROCm."""
+    result = in_root(home, "build", "hip+vulkan", "--gfx", "gfx1100", "--configure-only", "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    configured = json.loads(result.stdout)
+    assert configured["id"].startswith("hip+vulkan-gfx1100-")
+    assert {"ggml-hip", "ggml-vulkan"} <= set(configured["targets"])
