@@ -28,6 +28,12 @@ _USING = re.compile(
     r"(?: \((?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d|unknown id)\))? - (?P<free>\d+) MiB free"
 )
 _REGISTERED = re.compile(r"register_device: registered device (?P<name>\S+) \((?P<description>.*)\)\s*$")
+# llama.cpp's own proof that two names are one card: "skipping device Vulkan0 (NAME) with id 0000:01:00.0 - already
+# using device CUDA0 (NAME) with the same id".
+_SKIPPED = re.compile(
+    r"skipping device (?P<name>\S+) \((?P<description>.*?)\) with id (?P<pci>\S+) - already using device "
+    r"(?P<other>\S+) \((?P<other_description>.*?)\) with the same id"
+)
 # test-backend-ops: "Backend 1/2: Vulkan0", then "  Device description: …" and "  Device memory: 4342 MB (2630 MB free)".
 _OPS_BACKEND = re.compile(r"Backend \d+/\d+: (?P<name>\S+)\s*$")
 _OPS_DESCRIPTION = re.compile(r"^\s+Device description: (?P<description>\S.*?)\s*$")
@@ -196,6 +202,13 @@ def _read_load_log(lines: list[str], reading: _Reading) -> None:
             reading.record(match["name"], None, match["description"]).add(
                 _LOAD, match["description"], free=match["free"], pci=pci
             )
+        if match := _SKIPPED.search(line):
+            reading.saw("load log (using device)")
+            for name, description in (
+                (match["name"], match["description"]),
+                (match["other"], match["other_description"]),
+            ):
+                reading.record(name, None, description).add(_LOAD, description, pci=match["pci"])
         if match := _REGISTERED.search(line):
             reading.saw("register_device lines")
             reading.record(match["name"], None, match["description"]).add(_LOAD, match["description"])

@@ -343,3 +343,17 @@ def test_a_total_alone_is_a_total_and_free_stays_null():
     [device] = read_text(text).devices
     assert (device.name, device.memory_total_mib, device.memory_free_mib, device.type) == ("ROCm0", 98304, None, "igpu")
     assert device.role_reason == "this gfx target is an APU's"
+
+
+def test_llamas_skipping_line_ties_two_names_to_one_card():
+    """The load log's own proof (the pin's src/llama.cpp format): the same device id under two backends."""
+    text = (
+        "llama_model_load_from_file_impl: skipping device Vulkan0 (NVIDIA H200) with id 0000:18:00.0 - already "
+        "using device CUDA0 (NVIDIA H200) with the same id\n"
+        "llama_model_load_from_file_impl: using device CUDA0 (NVIDIA H200) (0000:18:00.0) - 142612 MiB free\n"
+    )
+    devices, _ = resolve(list(read_text(text).devices), {})
+    assert [(d.name, d.pci_bus_id, d.physical_id) for d in devices] == [
+        ("Vulkan0", "0000:18:00.0", "pci:0000:18:00.0"),
+        ("CUDA0", "0000:18:00.0", "pci:0000:18:00.0"),
+    ]
