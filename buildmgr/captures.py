@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from buildmgr import backends
-from buildmgr.devices import Device, RoleBasis, normalize_pci
+from buildmgr.devices import Device, RoleBasis, normalize_pci, plain_description
 from buildmgr.errors import UserError
 
 HEADERS = ("Available devices:", "Devices:")  # llama tools' --list-devices; rpc-server's start-up
@@ -95,7 +95,7 @@ class _Reading:
         number = re.search(r"(\d+)$", name)
         backend = backend or (name[: number.start()] if number else name)
         # Names without an index (GPUOpenCL, Metal) may stand for several devices: their description tells them apart.
-        key = (name, "") if number else (name, _plain(description))
+        key = (name, "") if number else (name, plain_description(description))
         if key not in self.records:
             self.records[key] = _Record(name, backend, int(number.group(1)) if number else None)
         return self.records[key]
@@ -103,10 +103,6 @@ class _Reading:
     def saw(self, shape: str) -> None:
         if shape not in self.shapes:
             self.shapes.append(shape)
-
-
-def _plain(description: str) -> str:
-    return re.sub(r"(?:\s*\([^()]*\))+\s*$", "", description).strip().lower()
 
 
 def role_of(backend: str, ggml_type: str | None) -> str:

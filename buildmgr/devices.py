@@ -29,6 +29,12 @@ def normalize_pci(bus_id: str | None) -> str | None:
     return f"{int(domain or '0', 16):04x}:{bus}:{device}.{function}{virtual or ''}"
 
 
+def plain_description(description: str) -> str:
+    """'AMD Radeon Graphics (RADV GFX1151) (radv)' and 'AMD Radeon Graphics' describe one card: every trailing
+    parenthesis (a driver, a codename) removed, in lower case."""
+    return re.sub(r"(?:\s*\([^()]*\))+\s*$", "", description).strip().lower()
+
+
 def qualified(name: str, pci_bus_id: str | None) -> str:
     """The name of a device that another card has under the same name in another build."""
     return f"{name}{_QUALIFIER}{pci_bus_id}"

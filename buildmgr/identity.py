@@ -15,7 +15,6 @@ Identity, strongest first:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -32,17 +31,13 @@ from buildmgr.devices import (
     hardware_id,
     matched_id,
     normalize_pci,
+    plain_description,
 )
 
 MEMORY_TOLERANCE = 0.05
 MEMORY_SLACK_MIB = 512
 # Hardware ids seen through both backends are the best identity; the order picks the id's spelling.
 _HARDWARE_KEYS = ("pci_bus_id", "uuid")
-
-
-def _plain(description: str) -> str:
-    """'AMD Radeon Graphics (RADV GFX1151) (radv)' and 'AMD Radeon Graphics' describe one card."""
-    return re.sub(r"(?:\s*\([^()]*\))+\s*$", "", description).strip().lower()
 
 
 def memory_close(a: int | None, b: int | None) -> bool:
@@ -65,7 +60,7 @@ def _keys(device: Device) -> set[str]:
 
 
 def _alike(a: Device, b: Device) -> bool:
-    if _plain(a.description) != _plain(b.description):
+    if plain_description(a.description) != plain_description(b.description):
         return False
     through_two_drivers = a.description.strip().lower() != b.description.strip().lower()
     return memory_close(a.memory_total_mib, b.memory_total_mib) or through_two_drivers
@@ -140,7 +135,7 @@ def _group_layered(devices: list[Device], root, join) -> list[str]:
             for d in devices
             if d is not device
             and backends.layered_card(d.description) is None
-            and _plain(d.description) == _plain(card)
+            and plain_description(d.description) == plain_description(card)
         ]
         cards = sorted({root(d.name) for d in hosts})
         if len(cards) == 1 and join(hosts[0], device, within_backend=True):
