@@ -225,7 +225,6 @@ def _device(record: _Record) -> Device:
         record.description,
         record.total,
         record.free,
-        role_of(record.backend, None),
         pci_bus_id=record.pci,
         source="list-devices" if record.listed else "log",
     )

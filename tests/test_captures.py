@@ -151,10 +151,15 @@ PASTED = {
 GROUPED = {"dozen-beside-native-2024.txt": [{"Vulkan0", "Vulkan1"}]}
 
 
-def pasted(name: str):
-    parsed = read_text((CAPTURES / name).read_text())
+def resolved(text: str):
+    """What `devices --parse` shows of a text: what was read, the devices with identity and roles, every note."""
+    parsed = read_text(text)
     devices, notes = resolve(list(parsed.devices), {})
     return parsed, devices, [*parsed.notes, *notes]
+
+
+def pasted(name: str):
+    return resolved((CAPTURES / name).read_text())
 
 
 @pytest.mark.parametrize("name", sorted(PASTED))
@@ -199,7 +204,7 @@ def test_dozen_on_one_of_two_identical_cards_is_not_guessed():
         "ggml_vulkan: 1 = AMD Radeon RX 6800 XT (AMD proprietary driver) | uma: 0 | fp16: 1\n"
         "ggml_vulkan: 2 = Microsoft Direct3D12 (AMD Radeon RX 6800 XT) (Dozen) | uma: 0 | fp16: 1\n"
     )
-    devices, notes = resolve(list(read_text(text).devices), {})
+    _, devices, notes = resolved(text)
     assert len({d.physical_id for d in devices}) == 3
     assert any("not grouped (identical cards are never merged)" in n for n in notes)
 
@@ -352,7 +357,7 @@ def test_llamas_skipping_line_ties_two_names_to_one_card():
         "using device CUDA0 (NVIDIA H200) with the same id\n"
         "llama_model_load_from_file_impl: using device CUDA0 (NVIDIA H200) (0000:18:00.0) - 142612 MiB free\n"
     )
-    devices, _ = resolve(list(read_text(text).devices), {})
+    _, devices, _ = resolved(text)
     assert [(d.name, d.pci_bus_id, d.physical_id) for d in devices] == [
         ("Vulkan0", "0000:18:00.0", "pci:0000:18:00.0"),
         ("CUDA0", "0000:18:00.0", "pci:0000:18:00.0"),

@@ -110,19 +110,11 @@ class Rocm(NamedTuple):
     layout: Layout
     root: Path
     hipconfig: str | None
+    clang: Path  # ROCm's clang: where hipconfig says it is, else where the layout keeps it
 
     @property
     def packages(self) -> dict[str, Path]:
         return {name: _first(self.root, self.layout.cmake_packages) / name for name in _PACKAGES}
-
-    @property
-    def clang(self) -> Path:
-        """ROCm's clang: where hipconfig says it is, else where the layout keeps it."""
-        if self.hipconfig:
-            said = proc.run([self.hipconfig, "--hipclangpath"], timeout=60).stdout.strip()
-            if said and Path(said, "clang").is_file():
-                return Path(said, "clang")
-        return _first(self.root, self.layout.clang)
 
     @property
     def rocblas_kernels(self) -> Path:
@@ -141,18 +133,24 @@ class Rocm(NamedTuple):
 def find_rocm(environ: Mapping[str, str]) -> Rocm:
     """The first layout whose hipconfig and CMake packages are where that layout keeps them (ROCM_PATH moves every
     layout's root), else the first with hipconfig there, else the first layout, with hipconfig from PATH if there."""
-    found = []
+    found: list[tuple[Layout, Path, str | None]] = []
     for layout in LAYOUTS:
         root = Path(environ.get("ROCM_PATH", layout.root))
         bindir = root / layout.bin
         if os.access(bindir / "hipconfig", os.X_OK):
-            rocm = Rocm(layout, root, str(bindir / "hipconfig"))
             if _first(root, layout.cmake_packages).is_dir():
-                return rocm
-            found.insert(0, rocm)
+                return _rocm(layout, root, str(bindir / "hipconfig"))
+            found.insert(0, (layout, root, str(bindir / "hipconfig")))
         else:
-            found.append(Rocm(layout, root, which("hipconfig", str(bindir))))
-    return found[0]
+            found.append((layout, root, which("hipconfig", str(bindir))))
+    return _rocm(*found[0])
+
+
+def _rocm(layout: Layout, root: Path, hipconfig: str | None) -> Rocm:
+    """The ROCm found, its clang asked of hipconfig once (Debian's is the distribution's clang-NN)."""
+    said = proc.run([hipconfig, "--hipclangpath"], timeout=60).stdout.strip() if hipconfig else ""
+    clang = Path(said, "clang") if said and Path(said, "clang").is_file() else _first(root, layout.clang)
+    return Rocm(layout, root, hipconfig, clang)
 
 
 def locate(host: Host) -> Rocm:
