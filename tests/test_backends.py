@@ -290,6 +290,7 @@ def test_rocm_is_located_once_and_its_checks_and_memo_inputs_come_from_that(tmp_
         str(root / "lib" / "cmake" / "hipblas"),
         str(root / "lib" / "cmake" / "rocblas"),
         str(root / "llvm" / "bin" / "clang"),
+        str(root / "lib" / "rocblas" / "library"),
     }
     report = hip.inspect(host, found, deep=False)
     assert not report.failures and report.host_defines == {"CMAKE_HIP_COMPILER": str(root / "llvm" / "bin" / "clang")}
@@ -309,7 +310,10 @@ def fake_debian_rocm(root: Path, kernels=("gfx1100", "gfx1101")) -> Path:
     """ROCm as Debian packages it under /usr: hipconfig in bin, CMake packages and rocBLAS kernels under the multiarch
     folder, ROCm's clang as the distribution's clang-NN (hipconfig --hipclangpath names it)."""
     (root / "lib" / "llvm-21" / "bin").mkdir(parents=True)
-    (root / "lib" / "llvm-21" / "bin" / "clang").write_text("")
+    (root / "lib" / "llvm-21" / "bin" / "clang").write_text(
+        "#!/bin/sh\nprintf '\\tgfx1100\\n\\tgfx1101\\n\\tgfx1151\\n'\n"
+    )
+    (root / "lib" / "llvm-21" / "bin" / "clang").chmod(0o755)
     (root / "bin").mkdir()
     clang_dir = root / "lib" / "llvm-21" / "bin"
     (root / "bin" / "hipconfig").write_text(
@@ -355,6 +359,17 @@ def test_a_gfx_target_without_rocblas_kernels_is_refused_with_the_ones_it_has(tm
         UserError, match=r"--gfx gfx1151: this ROCm's rocBLAS has no kernels .* it has gfx1100, gfx1101$"
     ):
         hip.check_gfx(["gfx1100", "gfx1151"], found)
+    with pytest.raises(
+        UserError, match=r"--gfx gfx1030: ROCm's clang \(.*\) cannot compile it; it knows gfx1100, gfx1101"
+    ):
+        hip.check_gfx(["gfx1030"], found)
+
+
+def test_a_clang_that_cannot_say_its_targets_is_an_error_not_a_skipped_check(tmp_path):
+    found = hip.find_rocm({"ROCM_PATH": str(fake_debian_rocm(tmp_path / "usr"))})
+    found.clang.write_text("#!/bin/sh\necho 'clang: error: broken' >&2\nexit 1\n")
+    with pytest.raises(UserError, match=r"cannot ask ROCm's clang \(.*\) which targets it compiles: .*broken"):
+        hip.check_gfx(["gfx1100"], found)
 
 
 def test_amd_gpus_from_amdkfds_topology_without_rocm(tmp_path):

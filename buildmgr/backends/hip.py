@@ -126,8 +126,14 @@ class Rocm(NamedTuple):
 
     @property
     def inputs(self) -> tuple[str, ...]:
-        """The files behind what inspect() finds: hipconfig, the hipBLAS/rocBLAS CMake packages and ROCm's clang."""
-        return (*([self.hipconfig] if self.hipconfig else []), *map(str, self.packages.values()), str(self.clang))
+        """The files behind what inspect() finds: hipconfig, the hipBLAS/rocBLAS CMake packages, ROCm's clang and the
+        folder of rocBLAS's kernels (its targets are a check)."""
+        return (
+            *([self.hipconfig] if self.hipconfig else []),
+            *map(str, self.packages.values()),
+            str(self.clang),
+            str(self.rocblas_kernels),
+        )
 
 
 def find_rocm(environ: Mapping[str, str]) -> Rocm:
@@ -238,9 +244,13 @@ def rocblas_targets(rocm: Rocm) -> set[str]:
 
 
 def clang_targets(clang: Path) -> set[str]:
-    """The gfx targets ROCm's clang can compile (empty if it cannot be asked)."""
+    """The gfx targets ROCm's clang can compile; a clang that cannot say is an error, not a skipped check."""
     ran = proc.run([str(clang), "--target=amdgcn-amd-amdhsa", "--print-supported-cpus"], timeout=60)
-    return set(re.findall(r"^\s*(gfx[0-9a-f]{3,4})\s*$", ran.output, flags=re.MULTILINE)) if ran.ok else set()
+    known = set(re.findall(r"^\s*(gfx[0-9a-f]{3,4})\s*$", ran.output, flags=re.MULTILINE)) if ran.ok else set()
+    if not known:
+        said = ran.failure() if not ran.ok else (ran.output.strip().splitlines() or ["no gfx target listed"])[-1]
+        raise UserError(f"cannot ask ROCm's clang ({clang}) which targets it compiles: {said}")
+    return known
 
 
 def check_gfx(targets: Sequence[str], rocm: Rocm) -> None:
