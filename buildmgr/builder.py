@@ -19,6 +19,7 @@ from buildmgr.diagnose import diagnose
 from buildmgr.errors import BuildFailed
 from buildmgr.fsutil import locked
 from buildmgr.install import install_targets
+from buildmgr.jsonshape import dump
 from buildmgr.plan import BuildPlan, rpath_defines
 from buildmgr.progress import Reporter
 from buildmgr.receipt import SCHEMA as RECEIPT_SCHEMA
@@ -77,7 +78,7 @@ def build_env(
     environ: dict[str, str],
     remote: compile_cache.Remote | None = None,
 ) -> dict[str, str]:
-    env = dict(environ)
+    env = dict(environ) | plan.toolchain_environ
     if remote is not None:
         env["CCACHE_REMOTE_STORAGE"] = remote.for_ccache
     if plan.toolchain.ccache.found:  # CMake's default launcher, for projects that configure during the build
@@ -124,7 +125,7 @@ def reproducible_defines(tree: BuildTree) -> dict[str, str]:
 
 def configure_command(plan: BuildPlan, tree: BuildTree, launchers: dict[str, str] | None = None) -> list[str]:
     tools = plan.toolchain
-    rpath = rpath_defines(hostfacts.read().system)
+    rpath = rpath_defines(hostfacts.read().system, plan.runpath)
     defines = dict(plan.defines) | plan.host_defines | rpath | reproducible_defines(tree) | (launchers or {})
     if tools.ccache.found:
         defines |= {f"CMAKE_{lang}_COMPILER_LAUNCHER": str(tools.ccache.path) for lang in backends.languages()}
@@ -329,6 +330,7 @@ def execute(
                         "runtime": needs,
                         "log": str(log),
                         "files": store.file_hashes(staging),
+                        "toolchains": [dump(ref) for ref in plan.toolchains],
                     }
                 )
                 store.publish(staging, prefix, receipt)

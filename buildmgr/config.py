@@ -45,6 +45,10 @@ class Dirs:
         return self.data / "builds" / ".staging"
 
     @property
+    def toolchains(self) -> Path:
+        return self.data / "toolchains"
+
+    @property
     def sources(self) -> Path:
         return self.data / "sources"
 

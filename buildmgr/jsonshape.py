@@ -16,6 +16,8 @@ from typing import Any, ClassVar
 
 # A field that is left out of the JSON when it is None (present only in some records, e.g. `installed_from`).
 OMIT_IF_NONE = {"omit_if_none": True}
+# A list field left out when empty: a field added later, so that records without it are written back as they were read.
+OMIT_IF_EMPTY = {"omit_if_empty": True}
 
 _NAMES = {str: "a string", int: "a whole number", float: "a number", bool: "true or false"}
 
@@ -128,6 +130,7 @@ def dump(value: object) -> Any:
             field.name: dump(item)
             for field in dataclasses.fields(value)
             if not ((item := getattr(value, field.name)) is None and field.metadata.get("omit_if_none"))
+            and not (item == () and field.metadata.get("omit_if_empty"))
         }
     if isinstance(value, (tuple, list)):
         return [dump(item) for item in value]

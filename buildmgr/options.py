@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildmgr import backends, hostfacts, source, toolchain
+from buildmgr import backends, hostfacts, kits, source, toolchain
 from buildmgr.backends import cpu
 from buildmgr.config import Dirs, Settings, ensure_writable, resource_path
 from buildmgr.errors import UserError
@@ -27,6 +27,7 @@ class BuildRequest:
     source: str | None = None
     jobs: str | None = None
     defines: tuple[str, ...] = ()
+    toolchains: tuple[str, ...] = ()  # added toolchains by id or name (--toolchain)
 
 
 def all_recipes(dirs: Dirs, wanted: str = "", warn=lambda message: None) -> dict[str, Recipe]:
@@ -122,7 +123,24 @@ def resolve(request: BuildRequest, dirs: Dirs, environ: Mapping[str, str], warn=
     jobs = parse_jobs(request.jobs, hostfacts.read().cpus or 1, available_gib(), gib_per_job)
     toolchain.require(host.toolchain, recipe.tools, recipe.name)
     memo = Memo.load(dirs.preflight_cache)
+    chosen = kits.chosen_for_build(dirs, request.toolchains, memo)
+    for added in chosen:
+        if added.receipt.backend not in recipe.backends:
+            raise UserError(
+                f"--toolchain {added.id} is for {added.receipt.backend}, and {recipe.name} has no such backend"
+            )
+    if chosen:
+        host = dataclasses.replace(host, environ=kits.overlay(environ, chosen))
     report = backends.inspect(recipe.backends, host, memo=memo)
+    if report.failures and not request.toolchains:
+        picked = pick_toolchains(dirs, report, memo)
+        if picked:
+            chosen = picked
+            host = dataclasses.replace(host, environ=kits.overlay(environ, chosen))
+            report = backends.inspect(recipe.backends, host, memo=memo)
+            for added in chosen:
+                warn(f"using toolchain {added.id} (buildmgr toolchain add): this host's own {added.receipt.backend} "
+                     "toolchain is incomplete ('buildmgr doctor' says what it lacks)")  # fmt: skip
     if report.failures:
         raise UserError(
             f"cannot build {recipe.name} here: "
@@ -142,5 +160,35 @@ def resolve(request: BuildRequest, dirs: Dirs, environ: Mapping[str, str], warn=
         tree = source.resolve_source(spec, dirs)
     toolchain.remember(host.toolchain, dirs.toolchain_cache)
     memo.save(dirs.preflight_cache)
-    plan = make_plan(recipe, tree, host.toolchain, jobs, arch, report.versions, report.host_defines)
-    return dataclasses.replace(plan, remote_cache=settings.remote_cache)
+    plan = make_plan(
+        recipe,
+        tree,
+        host.toolchain,
+        jobs,
+        arch,
+        report.versions,
+        report.host_defines,
+        tuple(added.receipt.ref() for added in chosen),
+    )
+    return dataclasses.replace(
+        plan,
+        remote_cache=settings.remote_cache,
+        toolchain_environ=kits.overlay({}, chosen),
+        runpath=kits.runpath(dirs, chosen),
+    )
+
+
+def pick_toolchains(dirs: Dirs, report: backends.Report, memo: Memo) -> tuple[kits.Added, ...]:
+    """For each backend whose own toolchain here is incomplete, the one added toolchain for it, if exactly one is."""
+    picked: list[kits.Added] = []
+    for backend in dict.fromkeys(check.backend for check in report.failures):
+        fitting = kits.fitting(dirs, backend)
+        if len(fitting) > 1:
+            raise UserError(
+                f"several added toolchains could build {backend} here ({', '.join(a.id for a in fitting)}): "
+                "pick one with --toolchain NAME"
+            )
+        for added in fitting:
+            kits.require_intact(added, memo)
+            picked.append(added)
+    return tuple(picked)

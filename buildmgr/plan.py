@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from buildmgr.errors import UserError
+from buildmgr.jsonshape import dump
+from buildmgr.receipt import ToolchainRef
 from buildmgr.recipes import BASE_DEFINES, Recipe
 from buildmgr.source import SourceTree
 from buildmgr.toolchain import Toolchain
@@ -24,8 +26,10 @@ _OLD_DTAGS = {f"CMAKE_{kind}_LINKER_FLAGS": "-Wl,--disable-new-dtags" for kind i
 RPATH_KEYS = tuple(_RPATH) + tuple(_OLD_DTAGS)  # refused from the user on every system
 
 
-def rpath_defines(system: str) -> dict[str, str]:
-    return _RPATH | (_OLD_DTAGS if system == "Linux" else {})
+def rpath_defines(system: str, extra: tuple[str, ...] = ()) -> dict[str, str]:
+    """The $ORIGIN RPATH, then `extra` entries (an added toolchain's run-time libraries)."""
+    rpath = _RPATH | {"CMAKE_INSTALL_RPATH": ";".join((_RPATH["CMAKE_INSTALL_RPATH"], *extra))}
+    return rpath | (_OLD_DTAGS if system == "Linux" else {})
 
 
 # Bumped when how buildmgr compiles changes the binaries without changing a define (2: build trees with a src/ link
@@ -67,6 +71,9 @@ class BuildPlan:
     backend_versions: dict[str, str] = field(default_factory=dict)
     host_defines: dict[str, str] = field(default_factory=dict)  # tool paths on this host; not identity
     remote_cache: str | None = None  # ccache remote storage URL, checked when a build starts; not identity
+    toolchains: tuple[ToolchainRef, ...] = ()  # added with `buildmgr toolchain add`: identity
+    toolchain_environ: dict[str, str] = field(default_factory=dict)  # their variables (paths): not identity
+    runpath: tuple[str, ...] = ()  # RPATH entries for their run-time libraries (follow from `toolchains`)
 
     @property
     def build_id(self) -> str:
@@ -85,6 +92,7 @@ def make_plan(
     arch: Arch = Arch(),
     backend_versions: dict[str, str] | None = None,
     host_defines: dict[str, str] | None = None,
+    toolchains: tuple[ToolchainRef, ...] = (),
 ) -> BuildPlan:
     defines = {**BASE_DEFINES, **dict(recipe.defines), **dict(arch.defines), **source.cmake_defines()}
     resolved = tuple(sorted(defines.items()))
@@ -96,7 +104,19 @@ def make_plan(
         "targets": recipe.targets,
         "toolchain": toolchain.identity() | versions,
     }
+    if toolchains:  # only then, so that every other build keeps its id
+        identity["added_toolchains"] = [dump(ref) for ref in toolchains]
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
     return BuildPlan(
-        recipe, source, toolchain, resolved, recipe.targets, jobs, digest, arch, versions, dict(host_defines or {})
+        recipe,
+        source,
+        toolchain,
+        resolved,
+        recipe.targets,
+        jobs,
+        digest,
+        arch,
+        versions,
+        dict(host_defines or {}),
+        toolchains=toolchains,
     )

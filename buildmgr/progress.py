@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 _STATUS = re.compile(r"^\[(\d+)/(\d+)\]\s*(.*)")
@@ -71,7 +72,7 @@ class Reporter:
         """A timed step; in a terminal a spinner shows it is alive (the build phase has its own bar)."""
         if self.github:
             print(f"::group::{name} {detail}".rstrip(), file=sys.stderr, flush=True)  # stdout stays for --json
-        self.console.print(f"[bold]▸ {name}[/] {detail}".rstrip())
+        self.console.print(f"[bold]▸ {name}[/] {escape(detail)}".rstrip())
         start = time.monotonic()
         alive = self.console.status(f"{name} …") if spinner and self.interactive else contextlib.nullcontext()
         try:

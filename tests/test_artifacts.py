@@ -28,6 +28,7 @@ from buildmgr.artifacts import archive as archives
 from buildmgr.artifacts import compat, cpu_arch_of, reproduce
 from buildmgr.artifacts import matrix as matrices
 from buildmgr.backends import cuda, hip
+from buildmgr.config import Dirs
 from buildmgr.errors import CannotRunHere, UserError
 from buildmgr.options import all_recipes
 from buildmgr.progress import Reporter
@@ -295,7 +296,9 @@ def test_a_missing_library_is_named_with_where_it_comes_from(tmp_path):
     receipt = fake_build(
         tmp_path, needed={"libvulkan.so.1": ["lib/libggml-vulkan.so"], "libnope.so.9": ["bin/x"]}
     ).receipt
-    findings = compat.host_findings(receipt, {"LD_LIBRARY_PATH": ""}, platform.machine())
+    findings = compat.host_findings(
+        receipt, {"LD_LIBRARY_PATH": ""}, platform.machine(), Dirs(tmp_path / "d", tmp_path / "c", tmp_path / "f")
+    )
     by_library = {f.message.split(" ", 1)[0]: f for f in findings}
     assert (
         by_library["libnope.so.9"].severity == "error"
@@ -312,10 +315,14 @@ def test_a_library_needed_only_by_a_loadable_backend_module_is_a_warning(tmp_pat
     build = fake_build(tmp_path, needed={"libnothere.so.7": ["lib/libggml-cuda.so"]})
     recipe = dataclasses.replace(build.receipt.recipe, resolved_defines={"GGML_BACKEND_DL": "ON"})
     receipt = dataclasses.replace(build.receipt, recipe=recipe)
-    [found] = compat.host_findings(receipt, {"LD_LIBRARY_PATH": ""}, platform.machine())
+    [found] = compat.host_findings(
+        receipt, {"LD_LIBRARY_PATH": ""}, platform.machine(), Dirs(tmp_path / "d", tmp_path / "c", tmp_path / "f")
+    )
     assert found.severity == "warning" and "that backend will not load" in found.message
     compat.require_runnable([found], "x.tar.gz")  # a warning does not block
-    [blocking] = compat.host_findings(build.receipt, {"LD_LIBRARY_PATH": ""}, platform.machine())
+    [blocking] = compat.host_findings(
+        build.receipt, {"LD_LIBRARY_PATH": ""}, platform.machine(), Dirs(tmp_path / "d", tmp_path / "c", tmp_path / "f")
+    )
     assert blocking.severity == "error" and "nothing runs without it" in blocking.message
     with pytest.raises(CannotRunHere, match="this host cannot run x.tar.gz: libnothere.so.7 is not found"):
         compat.require_runnable([blocking], "x.tar.gz")
@@ -324,7 +331,7 @@ def test_a_library_needed_only_by_a_loadable_backend_module_is_a_warning(tmp_pat
 def test_an_artifact_for_another_cpu_is_refused(tmp_path):
     receipt = fake_build(tmp_path).receipt
     other = "aarch64" if platform.machine() == "x86_64" else "x86_64"
-    [found] = compat.host_findings(receipt, {}, other)
+    [found] = compat.host_findings(receipt, {}, other, Dirs(tmp_path / "d", tmp_path / "c", tmp_path / "f"))
     assert (
         found.severity == "error"
         and found.message == f"built for {platform.machine().lower()}, and this host is {other}"
@@ -647,7 +654,9 @@ def test_verify_on_a_host_whose_toolchain_differs_says_what_differs(tmp_env, tmp
 def test_a_host_whose_glibc_cannot_be_read_is_told_the_floor_was_not_checked(tmp_path, monkeypatch):
     receipt = fake_build(tmp_path, glibc="2.34", glibc_file="bin/llama-cli").receipt
     monkeypatch.setattr(runtime, "host_glibc", lambda: None)
-    findings = compat.host_findings(receipt, {"LD_LIBRARY_PATH": ""}, platform.machine())
+    findings = compat.host_findings(
+        receipt, {"LD_LIBRARY_PATH": ""}, platform.machine(), Dirs(tmp_path / "d", tmp_path / "c", tmp_path / "f")
+    )
     assert "warning: this host's glibc version is unknown (musl?); GLIBC_2.34 is not checked" in [
         f.line() for f in findings
     ]

@@ -56,7 +56,7 @@ def test_gfx():
 
 @pytest.mark.skipif(not os.environ.get("BUILDMGR_TEST_VULKAN_SDK"), reason="run ci/test.sh to provision the headers")
 def test_vulkan_header_version_from_a_real_header():
-    """Debian 13's libvulkan-dev, which ci/vulkan-sdk.sh unpacks: 1.4.309."""
+    """Debian 13's libvulkan-dev, which `buildmgr toolchain add vulkan` unpacks on Debian 12: 1.4.309."""
     header = Path(os.environ["BUILDMGR_TEST_VULKAN_SDK"]) / "include" / "vulkan" / "vulkan_core.h"
     assert str(vulkan.parse_header_version(header.read_text())) == "1.4.309"
 

@@ -1,3 +1,4 @@
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,22 @@ def test_identity_covers_toolchain_and_source_but_not_ccache_or_jobs():
     other = SourceTree(SOURCE.path, "x", "1111111aaaa", 0, "0.5.0", "1111111aaaa")
     assert make_plan(RECIPE, other, toolchain(), 2).digest != base.digest
     assert base.prefix(Path("/d/builds")) == Path(f"/d/builds/0.5.0-0c1e570/{base.build_id}")
+
+
+def test_a_toolchain_added_with_toolchain_add_is_identity_and_adds_its_rpath_and_the_others_keep_their_id():
+    from buildmgr.receipt import ToolchainRef
+
+    base = make_plan(RECIPE, SOURCE, toolchain(), 2)
+    assert base.digest.startswith("bdf84003")  # what it was before toolchains could be added (#23)
+    ref = ToolchainRef("cuda-13.0", "cuda", "13.0", {"nvidia-cuda-nvcc": "13.0.88"})
+    with_it = make_plan(RECIPE, SOURCE, toolchain(), 2, toolchains=(ref,))
+    other = ToolchainRef("cuda-13.0", "cuda", "13.0", {"nvidia-cuda-nvcc": "13.0.89"})
+    assert (
+        len({base.digest, with_it.digest, make_plan(RECIPE, SOURCE, toolchain(), 2, toolchains=(other,)).digest}) == 3
+    )
+    extra = ("$ORIGIN/../../../../toolchains/cuda-13.0/lib",)
+    command = configure_command(dataclasses.replace(with_it, runpath=extra), BuildTree(Path("/t")))
+    assert f"-DCMAKE_INSTALL_RPATH=$ORIGIN/../lib;$ORIGIN;{extra[0]}" in command
 
 
 def test_default_jobs_respects_memory_per_job():

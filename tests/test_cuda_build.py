@@ -1,9 +1,9 @@
-"""CUDA with this host's nvcc: arch checks, then configure + File API proof of the cuda and cuda+vulkan
+"""CUDA with a toolkit at CUDA_HOME: arch checks, then configure + File API proof of the cuda and cuda+vulkan
 recipes, then real CUDA objects compiled in that build tree. A full ggml-cuda build is too long for
 2 cores; the whole build ran on the H200 (docs/real-runs.md).
 
-ci/test.sh sets BUILDMGR_TEST_CUDA_HOME (ci/cuda-toolkit.sh: the local toolkit plus NVIDIA's cuBLAS wheel);
-without it these tests are skipped.
+ci/test.sh sets BUILDMGR_TEST_CUDA_HOME to a toolkit `buildmgr toolchain add cuda==13.0` made of NVIDIA's PyPI
+wheels (kept in ~/.cache); without it these tests are skipped.
 """
 
 from __future__ import annotations

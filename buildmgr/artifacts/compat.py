@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from buildmgr import backends
+from buildmgr import backends, kits
 from buildmgr.artifacts import cpu_arch_of
+from buildmgr.config import Dirs
 from buildmgr.errors import CannotRunHere
 from buildmgr.findings import Finding, errors
 from buildmgr.receipt import Receipt
@@ -21,7 +22,7 @@ def _only_loadable_modules(receipt: Receipt, users: tuple[str, ...]) -> bool:
     return dl and all(_DL_MODULE.search(user) for user in users)
 
 
-def host_findings(receipt: Receipt, environ: Mapping[str, str], machine: str) -> list[Finding]:
+def host_findings(receipt: Receipt, environ: Mapping[str, str], machine: str, dirs: Dirs) -> list[Finding]:
     """Everything that would stop the build from running here; errors block the install."""
     from packaging.version import Version
 
@@ -47,19 +48,19 @@ def host_findings(receipt: Receipt, environ: Mapping[str, str], machine: str) ->
                 "use an artifact built on an older distro (the matrix builds CPU artifacts on ubuntu-22.04)",
             )
         )
-    libraries = runtime.host_libraries(environ, machine)
+    # a build made with an added toolchain searches <data>/toolchains (its RPATH): the ones here count
+    libraries = runtime.host_libraries(environ, machine, kits.runtime_dirs(dirs, receipt.toolchains))
     for library, users in needs.needed.items():
         if libraries.find(library) is not None:
             continue
         more = f" and {len(users) - 1} more" if len(users) > 1 else ""
         severity = "warning" if _only_loadable_modules(receipt, users) else "error"
         effect = "that backend will not load" if severity == "warning" else "nothing runs without it"
+        offer = kits.runtime_offer(receipt.toolchains, library)
+        source = f"'{offer}' adds it" if offer else f"it comes from {backends.library_source(library)}"
         findings.append(
             Finding(
-                severity,
-                "",
-                f"{library} is not found on this host (needed by {users[0]}{more}; {effect}): "
-                f"it comes from {backends.library_source(library)}",
+                severity, "", f"{library} is not found on this host (needed by {users[0]}{more}; {effect}): {source}"
             )
         )
     libstdcxx = libraries.find("libstdc++.so.6")

@@ -39,6 +39,7 @@ class MatrixRequest:
     arch: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # option flag (--sm) → one value per variant
     systems: tuple[str, ...] = ("linux",)
     cpu_archs: tuple[str, ...] = ("x64",)
+    toolchain: str = "system"  # pypi: CUDA from NVIDIA's wheels (`toolchain add`) on a stock runner, no container
 
 
 def _arch_variants(recipe: Recipe, request: MatrixRequest) -> tuple[list[tuple[list[str], str]], str | None]:
@@ -81,7 +82,11 @@ def matrix(
                 setup = backends.ci_setup(recipe.backends)
                 loadable = dict(recipe.defines).get("GGML_BACKEND_DL") == "ON"
                 reason = why_none or backends.unbuildable_in_ci(recipe.backends, system, loadable)
+                kits = backends.pypi_kits(recipe.backends) if request.toolchain == "pypi" and system == "linux" else ()
                 runner = runner_for(system, cpu_arch, recipe.backends)
+                if kits and runner is not None:  # the release the container would have had, without the container
+                    runner = Runner(runner.label)
+                    setup = tuple(s for s in setup if s not in {backends.module(k.backend).CI_SETUP for k in kits})
                 if reason is None and runner is None:
                     reason = f"no runner for {system}/{cpu_arch}"
                 if reason is not None or runner is None:
@@ -89,6 +94,7 @@ def matrix(
                     continue
                 for flags, arch in variants:
                     args = ["build", recipe.name, *flags]
+                    args += [word for kit in kits for word in ("--toolchain", kit.name)]
                     cache_scope = "-".join(filter(None, (system, cpu_arch, recipe.name.replace("+", "-"), arch)))
                     entries.append(
                         where
@@ -100,6 +106,8 @@ def matrix(
                             "runner": runner.label,
                             "container": runner.container,
                             "setup": ",".join(setup),
+                            # what `buildmgr toolchain add` adds first (the workflow caches <data>/toolchains)
+                            "toolchains": " ".join(f"{kit.name}=={kit.source.example}" for kit in kits),
                             "artifact": artifact_stem(label, system, recipe.name, arch, cpu_arch) + ".tar.gz",
                             "ccache_key": f"buildmgr-ccache-{cache_scope}-",
                             "native_cpu": dict(recipe.defines).get("GGML_NATIVE") == "ON",

@@ -23,9 +23,11 @@ from buildmgr.backends.base import (
     EngineSource,
     Extras,
     Host,
+    Kit,
     Layered,
     LogDevice,
     NameRole,
+    PipSource,
     Report,
 )
 from buildmgr.errors import UserError
@@ -285,6 +287,13 @@ def unbuildable_in_ci(backends: tuple[str, ...], system: str, loadable: bool) ->
 def ci_setup(backends: tuple[str, ...]) -> tuple[str, ...]:
     """The workflow's provisioning steps these backends need, e.g. ('cuda', 'vulkan')."""
     return tuple(sorted({module(name).CI_SETUP for name in backends} - {"", None}))  # type: ignore[arg-type]
+
+
+def pypi_kits(backends: tuple[str, ...]) -> tuple[Kit, ...]:
+    """The build toolchains `toolchain add` makes from PyPI for these backends (CUDA's), so a stock runner builds them."""
+    return tuple(
+        kit for name in backends for kit in module(name).EXTRAS.kits if kit.builds and isinstance(kit.source, PipSource)
+    )
 
 
 def ci_runner(backends: tuple[str, ...]) -> tuple[str, str] | None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from buildmgr import proc
+from buildmgr.backends import base
 from buildmgr.backends.base import (
     ArchOption,
     Capture,
@@ -48,9 +49,9 @@ ENUMERATION_ENV: tuple[str, ...] = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
 # Libraries the built files may need from the host (soname stem → where it comes from).
 RUNTIME_LIBRARIES = {
     "libcuda.so": "the NVIDIA driver",
-    "libcudart.so": "the CUDA runtime: apt cuda-cudart-13-0, or pip nvidia-cuda-runtime (add its lib/ to LD_LIBRARY_PATH)",
-    "libcublas.so": "cuBLAS: apt libcublas-13-0, or pip nvidia-cublas (add its lib/ to LD_LIBRARY_PATH)",
-    "libcublasLt.so": "cuBLAS: apt libcublas-13-0, or pip nvidia-cublas (add its lib/ to LD_LIBRARY_PATH)",
+    "libcudart.so": "the CUDA runtime: apt cuda-cudart-13-0, or 'buildmgr toolchain add cuda-runtime==13.0'",
+    "libcublas.so": "cuBLAS: apt libcublas-13-0, or 'buildmgr toolchain add cuda-runtime==13.0'",
+    "libcublasLt.so": "cuBLAS: apt libcublas-13-0, or 'buildmgr toolchain add cuda-runtime==13.0'",
     "libnccl.so": "NCCL: apt libnccl2, or pip nvidia-nccl",
 }
 # Where the artifacts workflow can build it, and the provisioning step it needs ("" none).
@@ -238,8 +239,8 @@ def _cublas_check(found: Toolkit) -> Check:
         "cuBLAS",
         ok,
         str(found.cublas_libraries[0].parent) if ok else f"not in {found.root}",
-        "install cuBLAS into the CUDA toolkit (NVIDIA's libcublas-dev-<version> or cuda-toolkit package; "
-        "for a toolkit made of NVIDIA's PyPI wheels, copy the nvidia-cublas wheel's include/ and lib/ into it)",
+        "buildmgr toolchain add cuda (a whole toolkit, cuBLAS included, from NVIDIA's PyPI wheels), or install "
+        "cuBLAS into this one (NVIDIA's libcublas-dev-<version> package)",
     )
 
 
@@ -253,8 +254,8 @@ def inspect(host: Host, found: Toolkit, deep: bool) -> Report:
                     "nvcc",
                     False,
                     "not found",
-                    "install the CUDA toolkit (apt-get install nvidia-cuda-toolkit, or NVIDIA's "
-                    "cuda-toolkit package) and set CUDA_HOME",
+                    "buildmgr toolchain add cuda (NVIDIA's PyPI wheels), or install the CUDA toolkit "
+                    "(apt-get install nvidia-cuda-toolkit, or NVIDIA's cuda-toolkit package) and set CUDA_HOME",
                 ),
             )
         )
@@ -628,6 +629,124 @@ NAME_ROLES = (
     ),
 )
 
+# --- toolchains from NVIDIA's PyPI wheels (`buildmgr toolchain add cuda`) -------------------------------------------
+# The `cuda-toolkit` meta package pins consistent wheel versions per release; its extras choose the parts. CUDA 13's
+# wheels put everything under nvidia/cu13/, CUDA 12's one folder per wheel (nvidia/cuda_nvcc, nvidia/cublas …).
+_WHEEL_PARTS = ("nvcc", "cudart", "cublas", "cccl", "crt", "nvvm")
+_RUNTIME_PARTS = ("cudart", "cublas")
+_NOT_TOOLKIT = {"__init__.py", "__pycache__"}  # what makes the wheels' folders Python packages
+
+
+def _merge(source: Path, root: Path) -> None:
+    """Move every file under `source` to the same place under `root`; a file two wheels both ship must be the same."""
+    import filecmp
+
+    for path in sorted(source.rglob("*")):
+        relative = path.relative_to(source)
+        if _NOT_TOOLKIT & set(relative.parts) or (path.is_dir() and not path.is_symlink()):
+            continue
+        target = root / relative
+        if target.exists() or target.is_symlink():
+            if not filecmp.cmp(path, target, shallow=False):
+                raise UserError(f"two CUDA wheels ship different files at {relative}; report it to buildmgr")
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        path.rename(target)
+
+
+def _wheel_release(root: Path) -> str:
+    """MAJOR.MINOR of the CUDA runtime wheel that went in (nvidia_cuda_runtime[_cu12]-13.0.96.dist-info → 13.0)."""
+    for info in sorted((root / "dist-info").glob("nvidia_cuda_runtime*-*.dist-info")):
+        found = re.search(r"-(\d+)\.(\d+)\.", info.name)
+        if found:
+            return f"{found.group(1)}.{found.group(2)}"
+    raise UserError("the wheels pip installed have no CUDA runtime (nvidia-cuda-runtime); report it to buildmgr")
+
+
+def driver_api_names(preprocessed: str) -> list[str]:
+    """The driver API functions a cuda.h declares, as object files reference them: after its macros renamed many
+    (cuMemAlloc → cuMemAlloc_v2, and the _ptds/_ptsz forms under a per-thread default stream)."""
+    return sorted(set(re.findall(r"\b(cu[A-Z]\w*)\s*\(", preprocessed)))
+
+
+def _driver_stub(root: Path, cc: str | None) -> None:
+    """lib/stubs/libcuda.so, which the wheels lack: every driver API function as an empty one, under the driver's
+    soname, so that executables link (a library with no symbols links shared libraries only). Link time only: it is
+    never on a run-time path; the driver's own libcuda.so.1 is what runs."""
+    header = root / "include" / "cuda.h"
+    if cc is None:
+        raise UserError("making the CUDA driver stub needs a C compiler: apt-get install build-essential")
+    names: set[str] = set()
+    for extra in ([], ["-DCUDA_API_PER_THREAD_DEFAULT_STREAM"]):
+        ran = proc.run([cc, "-E", "-P", *extra, "-I", str(root / "include"), str(header)], timeout=120)
+        if not ran.ok:
+            raise UserError(f"the C compiler could not read {header}: {ran.failure()}")
+        names.update(driver_api_names(ran.stdout))
+    stubs = root / "lib" / "stubs"
+    stubs.mkdir(parents=True)
+    source = stubs / "libcuda-stub.c"
+    source.write_text("".join(f"void {name}(void) {{}}\n" for name in sorted(names)), encoding="ascii")
+    ran = proc.run(
+        [cc, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(stubs / "libcuda.so"), str(source)], timeout=300
+    )
+    source.unlink()
+    if not ran.ok:
+        raise UserError(f"the CUDA driver stub did not link: {ran.failure()}")
+
+
+def _lay_out(site: Path, root: Path, cc: str | None, *, stub: bool) -> str:
+    """The wheels pip installed into `site` → a toolkit at `root` that CMake's CUDA language and FindCUDAToolkit
+    accept: bin/nvcc, include/, lib/ (and lib64 → lib) with unversioned library links, dist-info/ of every wheel.
+    Its version is the release (13.0); the runtime alone goes by its major (13), as its sonames do
+    (libcudart.so.13): a newer minor runs what an older one built."""
+    for folder in sorted((site / "nvidia").iterdir()):
+        if folder.is_dir() and folder.name not in _NOT_TOOLKIT:
+            _merge(folder, root)
+    (root / "dist-info").mkdir()
+    for info in site.glob("*.dist-info"):
+        info.rename(root / "dist-info" / info.name)
+    lib = root / "lib"
+    for library in sorted(lib.glob("lib*.so.*")):
+        plain = lib / (library.name.split(".so.")[0] + ".so")
+        if not plain.exists():
+            plain.symlink_to(library.name)
+    (root / "lib64").symlink_to("lib")
+    if stub:
+        _driver_stub(root, cc)
+        return _wheel_release(root)
+    return _wheel_release(root).split(".")[0]
+
+
+def _toolkit_environ(root: Path) -> dict[str, str]:
+    return dict.fromkeys(_TOOLKIT_ROOTS, str(root))
+
+
+KITS = (
+    base.Kit(
+        "cuda",
+        NAME,
+        "the CUDA toolkit from NVIDIA's PyPI wheels: nvcc, the runtime, cuBLAS, CCCL, plus a link-time driver stub",
+        base.PipSource("cuda-toolkit", _WHEEL_PARTS, (12, 13), "13.0"),
+        lambda site, root, cc: _lay_out(site, root, cc, stub=True),
+        _toolkit_environ,
+        runpath="lib",
+        libraries=("libcudart.so", "libcublas.so", "libcublasLt.so"),
+        runtime="cuda-runtime",
+    ),
+    base.Kit(
+        "cuda-runtime",
+        NAME,
+        "the CUDA runtime and cuBLAS libraries alone, for running builds made with `toolchain add cuda`",
+        # a host that runs CUDA programs from Python often has these two wheels already; CUDA 12's end in -cu12
+        base.PipSource("cuda-toolkit", _RUNTIME_PARTS, (12, 13), "13.0", ("nvidia-cuda-runtime", "nvidia-cublas")),
+        lambda site, root, cc: _lay_out(site, root, cc, stub=False),
+        _toolkit_environ,
+        runpath="lib",
+        libraries=("libcudart.so", "libcublas.so", "libcublasLt.so"),
+        builds=False,
+    ),
+)
+
 EXTRAS = Extras(
     languages=("CUDA",),
     arch=ARCH,
@@ -641,4 +760,5 @@ EXTRAS = Extras(
     log_devices=LOG_DEVICES,
     log_empty=LOG_EMPTY,
     name_roles=NAME_ROLES,
+    kits=KITS,
 )

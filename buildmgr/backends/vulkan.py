@@ -19,6 +19,7 @@ from packaging.version import Version
 
 from buildmgr.backends import base
 from buildmgr.backends.base import Capture, Extras, Host, Report, one_to_one, which
+from buildmgr.errors import UserError
 from buildmgr.findings import Check, Signature
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ BUILD_FAILURES = (
     Signature(
         "spirv-headers-missing",
         r'provided by "SPIRV-Headers"|SPIRV-Headers_DIR-NOTFOUND',
-        "the SPIRV-Headers CMake package is missing: apt-get install spirv-headers, or set VULKAN_SDK",
+        "the SPIRV-Headers CMake package is missing: buildmgr toolchain add vulkan, or apt-get install spirv-headers",
     ),
     Signature(
         "vulkan-headers-too-old",
@@ -110,8 +111,8 @@ SPLITS: dict[str, str | None] = {"row": "row-split-unsupported", "tensor": None}
 # ggml-vulkan uses vk::LayerSettingEXT, public since 1.3.272; measured: 1.3.239 fails, 1.4.309 works.
 MIN_HEADERS = Version("1.3.272")
 HEADERS_FIX = (
-    "Vulkan headers >= 1.3.272 are needed (Debian 12's libvulkan-dev is 1.3.239): install the "
-    "LunarG SDK, or unpack a newer libvulkan-dev and spirv-headers into a folder, and set VULKAN_SDK to it"
+    "Vulkan headers >= 1.3.272 are needed (Debian 12's libvulkan-dev is 1.3.239): buildmgr toolchain add vulkan "
+    "(a newer release's header packages), or install the LunarG SDK and set VULKAN_SDK"
 )
 
 
@@ -215,12 +216,46 @@ def inspect(host: Host, found: Sdk, deep: bool) -> Report:
             "SPIRV-Headers CMake package",
             spirv is not None,
             spirv or "not found",
-            "apt-get install spirv-headers (1.3.239's works), or set VULKAN_SDK to a prefix that has it",
+            "buildmgr toolchain add vulkan, or apt-get install spirv-headers (1.3.239's works)",
         )
     )
     if spirv:
         defines["SPIRV-Headers_DIR"] = str(Path(spirv).parent)
     return Report(tuple(checks), defines, versions)
+
+
+# --- the headers from a newer release of this host's distribution (`buildmgr toolchain add vulkan`) ---------------
+# Header-only packages: nothing in them runs, so a newer release's are safe on an older host. glslc is a program
+# (Debian 13's needs glibc >= 2.38 and does not start on Debian 12): it stays the host's own, from its own release.
+
+
+def _lay_out_headers(fetched: Path, root: Path, cc: str | None) -> str:
+    (fetched / "usr").rename(root / "usr")
+    header = root / "usr/include/vulkan/vulkan_core.h"
+    version = parse_header_version(header.read_text(errors="replace")) if header.is_file() else None
+    if version is None or version < MIN_HEADERS:
+        raise UserError(f"the downloaded Vulkan headers are {version or 'missing'}, and >= {MIN_HEADERS} are needed")
+    return str(version)
+
+
+KITS = (
+    base.Kit(
+        "vulkan",
+        NAME,
+        "Vulkan headers and SPIRV-Headers from a newer release of this host's distribution (header-only packages)",
+        base.AptSource(
+            ("libvulkan-dev", "spirv-headers"),
+            {"bookworm": "trixie", "trixie": "trixie", "jammy": "noble", "noble": "noble"},
+            {
+                "debian": "/usr/share/keyrings/debian-archive-keyring.gpg",
+                "ubuntu": "/usr/share/keyrings/ubuntu-archive-keyring.gpg",
+            },
+            {"debian": "main", "ubuntu": "main universe"},
+        ),
+        _lay_out_headers,
+        lambda root: {"VULKAN_SDK": str(root / "usr")},
+    ),
+)
 
 
 # --- vulkaninfo's view of the GPUs ----------------------------------------------------------------------------------
@@ -343,4 +378,5 @@ EXTRAS = Extras(
     layered=LAYERED,
     splits=SPLITS,
     ci_runner=("ubuntu-24.04", ""),  # its Vulkan headers (1.3.275) are the first distro ones new enough
+    kits=KITS,
 )

@@ -26,6 +26,7 @@ COMMANDS = {
     "doctor": "host",
     "devices": "devices",
     "source": "host",
+    "toolchain": "toolchains",
     "verify": "artifacts",
     "cache": "host",
     "matrix": "artifacts",

@@ -29,6 +29,13 @@ def register(sub, name: str) -> None:
         p.add_argument("--os", action="append", choices=("linux", "macos"), help="default linux (repeatable)")
         p.add_argument("--cpu-arch", action="append", choices=("x64", "arm64"), help="default x64 (repeatable)")
         p.add_argument("--format", choices=("github", "json"), default="json", help='github: one line {"include": …}')
+        p.add_argument(
+            "--toolchain",
+            choices=("system", "pypi"),
+            default="system",
+            help="pypi: CUDA entries add NVIDIA's PyPI toolkit ('buildmgr toolchain add') on a stock runner, "
+            "instead of NVIDIA's container",
+        )
     elif name == "package":
         p = command(
             sub, "package", package, "a byte-identical .tar.gz of a build, with its .sha256 beside it", json=True
@@ -53,6 +60,7 @@ def matrix(args: argparse.Namespace, ctx: Context) -> int:
         {option.flag: tuple(getattr(args, option.dest)) for option in backends.arch_options()},
         tuple(args.os or ["linux"]),
         tuple(args.cpu_arch or ["x64"]),
+        args.toolchain,
     )
     pin = source.load_pin()
     entries, skipped = make_matrix(request, known, pin.build_number, pin.commit)
@@ -106,7 +114,7 @@ def install_artifact(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr.progress import Reporter
 
     artifact = archive.open_artifact(args.file)
-    findings = compat.host_findings(artifact.receipt, ctx.environ, hostfacts.read().machine)
+    findings = compat.host_findings(artifact.receipt, ctx.environ, hostfacts.read().machine, ctx.dirs)
     for found in findings:
         render.say(found.line(), "red" if found.severity == "error" else "yellow")
     compat.require_runnable(findings, args.file.name)

@@ -25,6 +25,14 @@ def register(sub, name: str) -> None:
         metavar="KEY=VALUE",
         help="an extra CMake define (part of the build's identity); GGML_*/LLAMA_* ones must exist",
     )
+    p.add_argument(
+        "--toolchain",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="build with a toolchain added by 'buildmgr toolchain add' (repeatable; by default one is used by itself "
+        "when this host lacks its own and exactly one fits)",
+    )
     p.add_argument("--rebuild", action="store_true", help="build even if the identical prefix exists")
     p.add_argument(
         "--configure-only",
@@ -40,7 +48,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr.options import BuildRequest, resolve
 
     given = tuple((o.flag, getattr(args, o.dest)) for o in backends.arch_options() if getattr(args, o.dest) is not None)
-    request = BuildRequest(args.recipe, given, args.source, args.jobs, tuple(args.define))
+    request = BuildRequest(args.recipe, given, args.source, args.jobs, tuple(args.define), tuple(args.toolchain))
     plan = resolve(request, ctx.dirs, ctx.environ, ctx.warn)
     if args.configure_only:
         from buildmgr import builder  # a no-op never imports the pipeline (nor rich's progress, nor the File API)

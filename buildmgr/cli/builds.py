@@ -72,9 +72,10 @@ def remove(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def gc(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr import store
+    from buildmgr import kits, store
 
-    removed = store.gc(ctx.dirs)
+    # toolchains themselves stay: builds load their run-time libraries from them ('toolchain remove' checks that)
+    removed = store.gc(ctx.dirs) + kits.stale_staging(ctx.dirs)
     for path in removed:
         render.say(f"removed {path}")
     render.say(f"gc: {len(removed)} item(s) removed")

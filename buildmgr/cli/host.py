@@ -10,6 +10,7 @@ from pathlib import Path
 from buildmgr.cli import command, render
 from buildmgr.config import Context, ensure_writable
 from buildmgr.errors import UserError
+from buildmgr.findings import Check
 
 
 def register(sub, name: str) -> None:
@@ -66,19 +67,44 @@ def doctor(args: argparse.Namespace, ctx: Context) -> int:
 
     host = _host(ctx)
     checks = toolchain.checks(host.toolchain) + list(backends.inspect(backends.known_backends(), host).checks)
+    added = _added_toolchains(ctx, host)
     if args.json:
-        print(json.dumps({"checks": [dataclasses.asdict(c) for c in checks]}, indent=2))
+        rows = [row | {"checks": [dataclasses.asdict(c) for c in with_it]} for row, with_it in added]
+        print(json.dumps({"checks": [dataclasses.asdict(c) for c in checks], "toolchains": rows}, indent=2))
     else:
         table = render.table("check", "ok", "found", "fix")
-        for check in checks:
+        labelled = [(f"{c.backend}: {c.what}", c) for c in checks]
+        labelled += [(f"{c.backend} with {row['id']}: {c.what}", c) for row, with_it in added for c in with_it]
+        for label, check in labelled:
             table.add_row(
-                f"{check.backend}: {check.what}",
+                label,
                 "[green]yes[/]" if check.ok else "[red]no[/]",
                 render.escape(check.found),
                 "" if check.ok else render.escape(check.fix),
             )
         render.out().print(table)
+        for row, _ in added:
+            if row["problem"]:
+                ctx.warn(f"toolchain {row['id']} was changed after it was added: {row['problem']}")
+        if not added:
+            render.say("no toolchains added ('buildmgr toolchain add cuda|vulkan' adds one)")
     return 1 if toolchain.problems(host.toolchain, ("cc", "c++")) else 0
+
+
+def _added_toolchains(ctx: Context, host) -> list[tuple[dict, tuple[Check, ...]]]:
+    """Each toolchain added with `buildmgr toolchain add`: intact or not, and its backend's checks with it."""
+    from buildmgr import backends, kits
+
+    rows = []
+    for added in kits.scan(ctx.dirs)[0]:
+        problem = kits.changed(added)
+        checks: tuple[Check, ...] = ()
+        if added.kit.builds:
+            with_it = dataclasses.replace(host, environ=kits.overlay(ctx.environ, (added,)))
+            checks = backends.inspect((added.receipt.backend,), with_it).checks
+        row = {"id": added.id, "backend": added.receipt.backend, "path": str(added.root)}
+        rows.append((row | {"intact": problem is None, "problem": problem}, checks))
+    return rows
 
 
 def cache(args: argparse.Namespace, ctx: Context) -> int:

@@ -1,0 +1,120 @@
+"""`buildmgr toolchain add|list|remove`: toolchains assembled on demand (NVIDIA's CUDA wheels, newer Vulkan headers)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from buildmgr.cli import command, render
+from buildmgr.config import Context
+
+
+def register(sub, name: str) -> None:
+    p = command(sub, "toolchain", toolchain, "add, list or remove toolchains buildmgr assembles (cuda, vulkan …)")
+    p.add_argument("action", choices=("add", "list", "remove"))
+    p.add_argument("what", nargs="?", help="add: NAME[==VERSION] (cuda==13.0, cuda-runtime==13.0, vulkan); remove: ID")
+    p.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+
+def toolchain(args: argparse.Namespace, ctx: Context) -> int:
+    from buildmgr.errors import UserError
+
+    if args.action == "list":
+        if args.what:
+            raise UserError("toolchain list takes no NAME")
+        return _list(args, ctx)
+    if not args.what:
+        example = "cuda==13.0" if args.action == "add" else "cuda-13.0"
+        raise UserError(f"toolchain {args.action} needs a NAME, e.g. buildmgr toolchain {args.action} {example}")
+    return _add(args, ctx) if args.action == "add" else _remove(args, ctx)
+
+
+def _add(args: argparse.Namespace, ctx: Context) -> int:
+    from buildmgr import kits
+    from buildmgr.options import backend_host
+    from buildmgr.progress import Reporter
+
+    request = kits.parse_request(args.what)
+    host = backend_host(ctx.environ, ctx.dirs.toolchain_cache, ctx.settings.ccache)
+    added, already = kits.add(
+        ctx.dirs, request, ctx.environ, Reporter.for_environment(ctx.environ), host.toolchain.cc.path
+    )
+    lacking = _still_lacking(added, ctx)
+    if args.json:
+        print(json.dumps(_row(added, ctx) | {"already": already, "host_lacks": lacking}, indent=2))
+    else:
+        receipt = added.receipt
+        verb = "already added" if already else f"added in {receipt.seconds:.1f} s"
+        render.say(
+            f"{added.id} {verb}: {added.root} ({receipt.size / 2**30:.2f} GiB, {len(receipt.packages)} packages)"
+        )
+        for line in lacking:
+            ctx.warn(f"this host still lacks, for {receipt.backend} builds: {line}")
+    return 0
+
+
+def _still_lacking(added, ctx: Context) -> list[str]:
+    """What the backend's preflight still misses with this toolchain (glslc stays the host's own)."""
+    if not added.kit.builds:
+        return []
+    from buildmgr import backends, kits
+    from buildmgr.options import backend_host
+
+    host = backend_host(kits.overlay(ctx.environ, (added,)), ccache=ctx.settings.ccache)
+    report = backends.inspect((added.receipt.backend,), host, deep=False)
+    return [check.line() for check in report.failures]
+
+
+def _row(added, ctx: Context) -> dict:
+    from buildmgr import kits
+
+    receipt = added.receipt
+    problem = kits.changed(added)
+    return {
+        "id": added.id,
+        "name": receipt.name,
+        "version": receipt.version,
+        "backend": receipt.backend,
+        "path": str(added.root),
+        "requested": receipt.requested,
+        "source": receipt.source,
+        "packages": {p.name: p.version for p in receipt.packages},
+        "added": receipt.added,
+        "seconds": receipt.seconds,
+        "size": receipt.size,
+        "intact": problem is None,
+        "problem": problem,
+        "needed_by": kits.needed_by(ctx.dirs, added.id),
+    }
+
+
+def _list(args: argparse.Namespace, ctx: Context) -> int:
+    from buildmgr import kits
+
+    added, broken = kits.scan(ctx.dirs)
+    rows = [_row(a, ctx) for a in added]
+    unreadable = [{"path": str(b.root), "reason": b.reason} for b in broken]
+    if args.json:
+        print(json.dumps({"toolchains": rows, "unreadable": unreadable}, indent=2))
+        return 0
+    if not rows and not unreadable:
+        render.say("no toolchains added; e.g. buildmgr toolchain add cuda==13.0")
+        return 0
+    table = render.table("id", "backend", "size", "packages", "state", "needed by")
+    for row in rows:
+        state = "[green]intact[/]" if row["intact"] else f"[red]changed[/]: {render.escape(row['problem'])}"
+        packages = ", ".join(f"{name} {version}" for name, version in row["packages"].items())
+        needed = ", ".join(row["needed_by"]) or "-"
+        table.add_row(row["id"], row["backend"], f"{row['size'] / 2**30:.2f} GiB", packages, state, needed)
+    render.out().print(table)
+    for item in unreadable:
+        ctx.warn(f"{item['path']}: {item['reason']}")
+    return 0
+
+
+def _remove(args: argparse.Namespace, ctx: Context) -> int:
+    from buildmgr import kits
+
+    removed = kits.remove(ctx.dirs, args.what)
+    render.say(f"removed {removed.id} ({removed.root})")
+    return 0

@@ -1,0 +1,642 @@
+"""Toolchains added with `buildmgr toolchain add` (NVIDIA's CUDA wheels, newer Vulkan headers): fetched with the user's
+own pip or a private apt configuration, laid out by their backend module, published under <data>/toolchains/ID like a
+build (staging, then one rename, with a receipt of every package and file), checked against that receipt before use,
+and removed only when no installed build needs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from buildmgr import __version__, backends, proc, store
+from buildmgr.backends.base import AptSource, Kit, PipSource
+from buildmgr.config import Dirs, ensure_writable
+from buildmgr.errors import BuildFailed, UserError
+from buildmgr.fsutil import fsync_tree, locked, sha256_file
+from buildmgr.jsonshape import ShapeError
+from buildmgr.memo import Memo
+from buildmgr.receipt import Package, ToolchainReceipt, ToolchainRef
+
+if TYPE_CHECKING:
+    from buildmgr.progress import Reporter
+
+RECEIPT = "buildmgr-toolchain.json"
+_REQUEST = re.compile(r"(?P<name>[a-z][a-z0-9-]*)(?:==(?P<version>[^\s=]+))?")
+_RELEASE = re.compile(r"(?P<major>\d+)(?:\.(?P<minor>\d+))?")
+_NO_NETWORK = re.compile(
+    r"NewConnectionError|Failed to establish a new connection|Temporary failure in name resolution|Name or service not "
+    r"known|Network is unreachable|Connection refused|ConnectTimeout|ProxyError|No route to host|Max retries exceeded|"
+    r"Could not resolve|Failed to fetch|Unable to connect"
+)
+_DISK_FULL = re.compile(r"No space left on device|\[Errno 28\]|Disk quota exceeded")
+
+
+def all_kits() -> tuple[Kit, ...]:
+    return tuple(kit for module in backends.all_modules() for kit in module.EXTRAS.kits)
+
+
+# --- what was asked -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Request:
+    kit: Kit
+    version: str | None  # None: the newest there is
+
+    @property
+    def text(self) -> str:
+        return self.kit.name + (f"=={self.version}" if self.version else "")
+
+
+def parse_request(text: str) -> Request:
+    """`cuda`, `cuda==13.0`, `cuda-runtime==12.8`, `vulkan` → the kit and the release asked for."""
+    kits = {kit.name: kit for kit in all_kits()}
+    found = _REQUEST.fullmatch(text.strip())
+    if found is None or found["name"] not in kits:
+        raise UserError(f"unknown toolchain {text!r}: buildmgr can add {', '.join(kits)} (e.g. cuda==13.0)")
+    kit, version = kits[found["name"]], found["version"]
+    if version is not None and isinstance(kit.source, PipSource):
+        release = _RELEASE.fullmatch(version)
+        if release is None or int(release["major"]) not in kit.source.releases:
+            majors = " and ".join(str(major) for major in kit.source.releases)
+            raise UserError(
+                f"{text}: unknown {kit.backend} release {version!r}; buildmgr lays out NVIDIA's wheels of CUDA "
+                f"{majors}, asked as MAJOR or MAJOR.MINOR (e.g. {kit.name}=={kit.source.example})"
+            )
+    return Request(kit, version)
+
+
+def kit_named(name: str) -> Kit:
+    return {kit.name: kit for kit in all_kits()}[name]
+
+
+# --- what is there --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Added:
+    root: Path
+    receipt: ToolchainReceipt
+
+    @property
+    def id(self) -> str:
+        return self.receipt.id
+
+    @property
+    def kit(self) -> Kit:
+        return kit_named(self.receipt.name)
+
+
+@dataclass(frozen=True)
+class Broken:
+    """A folder under <data>/toolchains whose receipt cannot be read: listed, never used."""
+
+    root: Path
+    reason: str
+
+
+def scan(dirs: Dirs) -> tuple[list[Added], list[Broken]]:
+    added: list[Added] = []
+    broken: list[Broken] = []
+    if not dirs.toolchains.is_dir():
+        return added, broken
+    for root in sorted(dirs.toolchains.iterdir()):
+        if root.name.startswith(".") or not root.is_dir():
+            continue
+        try:
+            receipt = ToolchainReceipt.from_text((root / RECEIPT).read_bytes())
+            kit_named(receipt.name)
+        except OSError as err:
+            broken.append(Broken(root, f"no readable {RECEIPT} ({err.strerror})"))
+        except ShapeError as err:
+            broken.append(Broken(root, f"{RECEIPT}: {err}"))
+        except KeyError:
+            broken.append(Broken(root, f"{RECEIPT}: a toolchain this buildmgr does not know"))
+        else:
+            added.append(Added(root, receipt))
+    return added, broken
+
+
+def find(dirs: Dirs, ref: str) -> Added:
+    """A toolchain by its id (cuda-13.0), or by its name when exactly one of that name is added."""
+    added, _ = scan(dirs)
+    exact = [a for a in added if a.id == ref]
+    named = [a for a in added if a.receipt.name == ref]
+    if exact or len(named) == 1:
+        return (exact or named)[0]
+    if named:
+        raise UserError(f"several {ref} toolchains are added ({', '.join(a.id for a in named)}): name one of them")
+    have = ", ".join(a.id for a in added) or "none"
+    raise UserError(
+        f"no toolchain {ref!r} is added (added: {have}); 'buildmgr toolchain add {ref.split('-')[0]}' adds one"
+    )
+
+
+def _walk(root: Path) -> Iterator[tuple[str, os.stat_result]]:
+    stack = [root]
+    while stack:
+        with os.scandir(stack.pop()) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(Path(entry.path))
+                elif entry.name != RECEIPT or Path(entry.path).parent != root:
+                    yield os.path.relpath(entry.path, root), entry.stat(follow_symlinks=False)
+
+
+def changed(added: Added, memo: Memo | None = None) -> str | None:
+    """The first way the folder differs from its receipt (a file changed, missing or added), or None. Hashing a CUDA
+    toolkit takes seconds, so the answer is remembered while every file's size and mtime stay."""
+    listing = sorted((path, stat.st_size, stat.st_mtime_ns) for path, stat in _walk(added.root))
+
+    def compute() -> str:
+        present = {path for path, _, _ in listing}
+        for path in sorted(present ^ set(added.receipt.files)):
+            return f"{path} was {'added' if path in present else 'removed'}"
+        for path, expected in sorted(added.receipt.files.items()):
+            full = added.root / path
+            actual = "link:" + os.readlink(full) if full.is_symlink() else sha256_file(full)
+            if actual != expected:
+                return f"{path} differs from what was added"
+        return ""
+
+    if memo is None:
+        return compute() or None
+    key = ["toolchain-files", str(added.root), added.receipt.files.get("bin/nvcc", ""), listing]
+    return memo.recall(key, compute, lambda s: s, str) or None
+
+
+def require_intact(added: Added, memo: Memo | None = None) -> None:
+    problem = changed(added, memo)
+    if problem:
+        raise UserError(
+            f"toolchain {added.id} was changed after it was added ({problem}): "
+            f"buildmgr toolchain remove {added.id} && buildmgr toolchain add {added.receipt.requested}"
+        )
+
+
+# --- adding one -----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fetched:
+    folder: Path  # what the packages unpacked to, for the kit's layout
+    packages: tuple[Package, ...]
+    source: str
+
+
+def _lock(dirs: Dirs, name: str) -> Path:
+    locks = dirs.toolchains / ".locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    return locks / f"{name}.lock"
+
+
+def add(
+    dirs: Dirs, request: Request, environ: Mapping[str, str], reporter: Reporter, cc: str | None
+) -> tuple[Added, bool]:
+    """Fetch, lay out, hash and publish one toolchain; (it, whether it was already there). Nothing is left behind
+    on failure: the staging folder goes, and the toolchain appears only by the final rename."""
+    kit = request.kit
+    if request.version is not None:
+        there = _already(dirs, kit, request.version)
+        if there is not None:  # e.g. restored from a CI cache: checked, not fetched again
+            require_intact(there)
+            return there, True
+    ensure_writable(dirs.data, "set XDG_DATA_HOME to a writable directory")
+    with locked(_lock(dirs, kit.name)):
+        _drop_staging(dirs, kit.name)
+        staging = dirs.toolchains / ".staging" / f"{kit.name}.{os.getpid()}.{os.urandom(4).hex()}"
+        staging.mkdir(parents=True)
+        log = store.run_log(dirs, f"toolchain-{kit.name}")
+        try:
+            start = time.monotonic()
+            if isinstance(kit.source, PipSource):
+                fetched = _installed_wheels(kit.source, request, staging, reporter) or _pip(
+                    kit.source, request, staging, environ, reporter, log
+                )
+            else:
+                fetched = _apt(kit.source, request, staging, environ, reporter, log)
+            root = staging / "toolchain"
+            root.mkdir()
+            with reporter.phase("lay out"):
+                try:
+                    version = kit.lay_out(fetched.folder, root, cc)
+                except OSError as err:
+                    raise _os_error(err, dirs) from None
+            if request.version is not None and isinstance(kit.source, AptSource) and version != request.version:
+                raise UserError(f"{request.text}: the packages have {kit.name} {version}; ask for {kit.name} alone")
+            ident = f"{kit.name}-{version}"
+            final = dirs.toolchains / ident
+            if (final / RECEIPT).is_file():
+                there = find(dirs, ident)
+                return there, True
+            with reporter.phase("hash", "every file, for the receipt"):
+                files = store.file_hashes(root, RECEIPT)
+                size = sum(stat.st_size for _, stat in _walk(root))
+            receipt = ToolchainReceipt(
+                ToolchainReceipt.VERSION,
+                ident,
+                kit.name,
+                version,
+                kit.backend,
+                request.text,
+                fetched.source,
+                fetched.packages,
+                __version__,
+                datetime.now(UTC).isoformat(timespec="seconds"),
+                round(time.monotonic() - start, 1),
+                size,
+                files,
+            )
+            try:
+                (root / RECEIPT).write_text(receipt.to_text(), encoding="utf-8")
+                fsync_tree(root)
+            except OSError as err:
+                raise _os_error(err, dirs) from None
+            shutil.rmtree(final, ignore_errors=True)  # a folder without a receipt: a broken leftover
+            os.rename(root, final)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return Added(final, receipt), False
+
+
+def _already(dirs: Dirs, kit: Kit, version: str) -> Added | None:
+    added, _ = scan(dirs)
+    matching = [a for a in added if a.receipt.name == kit.name and _same_release(a.receipt.version, version)]
+    return matching[-1] if matching else None
+
+
+def _same_release(have: str, asked: str) -> bool:
+    """13.0.96 is release 13.0 and 13; a runtime toolchain of major 13 serves 13.0."""
+    return have == asked or have.startswith(asked + ".") or asked.startswith(have + ".")
+
+
+def _serves(have: str, asked: str) -> bool:
+    """A runtime wheel of the same major and at least the minor asked for runs what that release built."""
+    have_parts, asked_parts = have.split("."), asked.split(".")
+    if have_parts[0] != asked_parts[0]:
+        return False
+    return len(asked_parts) < 2 or (len(have_parts) > 1 and int(have_parts[1]) >= int(asked_parts[1]))
+
+
+def _drop_staging(dirs: Dirs, name: str) -> None:
+    """Leftovers of an add that was killed (its lock is free, or we would not hold it)."""
+    for path in (dirs.toolchains / ".staging").glob(f"{name}.*"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def stale_staging(dirs: Dirs) -> list[Path]:
+    """For gc: staging folders of adds no longer running."""
+    removed: list[Path] = []
+    for path in sorted((dirs.toolchains / ".staging").glob("*")):
+        with locked(_lock(dirs, path.name.split(".", 1)[0]), wait=False) as idle:
+            if idle:
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+    return removed
+
+
+def _os_error(err: OSError, dirs: Dirs) -> UserError:
+    if err.errno in (28, 122):  # ENOSPC, EDQUOT
+        return UserError(
+            f"the disk under {dirs.toolchains} is full ({err.strerror}): free some space; nothing was added"
+        )
+    return UserError(f"{err.filename or dirs.toolchains}: {err.strerror}; nothing was added")
+
+
+def _tail(log: Path, lines: int = 8) -> tuple[str, ...]:
+    return tuple(log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-lines:])
+
+
+def _pip(
+    source: PipSource, request: Request, staging: Path, environ: Mapping[str, str], reporter: Reporter, log: Path
+) -> Fetched:
+    """The user's own pip installs the wheels (its index settings apply; it checks each wheel against the index's
+    hash) into the staging folder; its report says what went in."""
+    requirement = f"{source.package}[{','.join(source.extras)}]" + (f"=={request.version}.*" if request.version else "")
+    site, report = staging / "site", staging / "pip-report.json"
+    tmp = staging / "tmp"  # pip unpacks here, so a full disk shows on this disk, inside the staging folder
+    tmp.mkdir()
+    command = [
+        sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--no-compile",
+        "--only-binary", ":all:", "--no-warn-script-location", "--progress-bar", "off",
+        "--target", str(site), "--report", str(report), requirement,
+    ]  # fmt: skip
+    env = dict(environ) | {"TMPDIR": str(tmp)}
+    with reporter.phase("pip install", requirement):
+        code = proc.stream(command, log, env=env, feed=_pip_progress(reporter))
+    output = log.read_text(encoding="utf-8", errors="replace")
+    if code != 0:
+        raise _pip_failure(output, requirement, source, request, log)
+    packages = []
+    for item in json.loads(report.read_text(encoding="utf-8"))["install"]:
+        info = item.get("download_info", {})
+        hashes = info.get("archive_info", {}).get("hashes", {})
+        meta = item["metadata"]
+        packages.append(Package(meta["name"], meta["version"], hashes.get("sha256"), info.get("url", "")))
+    return Fetched(site, tuple(sorted(packages, key=lambda p: p.name)), f"pip {requirement}")
+
+
+def _installed_wheels(source: PipSource, request: Request, staging: Path, reporter: Reporter) -> Fetched | None:
+    """The wheels this Python has installed already, where it has every one of them for the release asked: each
+    file is copied after its sha256 matched the wheel's RECORD (what pip checked when it installed it). No network."""
+    import base64
+    import importlib.metadata
+
+    if not source.wheels or request.version is None:
+        return None
+    major = request.version.split(".")[0]
+    chosen = []
+    for wheel in source.wheels:
+        found = None
+        for name in (wheel, f"{wheel}-cu{major}"):
+            try:
+                found = importlib.metadata.distribution(name)
+                break
+            except importlib.metadata.PackageNotFoundError:
+                continue
+        # the runtime wheel of that release or a newer minor (13.0.96, 13.2.51 for 13.0); cuBLAS of the same major
+        release = request.version if wheel == source.wheels[0] else major
+        if found is None or not _serves(found.version, release) or not found.files:
+            return None
+        chosen.append(found)
+    site = staging / "site"
+    packages = []
+    with reporter.phase(
+        "copy", f"this Python's installed wheels: {', '.join(f'{d.name} {d.version}' for d in chosen)}"
+    ):
+        for dist in chosen:
+            info = None
+            for file in dist.files or ():
+                source_path = Path(str(dist.locate_file(file)))
+                if ".dist-info" in file.parts[0]:
+                    info = source_path.parent
+                    continue
+                if file.parts[0] != "nvidia" or file.hash is None or file.hash.mode != "sha256":
+                    continue
+                digest = base64.urlsafe_b64encode(bytes.fromhex(sha256_file(source_path))).rstrip(b"=").decode()
+                if digest != file.hash.value:
+                    raise UserError(
+                        f"{source_path}: differs from what pip installed ({dist.name} {dist.version}'s RECORD); "
+                        f"reinstall it (pip install --force-reinstall {dist.name}=={dist.version}); nothing was added"
+                    )
+                target = site / file
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source_path, target)
+            if info is not None:
+                shutil.copytree(info, site / info.name)
+            packages.append(Package(dist.name, dist.version, None, f"installed: {info or dist.name}"))
+    return Fetched(site, tuple(sorted(packages, key=lambda p: p.name)), "this Python's installed wheels")
+
+
+def _pip_progress(reporter: Reporter):
+    def feed(line: str) -> None:
+        if line.startswith(("Downloading ", "Collecting ", "Installing collected")):
+            reporter.say(f"  {line.strip()}")
+
+    return feed
+
+
+def _pip_failure(output: str, requirement: str, source: PipSource, request: Request, log: Path) -> Exception:
+    if _DISK_FULL.search(output):
+        return UserError(f"the disk filled up while pip installed {requirement}: free some space; nothing was added")
+    versions = re.search(r"\(from versions: ([^)]*)\)", output)
+    if versions and versions.group(1).strip() == "none":
+        if _NO_NETWORK.search(output):
+            return UserError(
+                f"pip could not reach its package index for {source.package} (no network?): check the connection or "
+                f"pip's index settings (pip config list); nothing was added; the log: {log}"
+            )
+        return UserError(
+            f"pip found no {source.package} wheels (from versions: none): is there a network, and does pip's index "
+            f"(pip config list) carry NVIDIA's wheels? nothing was added; the log: {log}"
+        )
+    if versions:
+        releases = []
+        for version in versions.group(1).split(","):
+            found = _RELEASE.match(version.strip())
+            if found and found["minor"] is not None and int(found["major"]) in source.releases:
+                release = f"{found['major']}.{found['minor']}"
+                releases += [release] if release not in releases else []
+        return UserError(
+            f"pip cannot find {source.package}=={request.version}.*; the releases it can install: "
+            f"{', '.join(releases) or 'none that buildmgr lays out'}; nothing was added"
+        )
+    return BuildFailed(f"pip could not install {requirement}; nothing was added", log=log, tail=_tail(log))
+
+
+# --- apt: header packages of a newer release of this host's distribution ----------------------------------------------
+
+
+def _os_release(path: Path = Path("/etc/os-release")) -> dict[str, str]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    return {key: value.strip('"') for key, value in re.findall(r"^(\w+)=(.*)$", text, flags=re.MULTILINE)}
+
+
+def apt_mirror(sources_list: str, sources_parts: Mapping[str, str]) -> str | None:
+    """The archive this host's apt uses (not its security archive), from deb822 .sources files or one-line lists."""
+    for text in sources_parts.values():
+        for uri in re.findall(r"^URIs:\s*(\S+)", text, flags=re.MULTILINE):
+            if "security" not in uri:
+                return uri
+    for uri in re.findall(r"^deb\s+(?:\[[^]]*\]\s+)?(\S+)", sources_list, flags=re.MULTILINE):
+        if "security" not in uri:
+            return uri
+    return None
+
+
+def _host_mirror() -> str | None:
+    parts = {}
+    for path in sorted(Path("/etc/apt/sources.list.d").glob("*.sources")):
+        parts[str(path)] = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        listed = Path("/etc/apt/sources.list").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        listed = ""
+    for path in sorted(Path("/etc/apt/sources.list.d").glob("*.list")):
+        listed += "\n" + path.read_text(encoding="utf-8", errors="replace")
+    return apt_mirror(listed, parts)
+
+
+def _apt(
+    source: AptSource, request: Request, staging: Path, environ: Mapping[str, str], reporter: Reporter, log: Path
+) -> Fetched:
+    name = request.kit.name
+    apt_get, dpkg_deb = shutil.which("apt-get"), shutil.which("dpkg-deb")
+    if apt_get is None or dpkg_deb is None:
+        raise UserError(
+            f"toolchain add {name} downloads Debian/Ubuntu packages with apt-get, and this host has none: "
+            "install the LunarG Vulkan SDK and set VULKAN_SDK"
+        )
+    release = _os_release()
+    distro, codename = release.get("ID", "?"), release.get("VERSION_CODENAME", "?")
+    target = source.release.get(codename)
+    if target is None or distro not in source.keyrings:
+        known = ", ".join(sorted(source.release))
+        raise UserError(
+            f"toolchain add {name} knows the releases {known}, and this host is {distro} {codename}: "
+            "install the LunarG Vulkan SDK and set VULKAN_SDK"
+        )
+    keyring = source.keyrings[distro]
+    mirror = _host_mirror()
+    if mirror is None or not os.path.isfile(keyring):
+        raise UserError(
+            f"toolchain add {name} needs this host's apt sources and {keyring}: apt-get install {distro}-archive-keyring"
+        )
+    work = staging / "apt"
+    for folder in ("lists/partial", "cache/archives/partial", "debs"):
+        (work / folder).mkdir(parents=True)
+    (work / "sources.list").write_text(
+        f"deb [signed-by={keyring}] {mirror} {target} {source.components[distro]}\n", encoding="utf-8"
+    )
+    arch = proc.run(["dpkg", "--print-architecture"], timeout=30).stdout.strip() or "amd64"
+    private = [
+        "-o", f"Dir::Etc::SourceList={work / 'sources.list'}", "-o", "Dir::Etc::SourceParts=/dev/null",
+        "-o", f"Dir::State::Lists={work / 'lists'}", "-o", f"Dir::Cache={work / 'cache'}",
+        "-o", f"APT::Architecture={arch}", "-o", "Debug::NoLocking=1",
+    ]  # fmt: skip
+    env = dict(environ) | {"TMPDIR": str(staging)}
+    with reporter.phase("apt download", f"{' '.join(source.packages)} from {target} ({mirror})"):
+        for command, cwd in (
+            ([apt_get, *private, "update", "-q"], None),
+            ([apt_get, *private, "download", "-q", *source.packages], work / "debs"),
+        ):
+            ran = proc.run(command, timeout=900, env=env, cwd=cwd)
+            with open(log, "a", encoding="utf-8") as handle:
+                handle.write(f"$ {' '.join(command)}\n{ran.output}\n")
+            # apt-get update exits 0 when it reached no mirror; its warnings say so
+            if not ran.ok or re.search(r"^[WE]: (Failed to fetch|Some index files)", ran.output, flags=re.MULTILINE):
+                raise _apt_failure(ran.output, mirror, target, log)
+    fetched = staging / "unpacked"
+    packages = []
+    for deb in sorted((work / "debs").glob("*.deb")):
+        fields = proc.run([dpkg_deb, "-f", str(deb), "Package", "Version"], timeout=60).stdout
+        meta = dict(re.findall(r"^(\w+): (.*)$", fields, flags=re.MULTILINE))
+        packages.append(
+            Package(meta.get("Package", deb.name), meta.get("Version", "?"), sha256_file(deb), f"{mirror} {target}")
+        )
+        ran = proc.run([dpkg_deb, "-x", str(deb), str(fetched)], timeout=300)
+        if not ran.ok:
+            raise _apt_failure(ran.output, mirror, target, log)
+    return Fetched(fetched, tuple(packages), f"apt {target} ({mirror}): {' '.join(source.packages)}")
+
+
+def _apt_failure(output: str, mirror: str, release: str, log: Path) -> UserError:
+    if _DISK_FULL.search(output):
+        return UserError("the disk filled up while apt downloaded the packages: free some space; nothing was added")
+    if _NO_NETWORK.search(output):
+        return UserError(f"apt could not reach {mirror} for {release} (no network?); nothing was added; the log: {log}")
+    last = next((line for line in reversed(output.strip().splitlines()) if line.strip()), "no output")
+    return UserError(f"apt could not download from {mirror} {release}: {last}; nothing was added; the log: {log}")
+
+
+# --- builds and toolchains ------------------------------------------------------------------------------------------
+
+
+def overlay(environ: Mapping[str, str], chosen: tuple[Added, ...]) -> dict[str, str]:
+    """The environment a build's checks and compilers see: each chosen toolchain's variables over the user's."""
+    merged = dict(environ)
+    for added in chosen:
+        merged |= added.kit.environ(added.root)
+    return merged
+
+
+def runpath(dirs: Dirs, chosen: tuple[Added, ...]) -> tuple[str, ...]:
+    """RPATH entries that find a chosen toolchain's run-time libraries from a prefix's bin/ and lib/, relative to
+    $ORIGIN (prefixes sit at <data>/builds/LABEL/ID, so no path of this host goes into the binaries): the toolchain
+    itself, and its runtime-only twin (by major), which `toolchain add cuda-runtime==VERSION` adds on a host without
+    it."""
+    up = os.path.relpath(dirs.toolchains, dirs.builds / "label" / "id" / "bin")
+    entries: list[str] = []
+    for added in chosen:
+        kit = added.kit
+        if kit.runpath:
+            entries.append(f"$ORIGIN/{up}/{added.id}/{kit.runpath}")
+            if kit.runtime:
+                entries.append(f"$ORIGIN/{up}/{_twin_id(kit, added.receipt.version)}/{kit_named(kit.runtime).runpath}")
+    return tuple(entries)
+
+
+def _twin_id(kit: Kit, version: str) -> str:
+    """The runtime-only toolchain a build made with `kit` searches: by major, like the libraries' sonames."""
+    return f"{kit.runtime}-{version.split('.')[0]}"
+
+
+def runtime_dirs(dirs: Dirs, refs: tuple[ToolchainRef, ...]) -> list[Path]:
+    """The folders a build made with these toolchains searches for libraries on this host (see `runpath`)."""
+    found: list[Path] = []
+    for ref in refs:
+        kit = kit_named(ref.name)
+        if kit.runpath:
+            found.append(dirs.toolchains / ref.id / kit.runpath)
+            if kit.runtime:
+                found.append(dirs.toolchains / _twin_id(kit, ref.version) / kit_named(kit.runtime).runpath)
+    return found
+
+
+def runtime_offer(refs: tuple[ToolchainRef, ...], library: str) -> str | None:
+    """`buildmgr toolchain add …` that provides a library a build made with these toolchains needs, if one does."""
+    for ref in refs:
+        kit = kit_named(ref.name)
+        twin = kit_named(kit.runtime) if kit.runtime else kit
+        if any(library.startswith(stem) for stem in twin.libraries):
+            return f"buildmgr toolchain add {twin.name}=={ref.version}"
+    return None
+
+
+def chosen_for_build(dirs: Dirs, given: tuple[str, ...], memo: Memo) -> tuple[Added, ...]:
+    """--toolchain NAME …: each added, intact, and a build toolchain (not run-time libraries alone)."""
+    chosen: list[Added] = []
+    for ref in given:
+        added = find(dirs, ref)
+        if not added.kit.builds:
+            raise UserError(f"--toolchain {ref}: {added.id} holds run-time libraries only; add a build toolchain "
+                            f"with buildmgr toolchain add {added.kit.backend.lower()}")  # fmt: skip
+        require_intact(added, memo)
+        chosen.append(added)
+    return tuple(chosen)
+
+
+def fitting(dirs: Dirs, backend: str) -> list[Added]:
+    """The added build toolchains for one backend."""
+    added, _ = scan(dirs)
+    return [a for a in added if a.receipt.backend == backend and a.kit.builds]
+
+
+def needed_by(dirs: Dirs, ident: str) -> list[str]:
+    """The installed builds that were made with a toolchain, or find their run-time libraries in it."""
+    users = []
+    for build in store.installed(dirs):
+        for ref in build.receipt.toolchains:
+            kit = kit_named(ref.name)
+            twin = _twin_id(kit, ref.version) if kit.runtime else ""
+            if ident in (ref.id, twin):
+                users.append(build.id)
+    return users
+
+
+def remove(dirs: Dirs, ident: str) -> Added:
+    added = find(dirs, ident)
+    with locked(_lock(dirs, added.receipt.name)):
+        users = needed_by(dirs, added.id)
+        if users:
+            raise UserError(
+                f"toolchain {added.id} is needed by {len(users)} installed build(s) ({', '.join(users)}): "
+                "buildmgr remove them first"
+            )
+        doomed = dirs.toolchains / ".staging" / f"{added.receipt.name}.removing.{os.getpid()}"
+        doomed.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(added.root, doomed)  # gone in one step; the files go after
+        shutil.rmtree(doomed, ignore_errors=True)
+    return added
