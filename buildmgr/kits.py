@@ -122,7 +122,7 @@ def scan(dirs: Dirs) -> tuple[list[Added], list[Broken]]:
         except KeyError:
             broken.append(Broken(root, f"{RECEIPT}: a toolchain this buildmgr does not know"))
         else:
-            added.append(Added(root, receipt))
+            added.append(Added(root.resolve(), receipt))  # `verify` links a user's toolchain into its scratch dir
     return added, broken
 
 
@@ -170,7 +170,7 @@ def changed(added: Added, memo: Memo | None = None) -> str | None:
 
     if memo is None:
         return compute() or None
-    key = ["toolchain-files", str(added.root), added.receipt.files.get("bin/nvcc", ""), listing]
+    key = ["toolchain-files", str(added.root), listing]
     return memo.recall(key, compute, lambda s: s, str) or None
 
 

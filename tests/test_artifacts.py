@@ -633,6 +633,10 @@ def test_verify_needs_a_source_it_can_fetch_again(tmp_path):
     )
     assert (request.recipe, request.arch, request.source) == ("cuda", (("--sm", "86,89"),), None)
     assert "GGML_NATIVE=OFF" in request.defines
+    assert request.toolchains == ()
+    ref = {"id": "cuda-13.0", "name": "cuda", "version": "13.0", "packages": {}}
+    with_toolchain = make_receipt("cuda-0123abcd", recipe={"resolved_defines": defines}, toolchains=[ref])
+    assert reproduce.request_from_receipt(with_toolchain, known_recipes, COMMIT).toolchains == ("cuda-13.0",)
     with pytest.raises(UserError, match="this buildmgr pins 1234567"):
         reproduce.request_from_receipt(pinned, known_recipes, "1234567" + COMMIT[7:])
     local = make_receipt(source={"origin": "path:/home/me/llama.cpp"})

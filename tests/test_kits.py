@@ -140,7 +140,11 @@ def test_remove_refuses_a_toolchain_an_installed_build_needs_and_names_the_build
     # its runtime-only twin is what the build searches on a host without the toolchain: refused the same way
     fake_kit(dirs, "cuda-runtime", "13")
     assert_user_error(buildmgr(env, "toolchain", "remove", "cuda-runtime-13"), f"({BUILD_ID})")
-    assert buildmgr(env, "gc").returncode == 0 and root.is_dir()  # gc never takes a toolchain
+    stale = dirs.toolchains / ".staging" / "cuda.4242.0badcafe"  # an add that was killed
+    (stale / "site").mkdir(parents=True)
+    gc = buildmgr(env, "gc")
+    assert gc.returncode == 0 and f"removed {stale}" in gc.stderr + gc.stdout and not stale.exists()
+    assert root.is_dir()  # gc never takes a toolchain
 
     store.remove(dirs, store.find(dirs, BUILD_ID))
     assert not prefix.exists()

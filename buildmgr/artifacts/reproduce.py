@@ -56,6 +56,7 @@ def request_from_receipt(receipt: Receipt, known: dict, pinned_commit: str) -> B
         arch=tuple((flag, value) for flag, value in arch.items() if value is not None),
         source=location,
         defines=tuple(f"{key}={value}" for key, value in sorted(extra.items())),
+        toolchains=tuple(ref.id for ref in receipt.toolchains),
     )
 
 
@@ -91,7 +92,7 @@ def verify(
     entries could be the artifact's own), and compare every installed file. `cold` also leaves the local cache out."""
     import uuid
 
-    from buildmgr import builder, compile_cache, source
+    from buildmgr import builder, compile_cache, kits, source
     from buildmgr.options import all_recipes, resolve
 
     receipt = artifact.receipt
@@ -105,6 +106,11 @@ def verify(
             if source.is_synced(synced, pin):
                 work.sources.mkdir(parents=True)
                 os.symlink(synced.path, source.pinned_tree(pin, work).path)
+        for ref in receipt.toolchains:  # this user's own, checked, read only (at their real path, as built)
+            added = kits.find(dirs, ref.id)
+            kits.require_intact(added)
+            work.toolchains.mkdir(parents=True, exist_ok=True)
+            os.symlink(added.root, work.toolchains / ref.id)
         isolated = compile_cache.without_remote(environ)
         plan = resolve(request, work, isolated, reporter.warn)
         if plan.build_id != receipt.id:

@@ -65,11 +65,11 @@ def _still_lacking(added, ctx: Context) -> list[str]:
     return [check.line() for check in report.failures]
 
 
-def _row(added, ctx: Context) -> dict:
+def _row(added, ctx: Context, memo=None) -> dict:
     from buildmgr import kits
 
     receipt = added.receipt
-    problem = kits.changed(added)
+    problem = kits.changed(added, memo)
     return {
         "id": added.id,
         "name": receipt.name,
@@ -90,9 +90,13 @@ def _row(added, ctx: Context) -> dict:
 
 def _list(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr import kits
+    from buildmgr.memo import Memo
 
     added, broken = kits.scan(ctx.dirs)
-    rows = [_row(a, ctx) for a in added]
+    memo = Memo.load(ctx.dirs.preflight_cache)  # a CUDA toolkit's hashes take seconds: kept while its files stay
+    rows = [_row(a, ctx, memo) for a in added]
+    if rows:
+        memo.save(ctx.dirs.preflight_cache)
     unreadable = [{"path": str(b.root), "reason": b.reason} for b in broken]
     if args.json:
         print(json.dumps({"toolchains": rows, "unreadable": unreadable}, indent=2))
