@@ -66,11 +66,15 @@ def parse_request(text: str) -> Request:
     kit, version = kits[found["name"]], found["version"]
     if version is not None and isinstance(kit.source, PipSource):
         release = _RELEASE.fullmatch(version)
+        why = kit.source.refused.get(int(release["major"])) if release else None
+        if why:
+            example = f"{kit.name}=={kit.source.example}"
+            raise UserError(f"{text}: {why}; {example} builds (the runtime alone: cuda-runtime=={version})")
         if release is None or int(release["major"]) not in kit.source.releases:
             majors = " and ".join(str(major) for major in kit.source.releases)
             raise UserError(
                 f"{text}: unknown {kit.backend} release {version!r}; buildmgr lays out NVIDIA's wheels of CUDA "
-                f"{majors}, asked as MAJOR or MAJOR.MINOR (e.g. {kit.name}=={kit.source.example})"
+                f"{majors} for {kit.name}, asked as MAJOR or MAJOR.MINOR (e.g. {kit.name}=={kit.source.example})"
             )
     return Request(kit, version)
 

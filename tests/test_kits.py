@@ -57,7 +57,15 @@ def install_fake_build(dirs: Dirs, ref: ToolchainRef, needed: dict | None = None
     ("args", "fragment"),
     [
         (("add", "nope"), "unknown toolchain 'nope': buildmgr can add cuda, cuda-runtime, vulkan"),
-        (("add", "cuda==11.8"), "unknown CUDA release '11.8'; buildmgr lays out NVIDIA's wheels of CUDA 12 and 13"),
+        (("add", "cuda==11.8"), "unknown CUDA release '11.8'; buildmgr lays out NVIDIA's wheels of CUDA 13 for cuda"),
+        (("add", "cuda-runtime==11.8"), "lays out NVIDIA's wheels of CUDA 12 and 13 for cuda-runtime"),
+        (
+            ("add", "cuda==12.8"),
+            (
+                "cuda==12.8: NVIDIA's CUDA 12 wheels have no nvcc (nvidia-cuda-nvcc-cu12 ships ptxas and libNVVM "
+                "only); cuda==13.0 builds (the runtime alone: cuda-runtime==12.8)"
+            ),
+        ),
         (("add", "cuda==13.x"), "unknown CUDA release '13.x'"),
         (("add", "cuda=13.0"), "unknown toolchain 'cuda=13.0'"),
         (("add",), "toolchain add needs a NAME, e.g. buildmgr toolchain add cuda==13.0"),

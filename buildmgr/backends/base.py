@@ -197,6 +197,7 @@ class PipSource(NamedTuple):
     releases: tuple[int, ...]  # the major releases whose wheels the kit's layout knows
     example: str  # a version for error messages, e.g. 13.0
     wheels: tuple[str, ...] = ()  # the wheels it takes from this Python where it has them already (no download)
+    refused: Mapping[int, str] = MappingProxyType({})  # release → why its wheels cannot make this kit
 
 
 class AptSource(NamedTuple):

@@ -712,6 +712,8 @@ def _lay_out(site: Path, root: Path, cc: str | None, *, stub: bool) -> str:
             plain.symlink_to(library.name)
     (root / "lib64").symlink_to("lib")
     if stub:
+        if not (root / "bin" / "nvcc").is_file():
+            raise UserError("the CUDA wheels pip installed have no bin/nvcc, so they cannot build; nothing was added")
         _driver_stub(root, cc)
         return _wheel_release(root)
     return _wheel_release(root).split(".")[0]
@@ -726,7 +728,14 @@ KITS = (
         "cuda",
         NAME,
         "the CUDA toolkit from NVIDIA's PyPI wheels: nvcc, the runtime, cuBLAS, CCCL, plus a link-time driver stub",
-        base.PipSource("cuda-toolkit", _WHEEL_PARTS, (12, 13), "13.0"),
+        # measured: nvidia-cuda-nvcc-cu12 12.8.93 ships ptxas and libNVVM, not nvcc
+        base.PipSource(
+            "cuda-toolkit",
+            _WHEEL_PARTS,
+            (13,),
+            "13.0",
+            refused={12: "NVIDIA's CUDA 12 wheels have no nvcc (nvidia-cuda-nvcc-cu12 ships ptxas and libNVVM only)"},
+        ),
         lambda site, root, cc: _lay_out(site, root, cc, stub=True),
         _toolkit_environ,
         runpath="lib",
