@@ -82,8 +82,8 @@ BUILD_FAILURES = (
     Signature(
         "cuda-driver-library-missing",
         r"CUDA::cuda_driver\s+but the target was not found",
-        "the CUDA driver library (libcuda.so) is missing: install the NVIDIA driver or the toolkit's "
-        "lib64/stubs/libcuda.so, or build without it: -D GGML_CUDA_NO_VMM=ON",
+        "the CUDA driver library (libcuda.so) is missing: buildmgr toolchain add cuda (its lib/stubs/libcuda.so), "
+        "install the NVIDIA driver or the toolkit's lib64/stubs/libcuda.so, or build without it: -D GGML_CUDA_NO_VMM=ON",
     ),
 )
 _SM = re.compile(r"^(\d{1,2})\.?(\d)([af]?)$")
