@@ -175,9 +175,9 @@ def test_a_full_disk_mid_install_is_one_line_and_leaves_no_half_toolchain(tmp_pa
 
 
 def test_a_release_pip_cannot_find_lists_the_ones_it_can(tmp_path):
-    result = buildmgr(make_env(tmp_path), "toolchain", "add", "cuda==12.99")
+    result = buildmgr(make_env(tmp_path), "toolchain", "add", "cuda==13.99")
     assert result.returncode == 2
     last = result.stderr.strip().splitlines()[-1]
-    found = re.search(r"pip cannot find cuda-toolkit==12\.99\.\*; the releases it can install: (.*); nothing", last)
+    found = re.search(r"pip cannot find cuda-toolkit==13\.99\.\*; the releases it can install: (.*); nothing", last)
     assert found and "13.0" in found.group(1).split(", "), last
     assert not list((tmp_path / "data" / "buildmgr" / "toolchains").glob("cuda-*"))
