@@ -1,4 +1,4 @@
-"""Toolchains added with `buildmgr toolchain add` (NVIDIA's CUDA wheels, newer Vulkan headers): fetched with the user's
+"""Toolchains added with `buildmgr toolchain add` (each backend's `Extras.kits` says what): fetched with the user's
 own pip or a private apt configuration, laid out by their backend module, published under <data>/toolchains/ID like a
 build (staging, then one rename, with a receipt of every package and file), checked against that receipt before use,
 and removed only when no installed build needs them."""
@@ -62,21 +62,29 @@ def parse_request(text: str) -> Request:
     kits = {kit.name: kit for kit in all_kits()}
     found = _REQUEST.fullmatch(text.strip())
     if found is None or found["name"] not in kits:
-        raise UserError(f"unknown toolchain {text!r}: buildmgr can add {', '.join(kits)} (e.g. cuda==13.0)")
+        raise UserError(f"unknown toolchain {text!r}: buildmgr can add {', '.join(kits)} (e.g. {example()})")
     kit, version = kits[found["name"]], found["version"]
     if version is not None and isinstance(kit.source, PipSource):
         release = _RELEASE.fullmatch(version)
         why = kit.source.refused.get(int(release["major"])) if release else None
         if why:
-            example = f"{kit.name}=={kit.source.example}"
-            raise UserError(f"{text}: {why}; {example} builds (the runtime alone: cuda-runtime=={version})")
+            works = f"{kit.name}=={kit.source.example}"
+            runtime = f" (the runtime alone: {kit.runtime}=={version})" if kit.runtime else ""
+            raise UserError(f"{text}: {why}; {works} builds{runtime}")
         if release is None or int(release["major"]) not in kit.source.releases:
             majors = " and ".join(str(major) for major in kit.source.releases)
             raise UserError(
-                f"{text}: unknown {kit.backend} release {version!r}; buildmgr lays out NVIDIA's wheels of CUDA "
+                f"{text}: unknown {kit.backend} release {version!r}; buildmgr lays out {kit.source.vendor}'s wheels "
+                f"of {kit.backend} "
                 f"{majors} for {kit.name}, asked as MAJOR or MAJOR.MINOR (e.g. {kit.name}=={kit.source.example})"
             )
     return Request(kit, version)
+
+
+def example() -> str:
+    """A request to show in messages: the first kit from PyPI at its example release (cuda==13.0)."""
+    kit = next(k for k in all_kits() if isinstance(k.source, PipSource))
+    return f"{kit.name}=={kit.source.example}"
 
 
 def kit_named(name: str) -> Kit:
@@ -421,7 +429,7 @@ def _pip_failure(output: str, requirement: str, source: PipSource, request: Requ
             )
         return UserError(
             f"pip found no {source.package} wheels (from versions: none): is there a network, and does pip's index "
-            f"(pip config list) carry NVIDIA's wheels? nothing was added; the log: {log}"
+            f"(pip config list) carry {source.vendor}'s wheels? nothing was added; the log: {log}"
         )
     if versions:
         releases = []
@@ -481,7 +489,7 @@ def _apt(
     if apt_get is None or dpkg_deb is None:
         raise UserError(
             f"toolchain add {name} downloads Debian/Ubuntu packages with apt-get, and this host has none: "
-            "install the LunarG Vulkan SDK and set VULKAN_SDK"
+            + source.elsewhere
         )
     release = _os_release()
     distro, codename = release.get("ID", "?"), release.get("VERSION_CODENAME", "?")
@@ -490,7 +498,7 @@ def _apt(
         known = ", ".join(sorted(source.release))
         raise UserError(
             f"toolchain add {name} knows the releases {known}, and this host is {distro} {codename}: "
-            "install the LunarG Vulkan SDK and set VULKAN_SDK"
+            + source.elsewhere
         )
     keyring = source.keyrings[distro]
     mirror = _host_mirror()
@@ -556,37 +564,31 @@ def overlay(environ: Mapping[str, str], chosen: tuple[Added, ...]) -> dict[str, 
     return merged
 
 
+def _runtime_folders(ref: ToolchainRef) -> list[tuple[str, str]]:
+    """(toolchain id, its folder of run-time libraries) that a build made with this toolchain searches: the toolchain
+    itself, and its runtime-only twin, by major like the libraries' sonames (`toolchain add cuda-runtime==VERSION`
+    adds it on a host without the toolchain)."""
+    kit = kit_named(ref.name)
+    if not kit.runpath:
+        return []
+    folders = [(ref.id, kit.runpath)]
+    if kit.runtime:
+        folders.append((f"{kit.runtime}-{ref.version.split('.')[0]}", kit_named(kit.runtime).runpath))
+    return folders
+
+
 def runpath(dirs: Dirs, chosen: tuple[Added, ...]) -> tuple[str, ...]:
-    """RPATH entries that find a chosen toolchain's run-time libraries from a prefix's bin/ and lib/, relative to
-    $ORIGIN (prefixes sit at <data>/builds/LABEL/ID, so no path of this host goes into the binaries): the toolchain
-    itself, and its runtime-only twin (by major), which `toolchain add cuda-runtime==VERSION` adds on a host without
-    it."""
+    """RPATH entries for `_runtime_folders`, relative to $ORIGIN from a prefix's bin/ and lib/ (prefixes sit at
+    <data>/builds/LABEL/ID, so no path of this host goes into the binaries)."""
     up = os.path.relpath(dirs.toolchains, dirs.builds / "label" / "id" / "bin")
-    entries: list[str] = []
-    for added in chosen:
-        kit = added.kit
-        if kit.runpath:
-            entries.append(f"$ORIGIN/{up}/{added.id}/{kit.runpath}")
-            if kit.runtime:
-                entries.append(f"$ORIGIN/{up}/{_twin_id(kit, added.receipt.version)}/{kit_named(kit.runtime).runpath}")
-    return tuple(entries)
-
-
-def _twin_id(kit: Kit, version: str) -> str:
-    """The runtime-only toolchain a build made with `kit` searches: by major, like the libraries' sonames."""
-    return f"{kit.runtime}-{version.split('.')[0]}"
+    return tuple(
+        f"$ORIGIN/{up}/{ident}/{folder}" for added in chosen for ident, folder in _runtime_folders(added.receipt.ref())
+    )
 
 
 def runtime_dirs(dirs: Dirs, refs: tuple[ToolchainRef, ...]) -> list[Path]:
     """The folders a build made with these toolchains searches for libraries on this host (see `runpath`)."""
-    found: list[Path] = []
-    for ref in refs:
-        kit = kit_named(ref.name)
-        if kit.runpath:
-            found.append(dirs.toolchains / ref.id / kit.runpath)
-            if kit.runtime:
-                found.append(dirs.toolchains / _twin_id(kit, ref.version) / kit_named(kit.runtime).runpath)
-    return found
+    return [dirs.toolchains / ident / folder for ref in refs for ident, folder in _runtime_folders(ref)]
 
 
 def runtime_offer(refs: tuple[ToolchainRef, ...], library: str) -> str | None:
@@ -620,14 +622,11 @@ def fitting(dirs: Dirs, backend: str) -> list[Added]:
 
 def needed_by(dirs: Dirs, ident: str) -> list[str]:
     """The installed builds that were made with a toolchain, or find their run-time libraries in it."""
-    users = []
-    for build in store.installed(dirs):
-        for ref in build.receipt.toolchains:
-            kit = kit_named(ref.name)
-            twin = _twin_id(kit, ref.version) if kit.runtime else ""
-            if ident in (ref.id, twin):
-                users.append(build.id)
-    return users
+    return [
+        build.id
+        for build in store.installed(dirs)
+        if any(ident == ref.id or ident in dict(_runtime_folders(ref)) for ref in build.receipt.toolchains)
+    ]
 
 
 def remove(dirs: Dirs, ident: str) -> Added:

@@ -196,6 +196,7 @@ class PipSource(NamedTuple):
     extras: tuple[str, ...]
     releases: tuple[int, ...]  # the major releases whose wheels the kit's layout knows
     example: str  # a version for error messages, e.g. 13.0
+    vendor: str  # whose wheels, for messages: NVIDIA
     wheels: tuple[str, ...] = ()  # the wheels it takes from this Python where it has them already (no download)
     refused: Mapping[int, str] = MappingProxyType({})  # release → why its wheels cannot make this kit
 
@@ -209,6 +210,7 @@ class AptSource(NamedTuple):
     release: Mapping[str, str]  # this host's release (VERSION_CODENAME) → the release whose packages are used
     keyrings: Mapping[str, str]  # distribution (os-release ID) → its archive keyring
     components: Mapping[str, str]  # distribution → the archive components the packages are in
+    elsewhere: str  # what to do on a host apt cannot serve
 
 
 class Kit(NamedTuple):

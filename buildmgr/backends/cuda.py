@@ -734,6 +734,7 @@ KITS = (
             _WHEEL_PARTS,
             (13,),
             "13.0",
+            "NVIDIA",
             refused={12: "NVIDIA's CUDA 12 wheels have no nvcc (nvidia-cuda-nvcc-cu12 ships ptxas and libNVVM only)"},
         ),
         lambda site, root, cc: _lay_out(site, root, cc, stub=True),
@@ -747,7 +748,9 @@ KITS = (
         NAME,
         "the CUDA runtime and cuBLAS libraries alone, for running builds made with `toolchain add cuda`",
         # a host that runs CUDA programs from Python often has these two wheels already; CUDA 12's end in -cu12
-        base.PipSource("cuda-toolkit", _RUNTIME_PARTS, (12, 13), "13.0", ("nvidia-cuda-runtime", "nvidia-cublas")),
+        base.PipSource(
+            "cuda-toolkit", _RUNTIME_PARTS, (12, 13), "13.0", "NVIDIA", ("nvidia-cuda-runtime", "nvidia-cublas")
+        ),
         lambda site, root, cc: _lay_out(site, root, cc, stub=False),
         _toolkit_environ,
         runpath="lib",

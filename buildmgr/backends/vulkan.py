@@ -251,6 +251,7 @@ KITS = (
                 "ubuntu": "/usr/share/keyrings/ubuntu-archive-keyring.gpg",
             },
             {"debian": "main", "ubuntu": "main universe"},
+            "install the LunarG Vulkan SDK and set VULKAN_SDK",
         ),
         _lay_out_headers,
         lambda root: {"VULKAN_SDK": str(root / "usr")},

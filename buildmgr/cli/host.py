@@ -63,7 +63,7 @@ def recipes(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def doctor(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr import backends, toolchain
+    from buildmgr import backends, kits, toolchain
 
     host = _host(ctx)
     checks = toolchain.checks(host.toolchain) + list(backends.inspect(backends.known_backends(), host).checks)
@@ -87,7 +87,8 @@ def doctor(args: argparse.Namespace, ctx: Context) -> int:
             if row["problem"]:
                 ctx.warn(f"toolchain {row['id']} was changed after it was added: {row['problem']}")
         if not added:
-            render.say("no toolchains added ('buildmgr toolchain add cuda|vulkan' adds one)")
+            names = "|".join(kit.name for kit in kits.all_kits() if kit.builds)
+            render.say(f"no toolchains added ('buildmgr toolchain add {names}' adds one)")
     return 1 if toolchain.problems(host.toolchain, ("cc", "c++")) else 0
 
 

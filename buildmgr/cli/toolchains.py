@@ -1,4 +1,4 @@
-"""`buildmgr toolchain add|list|remove`: toolchains assembled on demand (NVIDIA's CUDA wheels, newer Vulkan headers)."""
+"""`buildmgr toolchain add|list|remove`: toolchains assembled on demand (the kits in each backend's module)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,17 @@ from buildmgr.config import Context
 
 
 def register(sub, name: str) -> None:
-    p = command(sub, "toolchain", toolchain, "add, list or remove toolchains buildmgr assembles (cuda, vulkan …)")
+    from buildmgr import kits
+
+    names = ", ".join(kit.name for kit in kits.all_kits())
+    p = command(sub, "toolchain", toolchain, f"add, list or remove toolchains buildmgr assembles ({names})")
     p.add_argument("action", choices=("add", "list", "remove"))
-    p.add_argument("what", nargs="?", help="add: NAME[==VERSION] (cuda==13.0, cuda-runtime==13.0, vulkan); remove: ID")
+    p.add_argument("what", nargs="?", help=f"add: NAME[==VERSION] ({names}; e.g. {kits.example()}); remove: ID")
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
 
 
 def toolchain(args: argparse.Namespace, ctx: Context) -> int:
+    from buildmgr import kits
     from buildmgr.errors import UserError
 
     if args.action == "list":
@@ -24,7 +28,7 @@ def toolchain(args: argparse.Namespace, ctx: Context) -> int:
             raise UserError("toolchain list takes no NAME")
         return _list(args, ctx)
     if not args.what:
-        example = "cuda==13.0" if args.action == "add" else "cuda-13.0"
+        example = kits.example() if args.action == "add" else kits.example().replace("==", "-")
         raise UserError(f"toolchain {args.action} needs a NAME, e.g. buildmgr toolchain {args.action} {example}")
     return _add(args, ctx) if args.action == "add" else _remove(args, ctx)
 
@@ -93,7 +97,7 @@ def _list(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr.memo import Memo
 
     added, broken = kits.scan(ctx.dirs)
-    memo = Memo.load(ctx.dirs.preflight_cache)  # a CUDA toolkit's hashes take seconds: kept while its files stay
+    memo = Memo.load(ctx.dirs.preflight_cache)  # a large toolchain's hashes take seconds: kept while its files stay
     rows = [_row(a, ctx, memo) for a in added]
     if rows:
         memo.save(ctx.dirs.preflight_cache)
@@ -102,7 +106,7 @@ def _list(args: argparse.Namespace, ctx: Context) -> int:
         print(json.dumps({"toolchains": rows, "unreadable": unreadable}, indent=2))
         return 0
     if not rows and not unreadable:
-        render.say("no toolchains added; e.g. buildmgr toolchain add cuda==13.0")
+        render.say(f"no toolchains added; e.g. buildmgr toolchain add {kits.example()}")
         return 0
     table = render.table("id", "backend", "size", "packages", "state", "needed by")
     for row in rows:
