@@ -4,7 +4,7 @@
 # headers every ggml-cuda file includes: it is hard-linked into a scratch folder (system files untouched) with the
 # nvidia-cublas wheel's include/ and lib/ added and an empty driver stub, as the tests did before #23.
 # WORK ($1) holds everything; the remaining arguments are targets (default: four objects of different kinds);
-# ROUNDS (default 3) timed rounds.
+# ROUNDS (default 3) timed rounds. WHOLE=1: the whole ggml-cuda target instead, cold, both trees building at once.
 set -euo pipefail
 work=${1:?usage: toolkit-side-by-side.sh WORK [TARGET…]}
 shift
@@ -34,6 +34,10 @@ bm system env CUDA_HOME="$work/system" "$python" -m buildmgr build cuda --sm 75 
     >"$work/system.json"
 dir() { "$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["build_dir"])' "$1"; }
 
+if [ -n "${WHOLE:-}" ]; then # the whole ggml-cuda target, both trees at once (bench/toolkit_cold_target.py)
+    exec "$python" "$here/bench/toolkit_cold_target.py" "$(dir "$work/pypi.json")" "$(dir "$work/system.json")" \
+        --json "$work/cold-target.json"
+fi
 objects=ggml/src/ggml-cuda/CMakeFiles/ggml-cuda.dir
 [ $# -gt 0 ] || set -- "$objects/norm.cu.o" "$objects/ggml-cuda.cu.o" "$objects/mmvq.cu.o" \
     "$objects/template-instances/mmq-instance-q4_0.cu.o"

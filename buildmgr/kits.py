@@ -205,6 +205,17 @@ class Fetched:
     source: str
 
 
+@dataclass(frozen=True)
+class Unserved:
+    """Why this Python's installed wheels cannot make the toolchain asked for, so pip downloads them instead."""
+
+    request: str
+    why: str
+
+    def line(self) -> str:
+        return f"this Python's installed wheels cannot serve {self.request}: {self.why}; pip downloads them"
+
+
 def _lock(dirs: Dirs, name: str) -> Path:
     locks = dirs.toolchains / ".locks"
     locks.mkdir(parents=True, exist_ok=True)
@@ -231,9 +242,11 @@ def add(
         try:
             start = time.monotonic()
             if isinstance(kit.source, PipSource):
-                fetched = _installed_wheels(kit.source, request, staging, reporter) or _pip(
-                    kit.source, request, staging, environ, reporter, log
-                )
+                fetched = _installed_wheels(kit.source, request, staging, reporter)
+                if not isinstance(fetched, Fetched):
+                    if fetched is not None:
+                        reporter.warn(fetched.line())
+                    fetched = _pip(kit.source, request, staging, environ, reporter, log)
             else:
                 fetched = _apt(kit.source, request, staging, environ, reporter, log)
             root = staging / "toolchain"
@@ -357,9 +370,12 @@ def _pip(
     return Fetched(site, tuple(sorted(packages, key=lambda p: p.name)), f"pip {requirement}")
 
 
-def _installed_wheels(source: PipSource, request: Request, staging: Path, reporter: Reporter) -> Fetched | None:
+def _installed_wheels(
+    source: PipSource, request: Request, staging: Path, reporter: Reporter
+) -> Fetched | Unserved | None:
     """The wheels this Python has installed already, where it has every one of them for the release asked: each
-    file is copied after its sha256 matched the wheel's RECORD (what pip checked when it installed it). No network."""
+    file is copied after its sha256 matched the wheel's RECORD (what pip checked when it installed it). No network.
+    Unserved says which wheel is missing or of another release; None: the kit takes none from here."""
     import base64
     import importlib.metadata
 
@@ -377,8 +393,13 @@ def _installed_wheels(source: PipSource, request: Request, staging: Path, report
                 continue
         # the runtime wheel of that release or a newer minor (13.0.96, 13.2.51 for 13.0); cuBLAS of the same major
         release = request.version if wheel == source.wheels[0] else major
-        if found is None or not _serves(found.version, release) or not found.files:
-            return None
+        if found is None:
+            return Unserved(request.text, f"{wheel} is not installed")
+        if not _serves(found.version, release):
+            newer = f" or a newer {major}.x" if "." in release else ".x"
+            return Unserved(request.text, f"{wheel} {found.version} is not {release}{newer}")
+        if not found.files:
+            return Unserved(request.text, f"{wheel} {found.version} has no RECORD to check its files against")
         chosen.append(found)
     site = staging / "site"
     packages = []

@@ -239,6 +239,34 @@ def test_a_runtime_toolchain_comes_from_this_python_s_own_wheels_without_a_netwo
     assert kits.scan(dirs_of(other)) == ([], []) and not list((dirs_of(other).toolchains / ".staging").iterdir())
 
 
+@pytest.mark.parametrize(
+    ("wheels", "why"),
+    [
+        ({"nvidia-cuda-runtime": "13.0.96"}, "nvidia-cublas is not installed"),
+        (
+            {"nvidia-cuda-runtime": "12.8.90", "nvidia-cublas": "13.1.0.3"},
+            "nvidia-cuda-runtime 12.8.90 is not 13.0 or a newer 13.x",
+        ),
+    ],
+)
+def test_where_this_python_s_wheels_cannot_serve_the_release_it_says_why_before_pip(tmp_path, wheels, why):
+    site = tmp_path / "site"
+    for name, version in wheels.items():
+        fake_wheel(site, name, version, {f"nvidia/cu13/lib/lib{name}.so": name.encode()})
+    env = make_env(tmp_path, PYTHONPATH=f"{site}:{os.environ.get('PYTHONPATH', '')}", **OFFLINE)
+    result = buildmgr(env, "toolchain", "add", "cuda-runtime==13.0")
+    assert result.returncode == 2, result.stderr  # offline: pip was asked, and failed
+    lines = result.stderr.splitlines()
+    said = [
+        i
+        for i, line in enumerate(lines)
+        if f"this Python's installed wheels cannot serve cuda-runtime==13.0: {why}" in line
+    ]
+    failed = [i for i, line in enumerate(lines) if "pip could not reach its package index" in line]
+    assert said and failed and said[0] < failed[0], result.stderr
+    assert kits.scan(dirs_of(tmp_path)) == ([], [])
+
+
 def test_without_a_network_pip_s_failure_is_one_clear_line_and_nothing_is_added(tmp_path):
     result = buildmgr(make_env(tmp_path, **OFFLINE), "toolchain", "add", "cuda==13.0")
     assert result.returncode == 2 and "Traceback" not in result.stderr
