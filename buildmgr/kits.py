@@ -212,7 +212,7 @@ class Unserved:
     request: str
     why: str
 
-    def line(self) -> str:
+    def __str__(self) -> str:
         return f"this Python's installed wheels cannot serve {self.request}: {self.why}; pip downloads them"
 
 
@@ -245,7 +245,7 @@ def add(
                 fetched = _installed_wheels(kit.source, request, staging, reporter)
                 if not isinstance(fetched, Fetched):
                     if fetched is not None:
-                        reporter.warn(fetched.line())
+                        reporter.warn(str(fetched))
                     fetched = _pip(kit.source, request, staging, environ, reporter, log)
             else:
                 fetched = _apt(kit.source, request, staging, environ, reporter, log)
@@ -385,7 +385,7 @@ def _installed_wheels(
     chosen = []
     for wheel in source.wheels:
         found = None
-        for name in (wheel, f"{wheel}-cu{major}"):
+        for name in (wheel, wheel + source.wheel_suffix.format(major=major)):
             try:
                 found = importlib.metadata.distribution(name)
                 break
@@ -413,7 +413,7 @@ def _installed_wheels(
                 if ".dist-info" in file.parts[0]:
                     info = source_path.parent
                     continue
-                if file.parts[0] != "nvidia" or file.hash is None or file.hash.mode != "sha256":
+                if file.parts[0] != source.wheel_folder or file.hash is None or file.hash.mode != "sha256":
                     continue
                 digest = base64.urlsafe_b64encode(bytes.fromhex(sha256_file(source_path))).rstrip(b"=").decode()
                 if digest != file.hash.value:

@@ -239,6 +239,21 @@ def test_a_runtime_toolchain_comes_from_this_python_s_own_wheels_without_a_netwo
     assert kits.scan(dirs_of(other)) == ([], []) and not list((dirs_of(other).toolchains / ".staging").iterdir())
 
 
+def test_cuda_12_s_runtime_wheels_are_found_under_their_cu12_names(tmp_path):
+    site = tmp_path / "site"
+    fake_wheel(site, "nvidia-cuda-runtime-cu12", "12.8.90", {"nvidia/cuda_runtime/lib/libcudart.so.12": b"cudart"})
+    fake_wheel(site, "nvidia-cublas-cu12", "12.8.4.1", {"nvidia/cublas/lib/libcublas.so.12": b"cublas"})
+    env = make_env(tmp_path, PYTHONPATH=f"{site}:{os.environ.get('PYTHONPATH', '')}", **OFFLINE)
+    result = buildmgr(env, "toolchain", "add", "cuda-runtime==12.8", "--json")
+    assert result.returncode == 0, result.stderr  # offline: only this Python's wheels can have served it
+    added = json.loads(result.stdout)
+    assert (added["id"], added["packages"]) == (
+        "cuda-runtime-12",
+        {"nvidia-cublas-cu12": "12.8.4.1", "nvidia-cuda-runtime-cu12": "12.8.90"},
+    )
+    assert (Path(added["path"]) / "lib" / "libcublas.so.12").read_bytes() == b"cublas"
+
+
 @pytest.mark.parametrize(
     ("wheels", "why"),
     [

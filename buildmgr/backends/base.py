@@ -198,6 +198,8 @@ class PipSource(NamedTuple):
     example: str  # a version for error messages, e.g. 13.0
     vendor: str  # whose wheels, for messages: NVIDIA
     wheels: tuple[str, ...] = ()  # the wheels it takes from this Python where it has them already (no download)
+    wheel_suffix: str = ""  # how a release's wheels may be named too, "{major}" filled in: nvidia-cublas-cu12
+    wheel_folder: str = ""  # the folder of site-packages those wheels install their files into
     refused: Mapping[int, str] = MappingProxyType({})  # release → why its wheels cannot make this kit
 
 

@@ -747,9 +747,16 @@ KITS = (
         "cuda-runtime",
         NAME,
         "the CUDA runtime and cuBLAS libraries alone, for running builds made with `toolchain add cuda`",
-        # a host that runs CUDA programs from Python often has these two wheels already; CUDA 12's end in -cu12
+        # a host that runs CUDA programs from Python often has these two wheels already
         base.PipSource(
-            "cuda-toolkit", _RUNTIME_PARTS, (12, 13), "13.0", "NVIDIA", ("nvidia-cuda-runtime", "nvidia-cublas")
+            "cuda-toolkit",
+            _RUNTIME_PARTS,
+            (12, 13),
+            "13.0",
+            "NVIDIA",
+            ("nvidia-cuda-runtime", "nvidia-cublas"),
+            wheel_suffix="-cu{major}",
+            wheel_folder="nvidia",
         ),
         lambda site, root, cc: _lay_out(site, root, cc, stub=False),
         _toolkit_environ,
