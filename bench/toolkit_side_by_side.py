@@ -45,7 +45,7 @@ def main() -> None:
                 samples[target][which].append(compile_once(getattr(args, which), target))
     rows = []
     for target, by in samples.items():
-        ratios = [b / a for a, b in zip(by["a"], by["b"])]
+        ratios = [b / a for a, b in zip(by["a"], by["b"], strict=False)]
         rows.append(
             {
                 "target": target,

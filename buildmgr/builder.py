@@ -7,6 +7,7 @@ import os
 import shlex
 import shutil
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -75,7 +76,7 @@ def build_env(
     dirs: Dirs,
     tree: BuildTree,
     statslog: Path,
-    environ: dict[str, str],
+    environ: Mapping[str, str],
     remote: compile_cache.Remote | None = None,
 ) -> dict[str, str]:
     env = dict(environ) | plan.toolchain_environ
@@ -158,7 +159,7 @@ def _prove_backends(plan: BuildPlan, reply: Reply, log: Path) -> None:
 
 
 def prove_runs(
-    staging: Path, short_commit: str, dirs: Dirs, log: Path, reporter: Reporter, environ: dict[str, str]
+    staging: Path, short_commit: str, dirs: Dirs, log: Path, reporter: Reporter, environ: Mapping[str, str]
 ) -> SmokeResult:
     """Run the staged build; raise (so nothing is published) unless every check passed."""
     result = smoke_run(staging, short_commit, tiny_model(dirs.cache), environ)
@@ -241,7 +242,7 @@ def _targets(plan: BuildPlan, reply: Reply) -> tuple[str, ...]:
     return tuple(dict.fromkeys(plan.targets + proof.backend_targets(reply, plan.recipe.backends)))
 
 
-def configure_only(plan: BuildPlan, dirs: Dirs, reporter: Reporter, environ: dict[str, str]) -> Configured:
+def configure_only(plan: BuildPlan, dirs: Dirs, reporter: Reporter, environ: Mapping[str, str]) -> Configured:
     """Preflight, configure and proof without compiling: minutes of nvcc saved when a flag is wrong."""
     tree = BuildTree(dirs.build_trees / plan.build_id)
     log, statslog = _log_paths(plan, dirs)
@@ -257,7 +258,7 @@ def configure_only(plan: BuildPlan, dirs: Dirs, reporter: Reporter, environ: dic
 
 
 def execute(
-    plan: BuildPlan, dirs: Dirs, reporter: Reporter, environ: dict[str, str], *, rebuild: bool = False
+    plan: BuildPlan, dirs: Dirs, reporter: Reporter, environ: Mapping[str, str], *, rebuild: bool = False
 ) -> store.Build:
     """Run the whole pipeline; the prefix appears only if every stage passed.
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from buildmgr import backends
 from buildmgr.devices import Device, RoleBasis, normalize_pci, plain_description
@@ -77,7 +78,14 @@ class _Record:
     detail: str = ""  # more of its name a line printed (ROCm's gfx target)
     listed: bool = False
 
-    def add(self, rank: int, description: str | None = None, total=None, free=None, pci=None) -> None:
+    def add(
+        self,
+        rank: int,
+        description: str | None = None,
+        total: str | int | None = None,
+        free: str | int | None = None,
+        pci: str | None = None,
+    ) -> None:
         if description and rank < self.rank:
             self.description, self.rank = description.strip(), rank
         self.total = int(total) if total is not None and (self.total is None or rank == _BLOCK) else self.total
@@ -132,16 +140,16 @@ def _lines(text: str) -> list[str]:
     """The text's lines, a log joined onto one line cut at each llama.cpp line, and a device line wrapped in two
     joined again."""
     lines = [piece for line in text.splitlines() for piece in _STARTS.sub("\n", line).split("\n")]
-    wraps = [row for row in backends.log_devices() if row.wrapped]
+    wraps = [(row.pattern, row.wrapped) for row in backends.log_devices() if row.wrapped]
     joined: list[str] = []
     for line in lines:
         previous = joined[-1] if joined else ""
         if any(
-            re.search(row.pattern, previous)
-            and not re.search(row.wrapped, previous)
-            and re.search(row.wrapped, line)
+            re.search(pattern, previous)
+            and not re.search(wrapped, previous)
+            and re.search(wrapped, line)
             and not _LLAMA_LINE.search(line)
-            for row in wraps
+            for pattern, wrapped in wraps
         ):
             joined[-1] = previous.rstrip() + " " + line.strip()
         else:
@@ -294,7 +302,7 @@ def parse_list_devices(text: str) -> list[Device]:
     return [_device(record) for record in reading.records.values() if record.listed]
 
 
-def device_from_api(record: dict) -> Device:
+def device_from_api(record: dict[str, Any]) -> Device:
     """One record of `ggml_api.read_devices` → a Device, memory in MiB as --list-devices prints it."""
     name, backend = str(record["name"]), str(record["backend"])
     number = re.search(r"(\d+)$", name)

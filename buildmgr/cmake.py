@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING
 
 # scikit-build-core is imported where it is used: a no-op build never needs it (about 50 ms of start-up).
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from scikit_build_core import program_search as skb
     from scikit_build_core.file_api.model.codemodel import Configuration
 
 
@@ -19,7 +22,7 @@ class Program:
     version: str
 
 
-def _best(programs, minimum: str) -> Program | None:
+def _best(programs: Iterable[skb.Program], minimum: str) -> Program | None:
     from packaging.specifiers import SpecifierSet
     from scikit_build_core.program_search import best_program
 

@@ -52,7 +52,7 @@ def parse_remote(url: str) -> Remote:
     raise ValueError("use redis://host[:port], redis+unix:/path, http://host[:port]/path or file:/path")
 
 
-def without_remote(environ: dict[str, str]) -> dict[str, str]:
+def without_remote(environ: Mapping[str, str]) -> dict[str, str]:
     """The caller's environment with none of its ccache settings (remote storage, a config file, remote-only …) and
     with remote storage switched off: `verify` must never read or write a remote, whose entries could be the
     artifact's own. An empty CCACHE_REMOTE_STORAGE also overrides a remote_storage line in the cache dir's config."""

@@ -103,7 +103,7 @@ class Device:
         return {k: v for k, v in asdict(self).items() if v is not None or k not in _SAID_WHEN_TOLD}
 
     @classmethod
-    def from_json(cls, data: dict) -> Device:
+    def from_json(cls, data: dict[str, Any]) -> Device:
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 

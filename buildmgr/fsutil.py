@@ -9,9 +9,10 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 
-def _still_there(handle, lock_file: Path) -> bool:
+def _still_there(handle: IO[str], lock_file: Path) -> bool:
     """True if the path still names the file this handle locked: gc may unlink an idle lock file, and a process that
     was waiting on it would otherwise hold a lock that nobody else can see."""
     try:

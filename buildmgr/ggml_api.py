@@ -77,7 +77,7 @@ def layout_mismatches(header: str) -> list[str]:
     problems = []
     for struct in (DevProps, DevCaps):
         c_name = "ggml_backend_dev_props" if struct is DevProps else "ggml_backend_dev_caps"
-        ours = [(name, _C_TYPES[ctype]) for name, ctype in struct._fields_]
+        ours = [(field[0], _C_TYPES[field[1]]) for field in struct._fields_]
         theirs = _header_struct(header, c_name)
         if ours != theirs:
             problems.append(f"struct {c_name}: header has {theirs}, buildmgr expects {ours}")
@@ -124,7 +124,7 @@ def read_devices(lib_dir: Path, backend_dir: Path | None = None) -> list[dict[st
                 "memory_total": props.memory_total,
                 "type": DEVICE_TYPES[props.type] if 0 <= props.type < len(DEVICE_TYPES) else f"unknown({props.type})",
                 "device_id": _text(props.device_id),
-                "caps": {name: bool(getattr(props.caps, name)) for name, _ in DevCaps._fields_},
+                "caps": {field[0]: bool(getattr(props.caps, field[0])) for field in DevCaps._fields_},
             }
         )
     return devices

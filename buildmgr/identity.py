@@ -15,7 +15,7 @@ Identity, strongest first:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from buildmgr import backends
@@ -122,7 +122,7 @@ def assign_physical_ids(devices: list[Device]) -> tuple[list[Device], list[str]]
     return _share_roles(result), sorted(set(notes))
 
 
-def _group_layered(devices: list[Device], root, join) -> list[str]:
+def _group_layered(devices: list[Device], root: Callable[[str], str], join: Callable[..., bool]) -> list[str]:
     """A layered driver's device joins the one card it names; identical cards of that name are never guessed between."""
     notes = []
     for device in devices:

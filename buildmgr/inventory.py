@@ -8,11 +8,12 @@ and keeps the last good result. Written atomically under a lock; a corrupt file 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from buildmgr import backends, hostfacts, identity, store
 from buildmgr.config import Dirs
@@ -40,7 +41,7 @@ def captures_wanted(builds: Mapping[str, BuildEntry]) -> list[str]:
 
 def describe_host(captures: Captures, drm: Sequence[DrmCard]) -> dict[str, object]:
     """The inventory's `host`: this host's facts, what each vendor tool said (or that it was not run), its GPUs."""
-    described: dict = hostfacts.read().inventory_json() | {"drivers": {}}
+    described: dict[str, Any] = hostfacts.read().inventory_json() | {"drivers": {}}
     for name, capture in backends.captures():
         for key, value in capture.host_json(captures.get(name)).items():
             described[key] = described[key] | value if isinstance(value, dict) and key in described else value
@@ -51,7 +52,7 @@ def describe_host(captures: Captures, drm: Sequence[DrmCard]) -> dict[str, objec
 # --- reading and writing ---------------------------------------------------------------------
 
 
-def load(path: Path, warn=lambda message: None) -> Inventory:
+def load(path: Path, warn: Callable[[str], None] = lambda message: None) -> Inventory:
     """The stored inventory; one of the wrong shape is moved aside (never silently dropped) and reported."""
     try:
         return Inventory.from_text(path.read_bytes())
@@ -149,7 +150,7 @@ def cards(
     devices: list[Device], builds: Mapping[str, BuildEntry], selections: Mapping[str, Mapping[str, Selection]]
 ) -> tuple[Card, ...]:
     """One row per physical card: its names in each build, and the one each build uses when no -dev is given."""
-    rows: dict[str, dict] = {}
+    rows: dict[str, dict[str, Any]] = {}
     for device in devices:
         row = rows.setdefault(
             device.physical_id,
@@ -174,10 +175,10 @@ def cards(
     by_name = {d.name: d for d in devices}
     for build_id, entry in builds.items():
         for listed in entry.devices:
-            device = by_name.get(listed.name) or by_name.get(qualified(listed.name, listed.pci_bus_id))
-            if device is None:
+            known = by_name.get(listed.name) or by_name.get(qualified(listed.name, listed.pci_bus_id))
+            if known is None:
                 continue
-            row = rows[device.physical_id]
+            row = rows[known.physical_id]
             row["names"][build_id] = (*row["names"].get(build_id, ()), listed.name)
             selection = selections.get(build_id, {}).get(listed.name)
             if selection is not None and selection.used:
@@ -205,7 +206,7 @@ def environment_changes(builds: Mapping[str, BuildEntry], environ: Mapping[str, 
     return changed
 
 
-def _probe_all(builds: list[store.Build], environ: Mapping[str, str]) -> tuple[dict[str, ProbeResult], dict]:
+def _probe_all(builds: list[store.Build], environ: Mapping[str, str]) -> tuple[dict[str, ProbeResult], dict[str, Any]]:
     """Every build's probe and each vendor tool wanted whatever the probes find, at once: each waits on driver
     start-up, not on the others."""
     early = [(name, capture) for name, capture in backends.captures() if capture.wanted(())]
@@ -215,13 +216,18 @@ def _probe_all(builds: list[store.Build], environ: Mapping[str, str]) -> tuple[d
         return {k: f.result() for k, f in probes.items()}, {k: f.result() for k, f in captured.items()}
 
 
-def _complete_captures(captured: dict, builds: Mapping[str, BuildEntry]) -> dict:
+def _complete_captures(captured: dict[str, Any], builds: Mapping[str, BuildEntry]) -> dict[str, Any]:
     """The captures run beside the probes, and those the probes' results call for."""
     known = dict(backends.captures())
     return captured | {name: run_capture(known[name]) for name in captures_wanted(builds) if name not in captured}
 
 
-def refresh(dirs: Dirs, builds: list[store.Build], environ: Mapping[str, str], warn=lambda message: None) -> Inventory:
+def refresh(
+    dirs: Dirs,
+    builds: list[store.Build],
+    environ: Mapping[str, str],
+    warn: Callable[[str], None] = lambda message: None,
+) -> Inventory:
     """Probe the given builds, merge into the stored inventory, and write it back atomically under a lock."""
     results, captured = _probe_all(builds, environ)
     path = path_for(dirs)
@@ -270,7 +276,7 @@ def build_devices(inventory: Inventory, build_id: str) -> list[Device]:
     return devices
 
 
-def read(dirs: Dirs, warn=lambda message: None) -> Inventory | None:
+def read(dirs: Dirs, warn: Callable[[str], None] = lambda message: None) -> Inventory | None:
     """The stored inventory, read under its lock (a writer may be replacing it), or None if there is none."""
     path = path_for(dirs)
     if not path.exists():

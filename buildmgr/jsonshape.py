@@ -12,7 +12,7 @@ import functools
 import json
 import types
 import typing
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 # A field that is left out of the JSON when it is None (present only in some records, e.g. `installed_from`).
 OMIT_IF_NONE = {"omit_if_none": True}
@@ -60,7 +60,7 @@ def load(kind: Any, value: object, where: str = "") -> Any:
         if not isinstance(value, dict):
             raise _wrong(where, "an object", value)
         return {key: load(args[1], item, f"{where}.{key}") for key, item in value.items()}
-    if dataclasses.is_dataclass(kind):
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
         return _record(kind, value, where)
     if kind is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -88,7 +88,7 @@ class Record:
     OLDEST: ClassVar[int | None] = None  # None: only VERSION
 
     @classmethod
-    def from_json(cls, data: object) -> Any:
+    def from_json(cls, data: object) -> Self:
         """Checked: raises ShapeError naming the first wrong field."""
         found = data.get("schema") if isinstance(data, dict) else None
         if type(found) is int and found > cls.VERSION:
@@ -96,14 +96,16 @@ class Record:
         oldest = cls.VERSION if cls.OLDEST is None else cls.OLDEST
         if type(found) is not int or not oldest <= found <= cls.VERSION:
             raise ShapeError(f"schema: expected {cls.VERSION}, got {found!r}")
-        return load(cls, data)
+        loaded: Self = load(cls, data)
+        return loaded
 
     @classmethod
-    def from_text(cls, text: str | bytes) -> Any:
+    def from_text(cls, text: str | bytes) -> Self:
         return cls.from_json(parse(text))
 
     def to_json(self) -> dict[str, Any]:
-        return dump(self)
+        dumped: dict[str, Any] = dump(self)
+        return dumped
 
     def to_text(self) -> str:
         return json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n"

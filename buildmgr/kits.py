@@ -11,7 +11,7 @@ import re
 import shutil
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -430,7 +430,7 @@ def _installed_wheels(
     return Fetched(site, tuple(sorted(packages, key=lambda p: p.name)), "this Python's installed wheels")
 
 
-def _pip_progress(reporter: Reporter):
+def _pip_progress(reporter: Reporter) -> Callable[[str], None]:
     def feed(line: str) -> None:
         if line.startswith(("Downloading ", "Collecting ", "Installing collected")):
             reporter.say(f"  {line.strip()}")
@@ -482,10 +482,10 @@ def apt_mirror(sources_list: str, sources_parts: Mapping[str, str]) -> str | Non
     for text in sources_parts.values():
         for uri in re.findall(r"^URIs:\s*(\S+)", text, flags=re.MULTILINE):
             if "security" not in uri:
-                return uri
+                return str(uri)
     for uri in re.findall(r"^deb\s+(?:\[[^]]*\]\s+)?(\S+)", sources_list, flags=re.MULTILINE):
         if "security" not in uri:
-            return uri
+            return str(uri)
     return None
 
 

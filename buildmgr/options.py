@@ -7,7 +7,7 @@ and only then anything that creates directories (the writable check, a git clone
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +30,7 @@ class BuildRequest:
     toolchains: tuple[str, ...] = ()  # added toolchains by id or name (--toolchain)
 
 
-def all_recipes(dirs: Dirs, wanted: str = "", warn=lambda message: None) -> dict[str, Recipe]:
+def all_recipes(dirs: Dirs, wanted: str = "", warn: Callable[[str], None] = lambda message: None) -> dict[str, Recipe]:
     """Shipped and user recipes. A broken one fails only a command that asks for it; others get one warning."""
     broken: dict[str, UserError] = {}
     recipes = load_recipes(resource_path("recipes"), dirs.user_recipes, broken=broken)
@@ -100,7 +100,7 @@ OWNED_DEFINES = {
     "CMAKE_CXX_FLAGS_INIT": "buildmgr maps source paths for reproducible binaries; pass CXXFLAGS in the environment",
     "CMAKE_UNITY_BUILD_RELOCATABLE": "buildmgr sets it for reproducible binaries",
     **{f"CMAKE_{lang}_COMPILER_LAUNCHER": "buildmgr runs ccache itself" for lang in backends.languages()},
-    **{key: "buildmgr sets the $ORIGIN RPATH the prefix relies on" for key in RPATH_KEYS},
+    **dict.fromkeys(RPATH_KEYS, "buildmgr sets the $ORIGIN RPATH the prefix relies on"),
 }
 
 
@@ -110,7 +110,9 @@ def refuse_owned(defines: dict[str, str]) -> None:
             raise UserError(f"-D {key} is set by buildmgr ({OWNED_DEFINES[key]}); leave it out")
 
 
-def resolve(request: BuildRequest, dirs: Dirs, environ: Mapping[str, str], warn=lambda m: None) -> BuildPlan:
+def resolve(
+    request: BuildRequest, dirs: Dirs, environ: Mapping[str, str], warn: Callable[[str], None] = lambda m: None
+) -> BuildPlan:
     extra = parse_defines(request.defines)
     refuse_owned(extra)
     recipe = with_defines(compose(request.recipe, all_recipes(dirs, request.recipe, warn)), extra)

@@ -10,8 +10,9 @@ import re
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from buildmgr import backends, proc
 from buildmgr.captures import device_from_api, parse_list_devices
@@ -39,7 +40,7 @@ def read_drm_cards(root: Path = Path("/sys/class/drm")) -> list[DrmCard]:
     return cards
 
 
-def run_capture(capture: backends.Capture) -> list:
+def run_capture(capture: backends.Capture) -> list[Any]:
     """A vendor tool's records, or none where the tool is missing or fails."""
     import shutil
 
@@ -108,7 +109,7 @@ def api_devices(ran: proc.Ran) -> tuple[list[Device] | None, str]:
     line = next((ln for ln in ran.stdout.splitlines() if ln.startswith(MARKER)), None)
     try:
         records = json.loads(line[len(MARKER) :]) if line else None
-        return [device_from_api(r) for r in records if r["type"] != "cpu"], ""
+        return [device_from_api(r) for r in records if r["type"] != "cpu"], ""  # type: ignore[union-attr]  # None: TypeError
     except (TypeError, ValueError, KeyError) as err:
         return None, f"unreadable answer ({err})"
 
@@ -152,10 +153,10 @@ def probe_build(prefix: Path, environ: Mapping[str, str], timeout: float = PROBE
     api = None
     if api_run:
         api, api_error = api_devices(api_run[0])
-    common = {"seconds": seconds, "tool": tool.name, "env": recorded, "output": output, "api_error": api_error}
+    failed = ProbeResult(False, (), seconds, tool.name, recorded, output=output, api_error=api_error)
     if api is not None:
         mismatches = cross_check(api, listed) if listed is not None else (f"--list-devices failed: {list_error}",)
-        return ProbeResult(True, tuple(api), method="ggml-api", mismatches=mismatches, **common)
+        return replace(failed, ok=True, devices=tuple(api), method="ggml-api", mismatches=mismatches)
     if listed is not None:
-        return ProbeResult(True, tuple(listed), method="list-devices", **common)
-    return ProbeResult(False, (), error=list_error, **common)
+        return replace(failed, ok=True, devices=tuple(listed), method="list-devices")
+    return replace(failed, error=list_error)

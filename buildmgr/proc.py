@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 if TYPE_CHECKING:
     import subprocess
@@ -104,12 +104,12 @@ def run_together(commands: list[list[str]], *, timeout: float, env: dict[str, st
             results.append(Ran(-1, "", str(process), 0.0, started=False))
             continue
         try:
-            out, err = process.communicate(timeout=max(0.0, start + timeout - time.monotonic()))
-            results.append(Ran(process.returncode, out, err, _since(start)))
+            out, said = process.communicate(timeout=max(0.0, start + timeout - time.monotonic()))
+            results.append(Ran(process.returncode, out, said, _since(start)))
         except subprocess.TimeoutExpired:
             process.kill()
-            out, err = process.communicate()
-            results.append(Ran(-1, out, err, _since(start), timed_out=True))
+            out, said = process.communicate()
+            results.append(Ran(-1, out, said, _since(start), timed_out=True))
     return results
 
 
@@ -161,7 +161,7 @@ def watch(
     on_start(process.pid)
     kept: dict[str, list[str]] = {"stdout": [], "stderr": []}
 
-    def pump(name: str, handle) -> None:
+    def pump(name: str, handle: IO[str]) -> None:
         for line in handle:
             kept[name].append(line)
             on_line(name, line.rstrip("\n"), time.monotonic())

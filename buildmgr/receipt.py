@@ -40,7 +40,8 @@ class SmokeResult:
     devices: tuple[str, ...] = ()  # devices the model ran on, besides the CPU
 
     def to_json(self) -> dict[str, Any]:
-        return jsonshape.dump(self)
+        dumped: dict[str, Any] = jsonshape.dump(self)
+        return dumped
 
     @property
     def failures(self) -> list[ToolRun]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,9 +53,9 @@ def read_elf(path: Path) -> ElfFile | None:
                 if isinstance(section, DynamicSection):
                     for tag in section.iter_tags():
                         if tag.entry.d_tag == "DT_NEEDED":
-                            needed.append(tag.needed)
+                            needed.append(tag.needed)  # type: ignore[attr-defined]  # pyelftools sets it per tag
                         elif tag.entry.d_tag == "DT_SONAME":
-                            soname = tag.soname
+                            soname = tag.soname  # type: ignore[attr-defined]
                 elif isinstance(section, GNUVerNeedSection):
                     versions += [aux.name for _, auxes in section.iter_versions() for aux in auxes]
                 elif section.name in readers:
@@ -143,7 +143,7 @@ def parse_ldconfig(text: str, machine: str) -> dict[str, str]:
     return found
 
 
-def host_libraries(environ: dict[str, str], machine: str, rpath: Sequence[Path] = ()) -> HostLibraries:
+def host_libraries(environ: Mapping[str, str], machine: str, rpath: Sequence[Path] = ()) -> HostLibraries:
     """`rpath`: folders a build's own RPATH names on this host, which the loader searches before the others."""
     paths: dict[str, str] = {}
     for directory in [*map(str, rpath), *environ.get("LD_LIBRARY_PATH", "").split(":")]:
@@ -161,7 +161,7 @@ def host_libraries(environ: dict[str, str], machine: str, rpath: Sequence[Path] 
 
 def host_glibc() -> Version | None:
     try:
-        return Version(os.confstr("CS_GNU_LIBC_VERSION").split()[-1])
+        return Version((os.confstr("CS_GNU_LIBC_VERSION") or "").split()[-1])
     except (ValueError, OSError, AttributeError, InvalidVersion, IndexError):
         return None  # musl, or not Linux
 

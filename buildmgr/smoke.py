@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -108,7 +109,7 @@ def bench_check(tool: Path, model: Path, env: dict[str, str], extra_args: tuple[
     return ToolRun([tool.name, *command[1:2], model.name, *command[3:]], ran.returncode, ran.seconds, passed, detail)
 
 
-def smoke_run(prefix: Path, short_commit: str, model: Path, environ: dict[str, str]) -> SmokeResult:
+def smoke_run(prefix: Path, short_commit: str, model: Path, environ: Mapping[str, str]) -> SmokeResult:
     """--version of every tool, then llama-bench on the CPU and on every device the build lists here.
 
     The runs are independent (each its own process, each device its own bench), so they run side by side: the smoke

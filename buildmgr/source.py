@@ -15,7 +15,7 @@ import tomllib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from buildmgr import proc
 from buildmgr.config import Dirs, resource_path
@@ -167,7 +167,8 @@ def read_llama_version(root: Path) -> str:
             "and ggml/); pass the top directory of a llama.cpp checkout"
         )
     parts = [re.search(rf"set\(LLAMA_VERSION_{p}\s+(\d+)\)", text) for p in ("MAJOR", "MINOR", "PATCH")]
-    return ".".join(m.group(1) for m in parts) if all(parts) else "0.0.0"
+    found = [m.group(1) for m in parts if m is not None]
+    return ".".join(found) if len(found) == len(parts) else "0.0.0"
 
 
 def fingerprint_tree(root: Path) -> str:
@@ -215,7 +216,7 @@ def safe_extract(archive: Path, subdir: str, dest: Path) -> None:
     import tarfile  # here: a no-op build imports this module and extracts nothing
 
     try:
-        tar = tarfile.open(archive, "r:*")  # noqa: SIM115 (closed by `with tar` below; open errors get their own line)
+        tar = tarfile.open(archive, "r:*")
     except (OSError, tarfile.TarError) as err:
         raise UserError(f"{archive}: not a readable tar archive ({err})") from None
     with tar:
@@ -321,7 +322,7 @@ def vendor_dir() -> Path:
     return lock.parent / "llama.cpp"
 
 
-def read_marker(root: Path) -> dict:
+def read_marker(root: Path) -> dict[str, Any]:
     try:
         marker = json.loads((root / MARKER).read_text(encoding="utf-8"))
     except (OSError, ValueError):

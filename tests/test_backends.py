@@ -207,7 +207,7 @@ def _is(value, kind) -> bool:
             return False
         if len(args) == 2 and args[1] is Ellipsis:
             return all(_is(v, args[0]) for v in value)
-        return len(value) == len(args) and all(_is(v, a) for v, a in zip(value, args))
+        return len(value) == len(args) and all(_is(v, a) for v, a in zip(value, args, strict=False))
     if origin is dict:
         return isinstance(value, dict) and all(_is(k, args[0]) and _is(v, args[1]) for k, v in value.items())
     if origin is not None:

@@ -1,5 +1,6 @@
 """`--parse` on text people paste from every kind of host (fixtures in fixtures/captures/)."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -230,7 +231,7 @@ def test_a_log_without_devices_is_an_empty_list_with_what_it_says():
 
 
 def test_text_that_is_no_llama_log_is_a_user_error():
-    with pytest.raises(UserError, match="no llama.cpp or ggml log lines"):
+    with pytest.raises(UserError, match=re.escape("no llama.cpp or ggml log lines")):
         read_text("index, name, memory.total [MiB]\n0, NVIDIA H200, 143771 MiB\n")
 
 

@@ -12,7 +12,7 @@ WONT_RUN = "int main(void) { return 3; }\n"
 
 def prefixes(root: Path) -> list[Path]:
     builds = root / "data" / "buildmgr" / "builds"
-    return [p for p in builds.glob("*/*")] if builds.exists() else []
+    return list(builds.glob("*/*")) if builds.exists() else []
 
 
 def staging_left(root: Path) -> list[Path]:

@@ -141,7 +141,7 @@ def test_a_newer_schema_is_named_as_such_and_a_missing_one_is_not_a_receipt():
     with pytest.raises(ShapeError, match="written by a newer buildmgr"):
         Receipt.from_json(H200 | {"schema": 3})
     for schema in (0, None, True, "1"):
-        with pytest.raises(ShapeError, match="^schema: expected 2"):
+        with pytest.raises(ShapeError, match=r"^schema: expected 2"):
             Receipt.from_json(H200 | {"schema": schema})
 
 

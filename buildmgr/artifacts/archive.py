@@ -21,6 +21,7 @@ from buildmgr.artifacts import SYSTEM, artifact_stem, cpu_arch_of
 from buildmgr.errors import BuildFailed, UserError
 from buildmgr.fsutil import atomic_write_text, fsync_file, sha256_file, umask_mode
 from buildmgr.jsonshape import ShapeError
+from buildmgr.receipt import FILE_NAME as RECEIPT
 from buildmgr.receipt import SCHEMA as RECEIPT_SCHEMA
 from buildmgr.receipt import Receipt
 from buildmgr.source import build_label, unsafe_entry, version_label
@@ -180,10 +181,16 @@ def _valid_receipt(path: Path, data: bytes) -> Receipt:
     try:
         receipt = Receipt.from_text(data)
     except ShapeError as err:
-        raise _bad(path, f"its {store.RECEIPT} is not a buildmgr receipt of schema {RECEIPT_SCHEMA} ({err})") from None
+        raise _bad(path, f"its {RECEIPT} is not a buildmgr receipt of schema {RECEIPT_SCHEMA} ({err})") from None
     if receipt.runtime is None:
-        raise _bad(path, f"its {store.RECEIPT} has no runtime needs (an artifact of an older buildmgr)")
+        raise _bad(path, f"its {RECEIPT} has no runtime needs (an artifact of an older buildmgr)")
     return receipt
+
+
+def _manifest_line(line: str) -> tuple[str, str]:
+    """`DIGEST  NAME` → (NAME, DIGEST)."""
+    digest, name = line.split("  ", 1)
+    return name, digest
 
 
 def open_artifact(path: Path) -> Artifact:
@@ -213,28 +220,29 @@ def open_artifact(path: Path) -> Artifact:
                 if member.isfile():
                     handle = tar.extractfile(member)
                     assert handle is not None
-                    if relative in (MANIFEST, store.RECEIPT):
+                    if relative in (MANIFEST, RECEIPT):
                         texts[relative] = handle.read()
                         hashes[relative] = hashlib.sha256(texts[relative]).hexdigest()
                     else:
-                        hashes[relative] = hashlib.file_digest(handle, "sha256").hexdigest()
+                        # typeshed's IO[bytes] lacks readinto, which tarfile's member file has
+                        hashes[relative] = hashlib.file_digest(handle, "sha256").hexdigest()  # type: ignore[arg-type]
                 elif member.issym():
                     links[relative] = member.linkname
                 elif not member.isdir():
                     raise _bad(path, f"entry {member.name!r} is neither a file, a folder nor a link")
     except (tarfile.TarError, OSError, EOFError) as err:
         raise _bad(path, f"not a readable .tar.gz ({err})") from None
-    if store.RECEIPT not in texts:
-        raise _bad(path, f"no {store.RECEIPT} in it (not a buildmgr artifact)")
+    if RECEIPT not in texts:
+        raise _bad(path, f"no {RECEIPT} in it (not a buildmgr artifact)")
     if MANIFEST not in texts:
         raise _bad(path, f"no {MANIFEST} in it (not a buildmgr artifact)")
-    listed = dict(reversed(line.split("  ", 1)) for line in texts[MANIFEST].decode("utf-8", "replace").splitlines())
+    listed = dict(_manifest_line(line) for line in texts[MANIFEST].decode("utf-8", "replace").splitlines())
     files = {name: digest for name, digest in hashes.items() if name != MANIFEST}
     if listed != files:
         differ = sorted(set(listed.items()) ^ set(files.items()))
         raise _bad(path, f"its files do not match its {MANIFEST} ({', '.join(sorted({n for n, _ in differ})[:5])})")
-    receipt = _valid_receipt(path, texts[store.RECEIPT])
-    contents = {name: digest for name, digest in files.items() if name != store.RECEIPT}
+    receipt = _valid_receipt(path, texts[RECEIPT])
+    contents = {name: digest for name, digest in files.items() if name != RECEIPT}
     contents |= {name: f"link:{target}" for name, target in links.items()}
     if contents != receipt.files:
         differ = sorted(set(contents.items()) ^ set(receipt.files.items()))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from buildmgr import backends
 from buildmgr.artifacts import CPU_ARCH, SYSTEM, artifact_stem
@@ -60,7 +61,7 @@ def _arch_variants(recipe: Recipe, request: MatrixRequest) -> tuple[list[tuple[l
 
 def matrix(
     request: MatrixRequest, known: dict[str, Recipe], build_number: int, commit: str
-) -> tuple[list[dict], list[dict]]:
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(entries, left out with a reason). Unknown recipes and impossible archs raise UserError."""
     from buildmgr.recipes import compose
 
@@ -71,8 +72,8 @@ def matrix(
         if cpu_arch not in set(CPU_ARCH.values()):
             raise UserError(f"--cpu-arch {cpu_arch!r}: one of {', '.join(sorted(set(CPU_ARCH.values())))}")
     label = build_label(build_number, "pinned", commit, commit)
-    entries: list[dict] = []
-    skipped: list[dict] = []
+    entries: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
     for expression in request.recipes:
         recipe = compose(expression, known)
         variants, why_none = _arch_variants(recipe, request)

@@ -9,7 +9,7 @@ import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from buildmgr import backends
 from buildmgr.artifacts.archive import Artifact
@@ -19,10 +19,11 @@ from buildmgr.options import BuildRequest
 from buildmgr.receipt import Receipt
 
 if TYPE_CHECKING:
+    from buildmgr.plan import BuildPlan
     from buildmgr.progress import Reporter
 
 
-def request_from_receipt(receipt: Receipt, known: dict, pinned_commit: str) -> BuildRequest:
+def request_from_receipt(receipt: Receipt, known: dict[str, Any], pinned_commit: str) -> BuildRequest:
     """The `build` that made this receipt: recipe, arch flags, extra -D and source. UserError if it cannot be asked."""
     from buildmgr.recipes import BASE_DEFINES, compose
 
@@ -60,7 +61,7 @@ def request_from_receipt(receipt: Receipt, known: dict, pinned_commit: str) -> B
     )
 
 
-def identity_differences(receipt: Receipt, plan) -> list[str]:
+def identity_differences(receipt: Receipt, plan: BuildPlan) -> list[str]:
     """Why a rebuild here would not be the build in the receipt: tool versions, backend versions, defines."""
     found = []
     for name, tool in plan.toolchain.tools().items():
@@ -79,7 +80,7 @@ class Verification:
     build_id: str
     files: int
     differ: tuple[str, ...]
-    ccache: dict | None
+    ccache: dict[str, Any] | None
 
     def to_json(self) -> dict[str, object]:
         return {"id": self.build_id, "files": self.files, "differ": list(self.differ), "ccache": self.ccache}

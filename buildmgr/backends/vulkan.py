@@ -282,7 +282,7 @@ def parse_vulkaninfo_summary(text: str) -> list[VulkanGpu]:
     """`vulkaninfo --summary` → one record per GPUn block."""
     gpus: list[VulkanGpu] = []
     blocks = re.split(r"^GPU(\d+):\s*$", text, flags=re.MULTILINE)
-    for number, body in zip(blocks[1::2], blocks[2::2]):
+    for number, body in zip(blocks[1::2], blocks[2::2], strict=False):
         fields = dict(re.findall(r"^\s*(\w+)\s*=\s*(.*?)\s*$", body, flags=re.MULTILINE))
         uuid = fields.get("deviceUUID")
         gpus.append(

@@ -157,7 +157,9 @@ def read_toml(path: Path) -> list[BenchConfig]:
         build, flags = table.get("build"), table.get("flags", [])
         if not isinstance(build, str) or not build:
             raise UserError(f'{path}: [[config]] number {number} has no build = "…"')
-        if not isinstance(flags, (str, list)) or isinstance(flags, list) and not all(isinstance(f, str) for f in flags):
+        if not isinstance(flags, (str, list)) or (
+            isinstance(flags, list) and not all(isinstance(f, str) for f in flags)
+        ):
             raise UserError(f"{path}: [[config]] number {number}: flags must be a string or a list of strings")
         words = shlex.split(flags) if isinstance(flags, str) else list(flags)
         label = table.get("label") or " ".join([build, *words])

@@ -7,7 +7,7 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 _PROGRESS = re.compile(r"^llama-bench: benchmark (\d+)/(\d+): (.*)$")
 # tools/llama-bench at the pin prints these before each timed phase, and "starting", "warmup … run" and "depth run"
@@ -62,7 +62,7 @@ def spans(events: list[Event], row_arrivals: list[float], end: float) -> dict[in
     return found
 
 
-def rows(stdout: str) -> list[dict]:
+def rows(stdout: str) -> list[dict[str, Any]]:
     """The `-o jsonl` rows, one per test, in order."""
     found = []
     for line in stdout.splitlines():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from buildmgr.bench import rows
 from buildmgr.bench.judge import Validity
@@ -26,7 +27,7 @@ def require(path: Path) -> None:
     writable(path.parent, "give --plot a path in a writable directory")
 
 
-def plot(made: Sequence[dict], path: Path, title: str = "") -> None:
+def plot(made: Sequence[dict[str, Any]], path: Path, title: str = "") -> None:
     import matplotlib
 
     matplotlib.use("Agg")  # no display: a file is written
@@ -34,7 +35,7 @@ def plot(made: Sequence[dict], path: Path, title: str = "") -> None:
 
     panels = list(dict.fromkeys(rows.workload_name(r) for r in made))
     figure, axes = plt.subplots(1, max(len(panels), 1), figsize=(5 * max(len(panels), 1), 4), squeeze=False)
-    for axis, panel in zip(axes[0], panels):
+    for axis, panel in zip(axes[0], panels, strict=False):
         lines: dict[str, list[tuple[int, float, bool]]] = {}
         for row in made:
             if rows.workload_name(row) != panel or not rows.samples(row):

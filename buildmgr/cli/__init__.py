@@ -8,9 +8,16 @@ import argparse
 import importlib
 import os
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NoReturn
 
 from buildmgr import __version__
 from buildmgr.errors import BuildFailed, BuildmgrError, UserError
+
+if TYPE_CHECKING:
+    from buildmgr.config import Context
+
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 # command → the module of its group, in the order `--help` lists them
 COMMANDS = {
@@ -37,13 +44,20 @@ TAKES_A_TOOL = ("run", "check")  # `-- TOOL ARGS…` after buildmgr's own argume
 
 
 class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, like every other user error
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, like every other user error
         raise UserError(f"{message} (see '{self.prog} --help')")
 
 
-def command(sub, name: str, func, help: str, *, json: bool = False) -> argparse.ArgumentParser:
+def command(
+    sub: Subparsers,
+    name: str,
+    func: Callable[[argparse.Namespace, Context], int],
+    help: str,
+    *,
+    json: bool = False,
+) -> argparse.ArgumentParser:
     """One command's parser, calling `func(args, ctx)`; with `json`, its --json switch for scripts."""
-    parser = sub.add_parser(name, help=help)
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=help)
     if json:
         parser.add_argument("--json", action="store_true", help="print JSON for scripts")
     parser.set_defaults(func=func)
@@ -104,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         args = parse(own, tool)
         from buildmgr.config import Context
 
-        return args.func(args, Context.from_environment(os.environ, render.warn))
+        code: int = args.func(args, Context.from_environment(os.environ, render.warn))
+        return code
     except BuildFailed as err:
         for hint in err.hints:
             render.say(f"likely fix: {hint}", "bold yellow")

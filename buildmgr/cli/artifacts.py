@@ -5,14 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from buildmgr import backends
 from buildmgr.cli import command, render
 from buildmgr.config import Context, ensure_writable
 from buildmgr.errors import BuildFailed, UserError
 
+if TYPE_CHECKING:
+    from buildmgr.cli import Subparsers
 
-def register(sub, name: str) -> None:
+
+def register(sub: Subparsers, name: str) -> None:
     if name == "verify":
         p = command(
             sub, "verify", verify, "rebuild an artifact from its receipt here and compare every file", json=True

@@ -6,14 +6,18 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from buildmgr import backends
 from buildmgr.cli import command, render
 from buildmgr.config import Context
 from buildmgr.errors import UserError
 
+if TYPE_CHECKING:
+    from buildmgr.cli import Subparsers
 
-def register(sub, name: str) -> None:
+
+def register(sub: Subparsers, name: str) -> None:
     p = command(
         sub,
         "bench",

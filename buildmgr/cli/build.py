@@ -5,12 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from buildmgr import backends
 from buildmgr.config import Context
 
+if TYPE_CHECKING:
+    from buildmgr.cli import Subparsers
 
-def register(sub, name: str) -> None:
+
+def register(sub: Subparsers, name: str) -> None:
     p = sub.add_parser("build", help="build a recipe (default cpu); a no-op if that exact build exists")
     p.add_argument("recipe", nargs="?", default="cpu", help="recipe, or recipes joined with '+'")
     for option in backends.arch_options():

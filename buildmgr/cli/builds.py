@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from buildmgr.cli import command, render
 from buildmgr.config import Context
 
+if TYPE_CHECKING:
+    from buildmgr.cli import Subparsers
 
-def register(sub, name: str) -> None:
+
+def register(sub: Subparsers, name: str) -> None:
     if name == "list":
         command(sub, "list", list_builds, "installed builds", json=True)
     elif name == "which":

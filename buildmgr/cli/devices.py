@@ -6,14 +6,18 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from buildmgr import backends
 from buildmgr.cli import render
 from buildmgr.config import Context, ensure_writable
 from buildmgr.errors import UserError
 
+if TYPE_CHECKING:
+    from buildmgr.cli import Subparsers
 
-def register(sub, name: str) -> None:
+
+def register(sub: Subparsers, name: str) -> None:
     p = sub.add_parser("devices", help="the devices each build really sees on this host, grouped by physical card")
     p.add_argument("--refresh", action="store_true", help="probe every build again")
     p.add_argument("--json", action="store_true")

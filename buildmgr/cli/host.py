@@ -6,14 +6,18 @@ import argparse
 import dataclasses
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from buildmgr.cli import command, render
 from buildmgr.config import Context, ensure_writable
 from buildmgr.errors import UserError
 from buildmgr.findings import Check
 
+if TYPE_CHECKING:
+    from buildmgr.cli import Subparsers
 
-def register(sub, name: str) -> None:
+
+def register(sub: Subparsers, name: str) -> None:
     if name == "recipes":
         command(sub, "recipes", recipes, "recipes, their backends, and whether this host can build them", json=True)
     elif name == "doctor":
@@ -92,7 +96,7 @@ def doctor(args: argparse.Namespace, ctx: Context) -> int:
     return 1 if toolchain.problems(host.toolchain, ("cc", "c++")) else 0
 
 
-def _added_toolchains(ctx: Context, host) -> list[tuple[dict, tuple[Check, ...]]]:
+def _added_toolchains(ctx: Context, host) -> list[tuple[dict[str, Any], tuple[Check, ...]]]:
     """Each toolchain added with `buildmgr toolchain add`: intact or not, and its backend's checks with it."""
     from buildmgr import backends, kits
 

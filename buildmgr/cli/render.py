@@ -8,6 +8,9 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
     from buildmgr.devices import Device
     from buildmgr.findings import Finding
     from buildmgr.inventory_file import BuildEntry, Card
@@ -17,14 +20,14 @@ STYLES = {"error": "red", "warning": "yellow"}
 
 
 @functools.cache
-def out():
+def out() -> Console:
     from rich.console import Console
 
     return Console(highlight=False, soft_wrap=True)
 
 
 @functools.cache
-def err():
+def err() -> Console:
     from rich.console import Console
 
     return Console(stderr=True, highlight=False, soft_wrap=True)
@@ -39,7 +42,7 @@ def say(message: str, style: str | None = None) -> None:
     err().print(message, markup=False, style=style)
 
 
-def table(*columns: str):
+def table(*columns: str) -> Table:
     from rich.table import Table
 
     return Table(*columns, box=None)

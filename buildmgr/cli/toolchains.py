@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING, Any
 
 from buildmgr.cli import command, render
 from buildmgr.config import Context
 
+if TYPE_CHECKING:
+    from buildmgr.cli import Subparsers
 
-def register(sub, name: str) -> None:
+
+def register(sub: Subparsers, name: str) -> None:
     from buildmgr import kits
 
     names = ", ".join(kit.name for kit in kits.all_kits())
@@ -69,7 +73,7 @@ def _still_lacking(added, ctx: Context) -> list[str]:
     return [check.line() for check in report.failures]
 
 
-def _row(added, ctx: Context, memo=None) -> dict:
+def _row(added, ctx: Context, memo=None) -> dict[str, Any]:
     from buildmgr import kits
 
     receipt = added.receipt

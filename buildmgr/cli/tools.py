@@ -7,13 +7,17 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from buildmgr.cli import render
 from buildmgr.config import Context
 from buildmgr.errors import UserError
 
+if TYPE_CHECKING:
+    from buildmgr.cli import Subparsers
 
-def register(sub, name: str) -> None:
+
+def register(sub: Subparsers, name: str) -> None:
     if name == "run":
         p = sub.add_parser("run", help="run a tool of a build: buildmgr run BUILD [--check] -- TOOL ARGS…")
         p.add_argument("build")

@@ -7,12 +7,16 @@ import itertools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from buildmgr.devices import Device, Selection
 from buildmgr.errors import UserError
 from buildmgr.findings import Finding
 from buildmgr.placement import rules
 from buildmgr.placement.syntax import COMMON, Placement
+
+if TYPE_CHECKING:
+    from gguf import GGUFReader
 
 
 @dataclass(frozen=True)
@@ -211,7 +215,7 @@ def cpu_overrides(placement: Placement) -> tuple[tuple[str, str], ...]:
     return placement.overrides + tuple(extra)
 
 
-def read_gguf(model: Path):
+def read_gguf(model: Path) -> GGUFReader:
     """The model's GGUF header and tensor index (no weights are read); UserError if it is not a GGUF."""
     try:
         from gguf import GGUFReader
@@ -285,7 +289,7 @@ class Suggestion:
         shares = COMMON.tensor_split[0].join(map(str, self.tensor_split))
         return f"-dev {COMMON.devices.join(self.devices)}" + (f" -ts {shares}" if len(self.devices) > 1 else "")
 
-    def to_json(self) -> dict[str, list]:
+    def to_json(self) -> dict[str, list[Any]]:
         return {"devices": list(self.devices), "tensor_split": list(self.tensor_split)}
 
 

@@ -7,12 +7,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from buildmgr.findings import Finding, errors
 from buildmgr.placement.check import Here, check, memory_findings, model_devices, weights_per_device
 from buildmgr.placement.syntax import Placement, describe, parse
 from buildmgr.placement.verify import Outcome, agreement, verify
+
+if TYPE_CHECKING:
+    from buildmgr.config import Dirs
+    from buildmgr.store import Build
 
 
 def finding_json(finding: Finding) -> dict[str, str]:
@@ -78,7 +82,7 @@ class CheckReport:
         }
 
 
-def here_for(dirs, build, environ: Mapping[str, str]) -> tuple[Here, bool]:
+def here_for(dirs: Dirs, build: Build, environ: Mapping[str, str]) -> tuple[Here, bool]:
     """The build's devices here under this environment, as the checks take them; and whether they were probed afresh
     (the stored probe was of another environment)."""
     from buildmgr import inventory
@@ -97,7 +101,13 @@ def here_for(dirs, build, environ: Mapping[str, str]) -> tuple[Here, bool]:
 
 
 def run_check(
-    dirs, build, command: list[str], environ: Mapping[str, str], *, model: Path | None, run_verify: bool
+    dirs: Dirs,
+    build: Build,
+    command: list[str],
+    environ: Mapping[str, str],
+    *,
+    model: Path | None,
+    run_verify: bool,
 ) -> CheckReport:
     """Parse TOOL ARGS… (TOOL checked by the caller), check every placement against the build's devices here, and
     with `run_verify` run it."""

@@ -7,6 +7,7 @@ import itertools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from buildmgr.errors import UserError
 from buildmgr.findings import Finding
@@ -119,7 +120,7 @@ def _overrides(text: str, flag: str, separator: str) -> tuple[tuple[str, str], .
     return tuple(pairs)
 
 
-def _apply(values: dict, key: str, value: str, flag: str) -> None:
+def _apply(values: dict[str, Any], key: str, value: str, flag: str) -> None:
     if key == "devices":
         values[key] = () if value == "none" else tuple(value.split(COMMON.devices))
     elif key == "split_mode":
@@ -140,7 +141,7 @@ def _apply(values: dict, key: str, value: str, flag: str) -> None:
 
 def parse_common(args: list[str], environ: dict[str, str]) -> tuple[Placement, list[Finding]]:
     """The placement of llama-cli/-server/-completion ARGS: environment first, then the command line over it."""
-    values: dict = {}
+    values: dict[str, Any] = {}
     spelled: dict[str, str] = {}
     findings: list[Finding] = []
     for option in OPTIONS:
@@ -152,10 +153,11 @@ def parse_common(args: list[str], environ: dict[str, str]) -> tuple[Placement, l
         arg = args[index]
         name = arg.replace("_", "-") if arg.startswith("--") else arg
         head, eq, inline = name.partition("=")
-        option = BY_FLAG.get(name) or (BY_FLAG.get(head) if eq else None)
+        given = BY_FLAG.get(name) or (BY_FLAG.get(head) if eq else None)
         index += 1
-        if option is None:
+        if given is None:
             continue
+        option = given
         if eq and name not in BY_FLAG:
             findings.append(
                 Finding(
@@ -180,7 +182,7 @@ def parse_common(args: list[str], environ: dict[str, str]) -> tuple[Placement, l
 
 def parse_bench(args: list[str]) -> tuple[list[Placement], list[Finding]]:
     """llama-bench's own syntax: ',' separates tests, '/' joins devices (and -ts entries) within one test."""
-    lists: dict[str, list] = {}
+    lists: dict[str, list[Any]] = {}
     findings = []
     index = 0
     while index < len(args):
@@ -215,12 +217,14 @@ def parse_bench(args: list[str]) -> tuple[list[Placement], list[Finding]]:
         elif option.key == "model":
             lists["model"] = combos
     keys = list(lists)
-    placements = [Placement(**dict(zip(keys, combo))) for combo in itertools.product(*(lists[k] for k in keys))]
+    placements = [
+        Placement(**dict(zip(keys, combo, strict=False))) for combo in itertools.product(*(lists[k] for k in keys))
+    ]
     return placements or [Placement()], findings
 
 
-def _apply_one(key: str, value: str, flag: str):
-    values: dict = {}
+def _apply_one(key: str, value: str, flag: str) -> Any:
+    values: dict[str, Any] = {}
     _apply(values, key, value, flag)
     return values[key]
 
