@@ -100,9 +100,10 @@ def assign_physical_ids(devices: list[Device]) -> tuple[list[Device], list[str]]
                     notes.append(f"{a.name} ≡ {mine[0].name} by description and memory only (no hardware id for both)")
             elif mine and not all(_keys(d) for d in mine + theirs):
                 names = ", ".join(sorted(d.name for d in mine + theirs))
+                tools = "/".join(capture.command[0] for _, capture in backends.captures())
                 notes.append(
                     f"pairing unknown: {names} look alike (same name and memory); PCI ids from ggml's API "
-                    "(buildmgr devices --refresh on that host) or UUIDs from nvidia-smi/vulkaninfo would tell them apart"
+                    f"(buildmgr devices --refresh on that host) or UUIDs from {tools} would tell them apart"
                 )
     notes += _group_layered(devices, root, join)
     ids = {}

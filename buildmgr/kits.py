@@ -41,7 +41,7 @@ _DISK_FULL = re.compile(r"No space left on device|\[Errno 28\]|Disk quota exceed
 
 
 def all_kits() -> tuple[Kit, ...]:
-    return tuple(kit for module in backends.all_modules() for kit in module.EXTRAS.kits)
+    return backends.all_kits()
 
 
 # --- what was asked -------------------------------------------------------------------------------------------------
@@ -83,8 +83,7 @@ def parse_request(text: str) -> Request:
 
 def example() -> str:
     """A request to show in messages: the first kit from PyPI at its example release (cuda==13.0)."""
-    kit = next(k for k in all_kits() if isinstance(k.source, PipSource))
-    return f"{kit.name}=={kit.source.example}"
+    return backends.kit_request(next(k for k in all_kits() if isinstance(k.source, PipSource)))
 
 
 def kit_named(name: str) -> Kit:

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from buildmgr import backends, hostfacts, kits, source, toolchain
-from buildmgr.backends import cpu
 from buildmgr.config import Dirs, Settings, ensure_writable, resource_path
 from buildmgr.errors import UserError
 from buildmgr.memo import Memo
@@ -120,7 +119,7 @@ def resolve(
     spec = source.parse_source_spec(request.source)
     settings = Settings.load(dirs, environ)
     host = backend_host(environ, dirs.toolchain_cache, settings.ccache)
-    cpu.check_defines(dict(recipe.defines), host.machine)
+    backends.check_defines(recipe.backends, dict(recipe.defines), host.machine)
     gib_per_job = backends.gib_per_job(recipe.backends)
     jobs = parse_jobs(request.jobs, hostfacts.read().cpus or 1, available_gib(), gib_per_job)
     toolchain.require(host.toolchain, recipe.tools, recipe.name)

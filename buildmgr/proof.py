@@ -29,7 +29,7 @@ def backend_problems(reply: Reply, wanted: tuple[str, ...]) -> list[str]:
     available = set(filter(None, reply.cache.get("GGML_AVAILABLE_BACKENDS", "").split(";")))
     problems = []
     for name in wanted:
-        target = backends.module(name).GGML_TARGET
+        target = backends.target(name)
         present = sorted(t for t in target_names if t == target or t.startswith(target + "-"))
         if not present:
             problems.append(f"no {target} target: the {name} backend was dropped by configure")
@@ -46,7 +46,7 @@ def backend_targets(reply: Reply, wanted: tuple[str, ...]) -> tuple[str, ...]:
     names = sorted(t.name for t in reply.configuration.targets)
     found = []
     for backend in wanted:
-        target = backends.module(backend).GGML_TARGET
+        target = backends.target(backend)
         found += [
             n for n in names if n == target or (n.startswith(target + "-") and not n.endswith(("-feats", "-impl")))
         ]

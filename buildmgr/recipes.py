@@ -170,6 +170,11 @@ def compose(expression: str, known: dict[str, Recipe]) -> Recipe:
             excused = conflict.unless and all(every_define.get(k) == v for k, v in conflict.unless)
             if conflict.other in chosen and not excused:
                 raise UserError(f"cannot combine {part.name} and {conflict.other}: {conflict.reason}")
+    from buildmgr.backends import own_build_conflict
+
+    own = own_build_conflict([(p.name, p.backends) for p in parts], every_define)
+    if own is not None:
+        raise UserError(own)
     defines: dict[str, str] = {}
     owner: dict[str, str] = {}
     for part in parts:

@@ -28,7 +28,8 @@ from buildmgr import runtime, store
 from buildmgr.artifacts import archive as archives
 from buildmgr.artifacts import compat, cpu_arch_of, reproduce
 from buildmgr.artifacts import matrix as matrices
-from buildmgr.backends import cuda, hip
+from buildmgr.backends.cuda import device_code as cuda_device_code
+from buildmgr.backends.hip import device_code as hip_device_code
 from buildmgr.config import Dirs
 from buildmgr.errors import CannotRunHere, UserError
 from buildmgr.options import all_recipes
@@ -340,20 +341,20 @@ def test_an_artifact_for_another_cpu_is_refused(tmp_path):
 
 
 def test_cuda_kernels_sass_runs_on_newer_minors_ptx_jits_upward_and_nothing_else_runs():
-    assert cuda.kernel_findings(["sm_80"], ["8.6"]) == []
-    [jit] = cuda.kernel_findings(["sm_80", "compute_80"], ["9.0"])
+    assert cuda_device_code.kernel_findings(["sm_80"], ["8.6"]) == []
+    [jit] = cuda_device_code.kernel_findings(["sm_80", "compute_80"], ["9.0"])
     assert (
         jit.severity == "warning"
         and "JIT-compile compute_80" in jit.message
         and jit.fix.startswith("build with --sm 90")
     )
-    [none] = cuda.kernel_findings(["sm_90", "compute_90"], ["8.6"])
+    [none] = cuda_device_code.kernel_findings(["sm_90", "compute_90"], ["8.6"])
     assert (
         none.severity == "error" and "no kernel image is available" in none.message and none.fix == "build with --sm 86"
     )
-    assert cuda.kernel_findings(["sm_86", "sm_90"], ["8.9", "9.0"]) == []
-    assert hip.kernel_findings(["gfx1100"], ["gfx1100"]) == []
-    assert hip.kernel_findings(["gfx1100"], ["gfx1151"])[0].fix == "build with --gfx gfx1151"
+    assert cuda_device_code.kernel_findings(["sm_86", "sm_90"], ["8.9", "9.0"]) == []
+    assert hip_device_code.kernel_findings(["gfx1100"], ["gfx1100"]) == []
+    assert hip_device_code.kernel_findings(["gfx1100"], ["gfx1151"])[0].fix == "build with --gfx gfx1151"
 
 
 def test_gpu_code_is_read_per_backend_from_the_sections_of_a_real_elf_file(tmp_path):
@@ -388,7 +389,7 @@ def test_a_schema_1_receipt_from_the_h200_still_reads_with_its_gpu_code():
         json.loads(json.dumps(make_receipt("cuda-0123abcd").to_json() | {"schema": 1, "runtime": schema_1}))
     )
     assert receipt.runtime.device_code == {"CUDA": ("sm_80", "compute_80")}
-    [warning] = cuda.kernel_findings(["sm_80", "compute_80"], ["9.0"])
+    [warning] = cuda_device_code.kernel_findings(["sm_80", "compute_80"], ["9.0"])
     installed = json.loads((fixtures / "install-cuda-sm80.json").read_text())
     assert installed["warnings"][0] == warning.text()
 
@@ -407,8 +408,8 @@ def _fatbin(entries: list[tuple[int, int]]) -> bytes:
 
 def test_fatbin_entries_give_sass_and_ptx_archs_across_containers():
     data = _fatbin([(2, 80), (1, 80)]) + b"\0" * 8 + _fatbin([(2, 90)])
-    assert cuda.fatbin_archs(data) == ({80, 90}, {80})
-    assert cuda.fatbin_archs(b"\0" * 64) == (set(), set())
+    assert cuda_device_code.fatbin_archs(data) == ({80, 90}, {80})
+    assert cuda_device_code.fatbin_archs(b"\0" * 64) == (set(), set())
 
 
 @pytest.mark.skipif(not os.environ.get("BUILDMGR_TEST_CUDA_HOME"), reason="run ci/test.sh to provision nvcc")
@@ -475,6 +476,13 @@ def test_matrix_fans_out_per_arch_and_leaves_out_what_cannot_build_with_a_reason
         "rocm",
         ["build", "hip", "--gfx", "gfx1100"],
     )
+    # the workflow's one provisioning step installs what each backend's package names for its setup
+    assert (hip_entry["apt"], hip_entry["apt_options"]) == (
+        "hipcc libhipblas-dev librocblas-dev rocm-cmake",
+        "-o Acquire::Check-Valid-Until=false",
+    )
+    assert (cuda_entry["apt"], cuda_entry["apt_options"]) == ("libvulkan-dev glslc spirv-headers", "")
+    assert (entries[0]["apt"], entries[0]["setup"]) == ("", "")
     without_gfx = matrices.MatrixRequest(("hip",), {"--sm": ("90",)})
     assert matrices.matrix(without_gfx, known(tmp_path), 11312, COMMIT)[1][0]["reason"] == (
         "it has HIP: name the targets with --gfx"

@@ -7,7 +7,13 @@ import pytest
 from conftest import assert_user_error, buildmgr
 
 from buildmgr import backends
-from buildmgr.backends import Host, cpu, cuda, hip, vulkan
+from buildmgr.backends import Host, cpu
+from buildmgr.backends.cuda import arch as cuda_arch
+from buildmgr.backends.cuda import preflight as cuda_preflight
+from buildmgr.backends.hip import arch as hip_arch
+from buildmgr.backends.hip import device_code as hip_device_code
+from buildmgr.backends.hip import preflight as hip_preflight
+from buildmgr.backends.vulkan import preflight as vulkan_preflight
 from buildmgr.errors import UserError
 
 NVCC_13_ARCHS = (75, 80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121)
@@ -25,7 +31,7 @@ NVCC_13_ARCHS = (75, 80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121)
     ],
 )
 def test_sm_policy(text, value, label):
-    assert cuda.parse_sm(text, NVCC_13_ARCHS, "13.0") == (value, label)
+    assert cuda_arch.parse_sm(text, NVCC_13_ARCHS, "13.0") == (value, label)
 
 
 @pytest.mark.parametrize(
@@ -39,30 +45,30 @@ def test_sm_policy(text, value, label):
 )
 def test_bad_sm(text, message):
     with pytest.raises(UserError, match=re.escape(message)):
-        cuda.parse_sm(text, NVCC_13_ARCHS, "13.0")
+        cuda_arch.parse_sm(text, NVCC_13_ARCHS, "13.0")
 
 
 def test_nvcc_output_parsing():
-    assert cuda.parse_nvcc_version("Cuda compilation tools, release 13.0, V13.0.88\n") == "13.0"
-    assert cuda.parse_gpu_archs("compute_75\ncompute_80\ncompute_90\n") == (75, 80, 90)
+    assert cuda_preflight.parse_nvcc_version("Cuda compilation tools, release 13.0, V13.0.88\n") == "13.0"
+    assert cuda_arch.parse_gpu_archs("compute_75\ncompute_80\ncompute_90\n") == (75, 80, 90)
 
 
 def test_gfx():
-    assert hip.parse_gfx("gfx1151,gfx1100") == ("gfx1100;gfx1151", "gfx1100_gfx1151")
+    assert hip_arch.parse_gfx("gfx1151,gfx1100") == ("gfx1100;gfx1151", "gfx1100_gfx1151")
     with pytest.raises(UserError, match="not an AMD GPU target"):
-        hip.parse_gfx("rdna3")
-    assert str(hip.parse_rocm_version("6.1.40091-a8dbc0c19\n")) == "6.1.40091"
+        hip_arch.parse_gfx("rdna3")
+    assert str(hip_preflight.parse_rocm_version("6.1.40091-a8dbc0c19\n")) == "6.1.40091"
 
 
 @pytest.mark.skipif(not os.environ.get("BUILDMGR_TEST_VULKAN_SDK"), reason="run ci/test.sh to provision the headers")
 def test_vulkan_header_version_from_a_real_header():
     """Debian 13's libvulkan-dev, which `buildmgr toolchain add vulkan` unpacks on Debian 12: 1.4.309."""
     header = Path(os.environ["BUILDMGR_TEST_VULKAN_SDK"]) / "include" / "vulkan" / "vulkan_core.h"
-    assert str(vulkan.parse_header_version(header.read_text())) == "1.4.309"
+    assert str(vulkan_preflight.parse_header_version(header.read_text())) == "1.4.309"
 
 
 def test_vulkan_header_version_without_the_complete_define_is_1_3():
-    assert str(vulkan.parse_header_version("#define VK_HEADER_VERSION 239\n")) == "1.3.239"
+    assert str(vulkan_preflight.parse_header_version("#define VK_HEADER_VERSION 239\n")) == "1.3.239"
 
 
 def test_native_cpu_with_backend_dl_is_refused_on_x86_only():
@@ -75,7 +81,7 @@ def test_vulkan_preflight_reports_each_missing_piece(tmp_path):
     from buildmgr.toolchain import detect
 
     host = Host({"VULKAN_SDK": str(tmp_path)}, "Linux", "x86_64", detect({}))
-    report = vulkan.inspect(host, vulkan.locate(host), deep=False)
+    report = vulkan_preflight.inspect(host, vulkan_preflight.locate(host), deep=False)
     by_what = {c.what: c for c in report.checks}
     assert set(by_what) == {"Vulkan headers", "glslc", "Vulkan loader", "SPIRV-Headers CMake package"}
     for (
@@ -85,7 +91,7 @@ def test_vulkan_preflight_reports_each_missing_piece(tmp_path):
     old = tmp_path / "include" / "vulkan"
     old.mkdir(parents=True)
     (old / "vulkan_core.h").write_text("#define VK_HEADER_VERSION 239\n")
-    report = vulkan.inspect(host, vulkan.locate(host), deep=False)
+    report = vulkan_preflight.inspect(host, vulkan_preflight.locate(host), deep=False)
     headers = next(c for c in report.checks if c.what == "Vulkan headers")
     assert not headers.ok and headers.found.startswith("1.3.239") and "1.3.272" in headers.fix
 
@@ -105,7 +111,7 @@ def test_cli_refuses_bad_arch_and_combinations_before_anything_is_written(tmp_pa
 
 
 def _toolkit_without_cublas() -> bool:
-    nvcc = cuda.find_nvcc({})
+    nvcc = cuda_preflight.find_nvcc({})
     return nvcc is not None and not list(Path(nvcc).resolve().parent.parent.glob("**/cublas_v2.h"))
 
 
@@ -215,27 +221,73 @@ def _is(value, kind) -> bool:
     return isinstance(value, kind)
 
 
-def test_every_backend_module_implements_the_protocol():
-    """Every member required, and of the declared type (a module that sets a str member to None fails here)."""
+def _hints(record_type):
+    """A base record's field types, with the names it imports only for type checking."""
+    import typing
+
+    from buildmgr import devices, toolchain
+
+    names = {"Captures": devices.Captures, "Device": devices.Device, "Toolchain": toolchain.Toolchain}
+    return typing.get_type_hints(record_type, localns=names)
+
+
+def _lazy_references(record, path=""):
+    """(where, function, declared type) for every function a backend's record names through `lazy`, in the record
+    and in the records it holds (arch option, capture, GPU code, kits)."""
+    import dataclasses
+
+    fields = record._fields if hasattr(record, "_fields") else [f.name for f in dataclasses.fields(record)]
+    hints = _hints(type(record))
+    for name in fields:
+        value = getattr(record, name)
+        where = f"{path}{name}"
+        if hasattr(value, "lazy_target"):
+            yield where, value, hints[name]
+        items = value if isinstance(value, tuple) and not hasattr(value, "_fields") else (value,)
+        for index, item in enumerate(items):
+            if type(item).__module__ == "buildmgr.backends.base" and not isinstance(item, str):
+                yield from _lazy_references(item, path=f"{where}[{index}]." if items is not (value,) else f"{where}.")
+
+
+def _takes(function, declared) -> bool:
+    """Does the function accept as many positional arguments as the declared Callable passes?"""
+    import collections.abc
     import inspect
     import typing
 
-    protocol = backends.Backend
-    functions = {n: v for n, v in vars(protocol).items() if callable(v) and not n.startswith("_")}
-    assert {"locate", "inspect", "why_absent"} <= set(functions)
-    hints = typing.get_type_hints(protocol)
-    for backend in backends.all_modules():
-        name = backend.__name__.rsplit(".", 1)[-1]
-        missing = [m for m in [*protocol.__annotations__, *functions] if not hasattr(backend, m)]
-        assert not missing, f"backends/{name}.py lacks {missing}"
-        wrong = [m for m in protocol.__annotations__ if not _is(getattr(backend, m), hints[m])]
-        extras = typing.get_type_hints(backends.Extras)
-        wrong += [f"EXTRAS.{f}" for f in extras if not _is(getattr(backend.EXTRAS, f), extras[f])]
-        assert not wrong, f"backends/{name}.py: {wrong} not of the declared type"
-        for function, declared in functions.items():
-            wanted = list(inspect.signature(declared).parameters)[1:]  # less self
-            assert list(inspect.signature(getattr(backend, function)).parameters) == wanted, (name, function)
-    assert _is(None, hints["CI_SETUP"]) and not _is(None, hints["NAME"])  # the checker itself can fail
+    callables = [k for k in (declared, *typing.get_args(declared)) if typing.get_origin(k) is collections.abc.Callable]
+    arity = len(typing.get_args(callables[0])[0])
+    try:
+        inspect.signature(function).bind(*([None] * arity))
+    except TypeError:
+        return False
+    return True
+
+
+def test_every_backend_package_declares_a_record_whose_functions_exist():
+    """Each backends/<name>/ has a `Backend` of the declared field types, and every function it names lazily
+    resolves to one that takes the arguments its field passes (a misspelt or moved function fails here, not on a
+    user's host)."""
+    import typing
+
+    from buildmgr.backends.base import resolve_lazy
+
+    hints = _hints(backends.Backend)
+    found = backends._discovered()
+    assert {b.name for b in found} >= {"CPU", "CUDA", "Vulkan", "ROCm", "SYCL", "Metal", "RPC", "GPUOpenCL"}
+    for backend in found:
+        wrong = [f for f in backends.Backend._fields if f in hints and not _is(getattr(backend, f), hints[f])]
+        wrong = [f for f in wrong if not callable(getattr(backend, f))]  # functions are checked below
+        assert not wrong, f"{backend.name}: {wrong} not of the declared type"
+        for where, function, declared in _lazy_references(backend):
+            target = resolve_lazy(*function.lazy_target)
+            assert callable(target), (backend.name, where)
+            assert _takes(target, declared), f"{backend.name}.{where}: {function.lazy_target} takes other arguments"
+    # the checker itself can fail: a misspelt function, and one that takes other arguments
+    with pytest.raises(AttributeError):
+        resolve_lazy("buildmgr.backends.cuda.arch", "no_such_function")
+    assert not _takes(lambda a: a, typing.Callable[[int, int], int])
+    assert _is(None, hints["ci"]) and not _is(None, hints["names"])
 
 
 def test_why_a_built_backend_has_no_device_comes_from_its_module():
@@ -252,15 +304,14 @@ def test_each_architecture_option_resolves_through_its_backend_in_a_fixed_order(
     """CUDA's before HIP's whatever the recipe's order: the labels join into the build id."""
     from types import SimpleNamespace
 
-    from buildmgr.backends import hip
     from buildmgr.memo import Memo
     from buildmgr.options import BuildRequest, resolve_arch
 
     host, _, _ = fake_cuda_host(tmp_path)
     request = BuildRequest("cuda+hip", (("--gfx", "gfx1100"), ("--sm", "90")))
     arch = resolve_arch(SimpleNamespace(backends=("ROCm", "CUDA", "CPU")), request, host, Memo())
-    assert arch.defines == (("CMAKE_CUDA_ARCHITECTURES", "90"), ("GPU_TARGETS", hip.parse_gfx("gfx1100")[0]))
-    assert arch.label == "-".join(("sm90", hip.parse_gfx("gfx1100")[1]))
+    assert arch.defines == (("CMAKE_CUDA_ARCHITECTURES", "90"), ("GPU_TARGETS", hip_arch.parse_gfx("gfx1100")[0]))
+    assert arch.label == "-".join(("sm90", hip_arch.parse_gfx("gfx1100")[1]))
 
 
 def fake_rocm(root: Path, version: str = "6.4.3") -> Path:
@@ -283,7 +334,7 @@ def test_rocm_is_located_once_and_its_checks_and_memo_inputs_come_from_that(tmp_
     root = fake_rocm(tmp_path / "rocm")
     tools = Toolchain(Tool("cmake"), Tool("ninja"), Tool("cc"), Tool("c++"), Tool("ccache"))
     host = Host({"ROCM_PATH": str(root), "PATH": "/usr/bin:/bin"}, "Linux", "x86_64", tools)
-    found = hip.locate(host)
+    found = hip_preflight.locate(host)
     assert found.hipconfig == str(root / "bin" / "hipconfig")
     assert set(found.inputs) == {
         str(root / "bin" / "hipconfig"),
@@ -292,15 +343,15 @@ def test_rocm_is_located_once_and_its_checks_and_memo_inputs_come_from_that(tmp_
         str(root / "llvm" / "bin" / "clang"),
         str(root / "lib" / "rocblas" / "library"),
     }
-    report = hip.inspect(host, found, deep=False)
+    report = hip_preflight.inspect(host, found, deep=False)
     assert not report.failures and report.host_defines == {"CMAKE_HIP_COMPILER": str(root / "llvm" / "bin" / "clang")}
     assert report.versions == {"rocm": "6.4.3"}
     (root / "lib" / "cmake" / "rocblas").rmdir()
-    [missing] = hip.inspect(host, hip.locate(host), deep=False).failures
+    [missing] = hip_preflight.inspect(host, hip_preflight.locate(host), deep=False).failures
     assert missing.what == "rocblas" and "rocblas-dev" in missing.fix
     old = fake_rocm(tmp_path / "old", version="5.7.1")
-    [too_old] = hip.inspect(
-        host, hip.locate(Host({"ROCM_PATH": str(old)}, "Linux", "x86_64", tools)), deep=False
+    [too_old] = hip_preflight.inspect(
+        host, hip_preflight.locate(Host({"ROCM_PATH": str(old)}, "Linux", "x86_64", tools)), deep=False
     ).failures
     assert too_old.what == "ROCm" and too_old.found.startswith("5.7.1")
     assert "stops with 'At least ROCM/HIP V6.1 is required'" in too_old.fix
@@ -335,15 +386,15 @@ def fake_debian_rocm(root: Path, kernels=("gfx1100", "gfx1101")) -> Path:
 
 def test_a_distributions_rocm_under_usr_is_found_with_its_own_paths(tmp_path):
     root = fake_debian_rocm(tmp_path / "usr")
-    found = hip.find_rocm({"ROCM_PATH": str(root)})
+    found = hip_preflight.find_rocm({"ROCM_PATH": str(root)})
     assert found.layout.root == "/usr" and found.hipconfig == str(root / "bin" / "hipconfig")
     assert found.packages["hipblas"] == root / "lib" / "x86_64-linux-gnu" / "cmake" / "hipblas"
     assert found.clang == root / "lib" / "llvm-21" / "bin" / "clang"
-    assert hip.rocblas_targets(found) == {"gfx1100", "gfx1101"}
+    assert hip_preflight.rocblas_targets(found) == {"gfx1100", "gfx1101"}
     from buildmgr.toolchain import Tool, Toolchain
 
     tools = Toolchain(Tool("cmake"), Tool("ninja"), Tool("cc"), Tool("c++"), Tool("ccache"))
-    report = hip.inspect(Host({"ROCM_PATH": str(root)}, "Linux", "x86_64", tools), found, deep=False)
+    report = hip_preflight.inspect(Host({"ROCM_PATH": str(root)}, "Linux", "x86_64", tools), found, deep=False)
     assert not report.failures and report.versions == {"rocm": "6.4.43484", "hipblas": "2.4.0", "rocblas": "4.4.1"}
     hipblas = next(c for c in report.checks if c.what == "hipblas")
     assert hipblas.found == f"2.4.0 at {root / 'lib' / 'x86_64-linux-gnu' / 'cmake' / 'hipblas'}"
@@ -353,23 +404,23 @@ def test_a_distributions_rocm_under_usr_is_found_with_its_own_paths(tmp_path):
 
 
 def test_a_gfx_target_without_rocblas_kernels_is_refused_with_the_ones_it_has(tmp_path):
-    found = hip.find_rocm({"ROCM_PATH": str(fake_debian_rocm(tmp_path / "usr"))})
-    hip.check_gfx(["gfx1100", "gfx1101"], found)
+    found = hip_preflight.find_rocm({"ROCM_PATH": str(fake_debian_rocm(tmp_path / "usr"))})
+    hip_arch.check_gfx(["gfx1100", "gfx1101"], found, {})
     with pytest.raises(
         UserError, match=r"--gfx gfx1151: this ROCm's rocBLAS has no kernels .* it has gfx1100, gfx1101$"
     ):
-        hip.check_gfx(["gfx1100", "gfx1151"], found)
+        hip_arch.check_gfx(["gfx1100", "gfx1151"], found, {})
     with pytest.raises(
         UserError, match=r"--gfx gfx1030: ROCm's clang \(.*\) cannot compile it; it knows gfx1100, gfx1101"
     ):
-        hip.check_gfx(["gfx1030"], found)
+        hip_arch.check_gfx(["gfx1030"], found, {})
 
 
 def test_a_clang_that_cannot_say_its_targets_is_an_error_not_a_skipped_check(tmp_path):
-    found = hip.find_rocm({"ROCM_PATH": str(fake_debian_rocm(tmp_path / "usr"))})
+    found = hip_preflight.find_rocm({"ROCM_PATH": str(fake_debian_rocm(tmp_path / "usr"))})
     found.clang.write_text("#!/bin/sh\necho 'clang: error: broken' >&2\nexit 1\n")
     with pytest.raises(UserError, match=r"cannot ask ROCm's clang \(.*\) which targets it compiles: .*broken"):
-        hip.check_gfx(["gfx1100"], found)
+        hip_arch.check_gfx(["gfx1100"], found, {})
 
 
 def test_amd_gpus_from_amdkfds_topology_without_rocm(tmp_path):
@@ -377,14 +428,14 @@ def test_amd_gpus_from_amdkfds_topology_without_rocm(tmp_path):
     for node, version in (("0", 0), ("1", 110501), ("2", 90010), ("3", 110000)):
         (nodes / node).mkdir(parents=True)
         (nodes / node / "properties").write_text(f"cpu_cores_count 0\ngfx_target_version {version}\nsimd_count 80\n")
-    assert hip.kfd_targets(tmp_path) == ["gfx90a", "gfx1100", "gfx1151"]
-    assert hip.visible_targets({"PATH": "/nonexistent"}, tmp_path) == ["gfx90a", "gfx1100", "gfx1151"]
-    [finding] = hip.kernel_findings(["gfx90a", "gfx1100"], hip.kfd_targets(tmp_path))
+    assert hip_device_code.kfd_targets(tmp_path) == ["gfx90a", "gfx1100", "gfx1151"]
+    assert hip_device_code.visible_targets({"PATH": "/nonexistent"}, tmp_path) == ["gfx90a", "gfx1100", "gfx1151"]
+    [finding] = hip_device_code.kernel_findings(["gfx90a", "gfx1100"], hip_device_code.kfd_targets(tmp_path))
     assert "the gfx1151 GPU has no code in this build (gfx90a, gfx1100)" in finding.message
 
 
 def test_a_host_without_kfd_says_it_has_no_hip_device(tmp_path, monkeypatch):
-    monkeypatch.setattr(hip, "KFD", tmp_path / "kfd")
-    assert hip.why_absent({}, {}).startswith("no HIP device on this host")
+    monkeypatch.setattr(hip_device_code, "KFD", tmp_path / "kfd")
+    assert hip_device_code.why_absent({}, {}).startswith("no HIP device on this host")
     (tmp_path / "kfd").write_text("")
-    assert hip.why_absent({}, {}) == "no device found"
+    assert hip_device_code.why_absent({}, {}) == "no device found"

@@ -17,7 +17,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from buildmgr import proc
-from buildmgr.backends import EngineReading, cuda, hip
+from buildmgr.backends import EngineReading
+from buildmgr.backends.cuda import engines as cuda_engines
+from buildmgr.backends.hip import engines as hip_engines
 from buildmgr.bench import config as cfg
 from buildmgr.bench import logs, rows, stats
 from buildmgr.bench.judge import Role, Validity, Verdict, judge
@@ -315,14 +317,14 @@ def test_llama_bench_s_own_json_and_jsonl_are_read(tmp_path):
 def test_nvml_readings_recorded_on_the_h200_idle_and_busy():
     idle = json.loads((H200 / "nvml-idle.json").read_text())
     busy = json.loads((H200 / "nvml-busy.json").read_text())
-    first = cuda.nvml_reading(idle["readings"][0][0])
+    first = cuda_engines.nvml_reading(idle["readings"][0][0])
     assert first == EngineReading(H200_PCI, 0.0, 615, 345, 84.504, ())  # reason 0x1 (idle) is no slowdown
-    assert min(cuda.nvml_reading(r[0]).busy_percent for r in busy["readings"]) >= 50
+    assert min(cuda_engines.nvml_reading(r[0]).busy_percent for r in busy["readings"]) >= 50
     assert busy["users"] == [[13062, "llama-bench"]]  # the process the busy check named
     capped = idle["readings"][0][0] | {"clocks_event_reasons": 0x4 | 0x40, "power_limit_mw": 400000}
-    assert cuda.nvml_reading(capped).slowdowns == ("power cap", "thermal (hardware)")
-    assert cuda.power_limit_note(capped) == "GPU 00000000:00:06.0: power limit 400 W is below its default 700 W"
-    assert cuda.power_limit_note(idle["readings"][0][0]) is None
+    assert cuda_engines.nvml_reading(capped).slowdowns == ("power cap", "thermal (hardware)")
+    assert cuda_engines.power_limit_note(capped) == "GPU 00000000:00:06.0: power limit 400 W is below its default 700 W"
+    assert cuda_engines.power_limit_note(idle["readings"][0][0]) is None
 
 
 def test_amdgpu_sysfs_files_in_the_kernel_s_format(tmp_path):
@@ -345,11 +347,11 @@ def test_amdgpu_sysfs_files_in_the_kernel_s_format(tmp_path):
     drm.mkdir(parents=True)
     (drm / "device").symlink_to(device)
     (tmp_path / "sys" / "class" / "kfd" / "kfd" / "proc" / str(os.getpid())).mkdir(parents=True)
-    source = hip.SysfsEngines.open(tmp_path / "sys")
+    source = hip_engines.SysfsEngines.open(tmp_path / "sys")
     assert source.read() == [EngineReading("0000:03:00.0", 87.0, 5120, 2124, 212.0, ())]
     assert source.users() == [(os.getpid(), Path("/proc/self/comm").read_text().strip())]
     assert source.limits() == ["GPU 0000:03:00.0: power cap 200 W is below its default 303 W"]
-    assert hip.SysfsEngines.open(tmp_path / "nothing") is None
+    assert hip_engines.SysfsEngines.open(tmp_path / "nothing") is None
 
 
 def test_the_process_reader_on_this_process_and_the_services_scan(tmp_path):

@@ -99,13 +99,13 @@ def test_default_jobs_respects_memory_per_job():
 
 
 def test_generated_flags_for_hip_and_cuda_arches():
-    from buildmgr.backends import hip
+    from buildmgr.backends.hip import arch as hip_arch
     from buildmgr.config import resource_path
     from buildmgr.plan import Arch
     from buildmgr.recipes import compose, load_recipes
 
     recipes = load_recipes(resource_path("recipes"))
-    value, label = hip.parse_gfx("gfx1151,gfx1100")
+    value, label = hip_arch.parse_gfx("gfx1151,gfx1100")
     plan = make_plan(
         compose("hip", recipes),
         SOURCE,

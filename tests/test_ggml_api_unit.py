@@ -2,8 +2,8 @@
 
 from conftest import captured
 
-from buildmgr.backends.cuda import NvidiaGpu
-from buildmgr.backends.vulkan import VulkanGpu
+from buildmgr.backends.cuda.smi import NvidiaGpu
+from buildmgr.backends.vulkan.info import VulkanGpu
 from buildmgr.devices import Selection, State
 from buildmgr.identity import assign_physical_ids, default_selection, enrich
 from buildmgr.probe import api_devices, cross_check

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from buildmgr import identity
-from buildmgr.backends import cuda
+from buildmgr.backends.cuda import device_code as cuda_device_code
 from buildmgr.inventory import build_devices
 from buildmgr.inventory_file import Inventory
 from buildmgr.placement.check import Here, check
@@ -46,7 +46,7 @@ def test_the_jit_warning_install_artifact_printed_there_is_what_the_check_says_t
     code = receipt.runtime.device_code["CUDA"]
     assert code == ("sm_80", "compute_80") and "sm_80" in (RUN / "cuobjdump-cuda-sm80.txt").read_text()
     capability = (RUN / "gpus.txt").read_text().splitlines()[1].split(", ")[1]  # what nvidia-smi said there
-    [warning] = cuda.kernel_findings(code, [capability])
+    [warning] = cuda_device_code.kernel_findings(code, [capability])
     assert json.loads((RUN / "install-cuda-sm80.json").read_text())["warnings"] == [warning.text()]
 
 

@@ -2,8 +2,8 @@ from pathlib import Path
 
 from conftest import captured
 
-from buildmgr.backends.cuda import NvidiaGpu, parse_nvidia_smi_csv
-from buildmgr.backends.vulkan import VulkanGpu, parse_vulkaninfo_summary
+from buildmgr.backends.cuda.smi import NvidiaGpu, parse_nvidia_smi_csv
+from buildmgr.backends.vulkan.info import VulkanGpu, parse_vulkaninfo_summary
 from buildmgr.captures import parse_list_devices
 from buildmgr.identity import resolve
 from buildmgr.inventory import absence_reasons

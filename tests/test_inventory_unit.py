@@ -55,7 +55,7 @@ def test_vulkaninfo_runs_only_where_ggml_leaves_a_question():
 
 
 def test_one_nvidia_smi_call_gives_the_gpus_and_the_driver():
-    from buildmgr.backends.cuda import parse_nvidia_smi_csv
+    from buildmgr.backends.cuda.smi import parse_nvidia_smi_csv
 
     [gpu] = parse_nvidia_smi_csv("0, NVIDIA H200, GPU-71c943e5, 00000000:00:06.0, 143771 MiB, 580.159.04\n")
     assert (gpu.pci_bus_id, gpu.memory_total_mib, gpu.driver) == ("0000:00:06.0", 143771, "580.159.04")

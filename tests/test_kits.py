@@ -18,7 +18,7 @@ from conftest import assert_user_error, buildmgr, make_env, make_receipt
 from buildmgr import kits, runtime, store
 from buildmgr.artifacts import compat
 from buildmgr.artifacts.matrix import MatrixRequest, matrix
-from buildmgr.backends import cuda
+from buildmgr.backends.cuda import kit as cuda_kit
 from buildmgr.config import Dirs
 from buildmgr.errors import UserError
 from buildmgr.options import all_recipes
@@ -90,7 +90,7 @@ def test_a_request_names_a_kit_and_a_release():
 def test_the_driver_stub_exports_the_names_object_files_reference():
     text = "CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n);\nCUresult cuGetErrorString(CUresult e, const char **s);\n"
     text += "typedef CUresult (*PFN_cuInit)(unsigned int);\nint cudaThing(void);\n"
-    assert cuda.driver_api_names(text) == ["cuGetErrorString", "cuMemAlloc_v2"]
+    assert cuda_kit.driver_api_names(text) == ["cuGetErrorString", "cuMemAlloc_v2"]
 
 
 def test_the_apt_mirror_is_read_from_deb822_and_one_line_sources():

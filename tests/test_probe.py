@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from buildmgr.backends.cuda import parse_nvidia_smi_csv
-from buildmgr.backends.vulkan import parse_vulkaninfo_summary
+from buildmgr.backends.cuda.smi import parse_nvidia_smi_csv
+from buildmgr.backends.vulkan.info import parse_vulkaninfo_summary
 from buildmgr.captures import parse_list_devices
 from buildmgr.devices import DrmCard
 from buildmgr.errors import UserError

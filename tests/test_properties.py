@@ -12,9 +12,10 @@ from conftest import make_receipt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from buildmgr.backends.cuda import parse_nvidia_smi_csv, parse_sm
-from buildmgr.backends.hip import parse_gfx
-from buildmgr.backends.vulkan import parse_vulkaninfo_summary
+from buildmgr.backends.cuda.arch import parse_sm
+from buildmgr.backends.cuda.smi import parse_nvidia_smi_csv
+from buildmgr.backends.hip.arch import parse_gfx
+from buildmgr.backends.vulkan.info import parse_vulkaninfo_summary
 from buildmgr.captures import parse_list_devices, read_text
 from buildmgr.config import resource_path
 from buildmgr.errors import UserError

@@ -69,6 +69,25 @@ def test_conflict_is_refused_with_its_reason():
         compose("cuda+hip", known())
 
 
+def test_backends_that_each_need_a_build_of_their_own_conflict_without_a_line_in_any_recipe(tmp_path):
+    """No shipped recipe declares the CUDA/HIP/SYCL conflicts: they come from the backends, so a user's own recipe
+    with one of those backends is refused beside another just the same, and universal (GGML_BACKEND_DL) excuses it."""
+    shipped = load_recipes(resource_path("recipes"))
+    assert not [r.name for r in shipped.values() if {c.other for c in r.conflicts} & {"cuda", "hip", "sycl"}]
+    mine = parse_recipe("mine", 'backends = ["CPU", "ROCm"]\ntargets = ["llama-cli"]', "mine.toml")
+    recipes = shipped | {"mine": mine}
+    for expression, first, second, titles in (
+        ("cuda+hip", "cuda", "hip", "CUDA and HIP"),
+        ("sycl+cuda", "cuda", "sycl", "CUDA and SYCL"),
+        ("hip+sycl", "hip", "sycl", "HIP and SYCL"),
+        ("cuda+mine", "cuda", "mine", "CUDA and HIP"),
+    ):
+        with pytest.raises(UserError, match=f"cannot combine {first} and {second}: {titles} cannot share one non-DL"):
+            compose(expression, recipes)
+    assert compose("cuda+hip+universal", recipes).backends == ("CPU", "CUDA", "ROCm")
+    assert compose("hip+mine", recipes).backends == ("CPU", "ROCm")  # one backend twice is one build
+
+
 def test_conflict_is_excused_under_its_unless_defines():
     assert compose("cuda+dl+hip", known()).backends == ("CPU", "CUDA", "ROCm")
 

@@ -87,12 +87,13 @@ def matrix(
                 runner = runner_for(system, cpu_arch, recipe.backends)
                 if kits and runner is not None:  # the release the container would have had, without the container
                     runner = Runner(runner.label)
-                    setup = tuple(s for s in setup if s not in {backends.module(k.backend).CI_SETUP for k in kits})
+                    setup = tuple(s for s in setup if s not in {backends.setup_of_kit(k) for k in kits})
                 if reason is None and runner is None:
                     reason = f"no runner for {system}/{cpu_arch}"
                 if reason is not None or runner is None:
                     skipped.append(where | {"reason": reason})
                     continue
+                apt, apt_options = backends.ci_apt(recipe.backends, setup)
                 for flags, arch in variants:
                     args = ["build", recipe.name, *flags]
                     args += [word for kit in kits for word in ("--toolchain", kit.name)]
@@ -107,8 +108,11 @@ def matrix(
                             "runner": runner.label,
                             "container": runner.container,
                             "setup": ",".join(setup),
+                            # what the provisioning step installs, as words for `apt-get` (the workflow's one step)
+                            "apt": " ".join(apt),
+                            "apt_options": " ".join(apt_options),
                             # what `buildmgr toolchain add` adds first (the workflow caches <data>/toolchains)
-                            "toolchains": " ".join(f"{kit.name}=={kit.source.example}" for kit in kits),
+                            "toolchains": " ".join(backends.kit_request(kit) for kit in kits),
                             "artifact": artifact_stem(label, system, recipe.name, arch, cpu_arch) + ".tar.gz",
                             "ccache_key": f"buildmgr-ccache-{cache_scope}-",
                             "native_cpu": dict(recipe.defines).get("GGML_NATIVE") == "ON",

@@ -1,7 +1,8 @@
-"""Per-backend knowledge, one module each, behind the `Backend` Protocol (in `base`): where its toolkit is on this host
-(`locate`), what to check before compiling, which ggml target proves it is in a build, its GPU-architecture option,
-the vendor tool whose capture adds to ggml's device list, the GPU code its binaries carry, and the build failures
-it is known for. Nothing outside this package names a backend; the functions here are the generic ways in.
+"""The registry of backends: one package each under backends/ (`BACKEND`, a `base.Backend` record of its names,
+checks, arch option, vendor tool, GPU code, log lines, name tables, toolchains and CI needs), found by looking, so a
+new backend is its own package and nothing else here. Nothing outside this package names a backend; the functions
+here are the generic ways in, and what they derive (recipe conflicts, the CI provisioning, the enumeration table of
+docs/spec.md) is no longer kept by hand.
 
 Backend names are the ones llama.cpp prints (`CUDA0`, `Vulkan0`, `ROCm0` …).
 """
@@ -9,6 +10,7 @@ Backend names are the ones llama.cpp prints (`CUDA0`, `Vulkan0`, `ROCm0` …).
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -21,7 +23,6 @@ from buildmgr.backends.base import (
     DeviceCode,
     EngineReading,
     EngineSource,
-    Extras,
     Host,
     Kit,
     Layered,
@@ -46,51 +47,68 @@ __all__ = [
     "DeviceCode",
     "EngineReading",
     "EngineSource",
-    "Extras",
     "Host",
     "Layered",
     "LogDevice",
     "NameRole",
+    "PipSource",
     "Report",
 ]
 
 
 @functools.cache
-def all_modules() -> tuple[Backend, ...]:
-    """Every backend, in a fixed order: CUDA's arch option before HIP's (their labels join into the build id),
-    nvidia-smi's match before vulkaninfo's."""
-    from buildmgr.backends import cpu, cuda, hip, metal, rpc, sycl, vulkan
+def _discovered() -> tuple[Backend, ...]:
+    """Every package under backends/ with its `BACKEND`, in their fixed order (CUDA's arch option before HIP's: their
+    labels join into the build id; nvidia-smi's match before vulkaninfo's)."""
+    import importlib
 
-    return (cpu, cuda, vulkan, hip, sycl, metal, rpc)
+    folder = os.path.dirname(__file__)
+    names = sorted(e.name for e in os.scandir(folder) if os.path.isfile(os.path.join(e.path, "__init__.py")))
+    found = [importlib.import_module(f"{__name__}.{name}").BACKEND for name in names]
+    return tuple(sorted(found, key=lambda b: b.order))
+
+
+def all_backends() -> tuple[Backend, ...]:
+    """Every backend buildmgr builds."""
+    return tuple(b for b in _discovered() if b.built)
 
 
 def _by_name() -> dict[str, Backend]:
-    return {m.NAME: m for m in all_modules()}
+    return {b.name: b for b in all_backends()}
 
 
-def module(name: str) -> Backend:
-    modules = _by_name()
-    if name not in modules:
-        raise UserError(f"unknown backend {name!r} in a recipe; known: {', '.join(modules)}")
-    return modules[name]
+def backend(name: str) -> Backend:
+    found = _by_name()
+    if name not in found:
+        raise UserError(f"unknown backend {name!r} in a recipe; known: {', '.join(found)}")
+    return found[name]
 
 
 def known_backends() -> tuple[str, ...]:
     return tuple(_by_name())
 
 
+def target(name: str) -> str:
+    """The CMake target that proves a backend is in a build."""
+    return backend(name).names.target
+
+
+def all_kits() -> tuple[Kit, ...]:
+    return tuple(kit for b in all_backends() for kit in b.kits)
+
+
 def arch_options(names: tuple[str, ...] | None = None) -> list[ArchOption]:
     """The architecture options of these backends (of all, without names), in a fixed order."""
-    chosen = all_modules() if names is None else [m for m in all_modules() if m.NAME in names]
-    return [m.EXTRAS.arch for m in chosen if m.EXTRAS.arch is not None]
+    chosen = all_backends() if names is None else [b for b in all_backends() if b.name in names]
+    return [b.arch for b in chosen if b.arch is not None]
 
 
 def captures() -> list[tuple[str, Capture]]:
-    return [(m.NAME, m.EXTRAS.capture) for m in all_modules() if m.EXTRAS.capture is not None]
+    return [(b.name, b.capture) for b in all_backends() if b.capture is not None]
 
 
 def device_codes() -> list[tuple[str, DeviceCode]]:
-    return [(m.NAME, m.EXTRAS.device_code) for m in all_modules() if m.EXTRAS.device_code is not None]
+    return [(b.name, b.device_code) for b in all_backends() if b.device_code is not None]
 
 
 def runtime_of_schema_1(runtime: Mapping[str, Any]) -> dict[str, Any]:
@@ -118,27 +136,21 @@ def kernel_findings(device_code: Mapping[str, Sequence[str]], environ: Mapping[s
 
 
 def build_failures() -> tuple[Signature, ...]:
-    return tuple(s for m in all_modules() for s in m.EXTRAS.build_failures)
-
-
-def _text_extras() -> tuple[Extras, ...]:
-    """What every backend, built here or only seen in pasted logs, knows about its devices' text."""
-    from buildmgr.backends import unbuilt
-
-    return (*(m.EXTRAS for m in all_modules()), unbuilt.EXTRAS)
+    return tuple(s for b in all_backends() for s in b.build_failures)
 
 
 def log_devices() -> list[LogDevice]:
-    return [row for extras in _text_extras() for row in extras.log_devices]
+    """How every backend, built here or only seen in pasted logs, prints its devices at start."""
+    return [row for b in _discovered() for row in b.log_devices]
 
 
 def log_empty() -> list[str]:
-    return [pattern for extras in _text_extras() for pattern in extras.log_empty]
+    return [pattern for b in _discovered() for pattern in b.log_empty]
 
 
 def name_roles() -> list[NameRole]:
-    """Device families known from their names, from every vendor's module: a name is the same under every backend."""
-    return [row for extras in _text_extras() for row in extras.name_roles]
+    """Device families known from their names, from every vendor's package: a name is the same under every backend."""
+    return [row for b in _discovered() for row in b.name_roles]
 
 
 def name_role(description: str) -> NameRole | None:
@@ -148,7 +160,7 @@ def name_role(description: str) -> NameRole | None:
 
 def layered_card(description: str) -> tuple[str, Layered] | None:
     """(the card's own name, the driver) when the description is a layered driver's (Dozen on a card)."""
-    for row in (row for extras in _text_extras() for row in extras.layered):
+    for row in (row for b in _discovered() for row in b.layered):
         match = re.search(row.pattern, description)
         if match:
             return match["card"], row
@@ -157,28 +169,33 @@ def layered_card(description: str) -> tuple[str, Layered] | None:
 
 def languages() -> tuple[str, ...]:
     """Every CMake language a build may compile: C, C++ and each backend's own."""
-    return ("C", "CXX", *(language for m in all_modules() for language in m.EXTRAS.languages))
+    return ("C", "CXX", *(language for b in all_backends() for language in b.languages))
 
 
 def splits(device_backend: str) -> Mapping[str, str | None]:
-    """What was observed of each split mode over a device of this backend (none for one that is not a module)."""
-    backend = _by_name().get(device_backend)
-    return backend.EXTRAS.splits if backend is not None else {}
+    """What was observed of each split mode over a device of this backend (none for one that is not built)."""
+    found = _by_name().get(device_backend)
+    return found.splits if found is not None else {}
 
 
 def open_engines() -> list[EngineSource]:
     """Every vendor's live view of its cards here (none where its library or sysfs files are absent)."""
-    return [source for m in all_modules() if m.EXTRAS.engines and (source := m.EXTRAS.engines()) is not None]
+    return [source for b in all_backends() if b.engines and (source := b.engines()) is not None]
+
+
+def engine_sources() -> tuple[str, ...]:
+    """What the engine readings can come from, in messages: NVML, amdgpu's sysfs."""
+    return tuple(b.engines_source for b in all_backends() if b.engines)
 
 
 def pinning_guards(device_backends: Sequence[str]) -> dict[str, str]:
-    """The variables that keep these backends from page-locking host memory (see Extras.pinning_guard)."""
-    guards = (_by_name()[b].EXTRAS.pinning_guard for b in device_backends if b in _by_name())
+    """The variables that keep these backends from page-locking host memory (see Backend.pinning_guard)."""
+    guards = (_by_name()[b].pinning_guard for b in device_backends if b in _by_name())
     return dict(guard for guard in guards if guard)
 
 
 def shader_compilers() -> tuple[str, ...]:
-    return tuple(m.EXTRAS.shader_compiler for m in all_modules() if m.EXTRAS.shader_compiler)
+    return tuple(b.shader_compiler for b in all_backends() if b.shader_compiler)
 
 
 def owned_defines() -> dict[str, str]:
@@ -186,14 +203,22 @@ def owned_defines() -> dict[str, str]:
     return {key: f"use {option.flag}" for option in arch_options() for key in option.owns}
 
 
+def check_defines(backends: tuple[str, ...], defines: Mapping[str, str], machine: str) -> None:
+    """Each backend's own refusal of a combination of defines (the CPU's: GGML_NATIVE with GGML_BACKEND_DL on x86)."""
+    for name in backends:
+        check = backend(name).check_defines
+        if check is not None:
+            check(defines, machine)
+
+
 def why_absent(name: str, environ: Mapping[str, str], found: Captures) -> str | None:
-    backend = _by_name().get(name)
-    return backend.why_absent(environ, found) if backend is not None else "no device found"
+    known = _by_name().get(name)
+    return known.why_absent(environ, found) if known is not None else "no device found"
 
 
 def inputs(name: str, host: Host) -> tuple[str, ...]:
     """The files behind what a backend's checks and arch option find by running programs."""
-    return module(name).locate(host).inputs
+    return backend(name).locate(host).inputs
 
 
 def inspect(backends: tuple[str, ...], host: Host, deep: bool = True, memo: Memo | None = None) -> Report:
@@ -205,22 +230,22 @@ def inspect(backends: tuple[str, ...], host: Host, deep: bool = True, memo: Memo
     defines: dict[str, str] = {}
     versions: dict[str, str] = {}
     for name in backends:
-        backend = module(name)
-        found = backend.locate(host)
+        known = backend(name)
+        found = known.locate(host)
         if memo is not None and found.inputs:
             report = memo.recall(
                 ["inspect", name, deep, stamps(found.inputs)],
-                functools.partial(backend.inspect, host, found, deep),
+                functools.partial(known.inspect, host, found, deep),
                 Report.to_json,
                 Report.from_json,
                 keep=lambda r: not r.failures,
             )
         else:
-            report = backend.inspect(host, found, deep)
+            report = known.inspect(host, found, deep)
         checks.extend(report.checks)
         defines.update(report.host_defines)
         versions.update(report.versions)
-        minimum = backend.MIN_CMAKE
+        minimum = known.min_cmake
         cmake = host.toolchain.cmake
         if cmake.found and _older(cmake.version, minimum):
             checks.append(
@@ -246,39 +271,63 @@ def _older(version: str | None, minimum: str) -> bool:
 
 def enumeration_variables() -> tuple[str, ...]:
     """Every variable that changes which devices some backend enumerates, and under which names."""
-    return tuple(dict.fromkeys(v for m in all_modules() for v in m.ENUMERATION_ENV))
+    return tuple(dict.fromkeys(v for b in all_backends() for v in b.enumeration_env))
+
+
+def enumeration_table() -> str:
+    """docs/spec.md's list of those variables, by backend (the spec holds this text; a test keeps it equal)."""
+    return "; ".join(
+        ", ".join(f"`{v}`" for v in b.enumeration_env) + f" ({b.name})" for b in all_backends() if b.enumeration_env
+    )
 
 
 def moves_with(device_backend: str) -> tuple[str, ...]:
     """The variables that rename a device of this backend (as llama.cpp prints it: CUDA, Vulkan, ROCm …)."""
     found = _by_name().get(device_backend)
-    return found.ENUMERATION_ENV if found is not None else ()
+    return found.enumeration_env if found is not None else ()
 
 
 def gib_per_job(backends: tuple[str, ...]) -> float:
-    return max(module(name).GIB_PER_JOB for name in backends)
+    return max(backend(name).gib_per_job for name in backends)
 
 
 def library_source(soname: str) -> str:
     """Where a library that a build needs comes from, e.g. libvulkan.so.1 → the Vulkan loader (apt libvulkan1)."""
-    for backend in all_modules():
-        for stem, source in backend.RUNTIME_LIBRARIES.items():
+    major = re.search(r"\.so\.(\d+)", soname)
+    for known in all_backends():
+        for stem, source in known.runtime_libraries.items():
             if soname.startswith(stem):
-                return source
+                return source.format(major=major.group(1) if major else "N")
     return "a package of your distribution"
+
+
+def own_build_conflict(parts: Sequence[tuple[str, tuple[str, ...]]], defines: Mapping[str, str]) -> str | None:
+    """Why recipes (name, backends) cannot make one build: two backends that each need a build of their own (they
+    share ggml-cuda's sources or compilers), unless the build loads backends as modules (GGML_BACKEND_DL)."""
+    if defines.get("GGML_BACKEND_DL") == "ON":
+        return None
+    own = [(name, b) for name, names in parts for b in all_backends() if b.name in names and b.needs_own_build]
+    for index, (first, a) in enumerate(own):
+        for second, b in own[index + 1 :]:
+            if a.name != b.name and first != second:
+                return (
+                    f"cannot combine {first} and {second}: {a.names.title} and {b.names.title} cannot share one "
+                    "non-DL build; add universal to load each as a module"
+                )
+    return None
 
 
 def unbuildable_in_ci(backends: tuple[str, ...], system: str, loadable: bool) -> str | None:
     """Why the artifacts workflow cannot build (and smoke-run) these backends on a GPU-less runner of this OS."""
     for name in backends:
-        backend = module(name)
-        if system not in backend.SYSTEMS:
+        known = backend(name)
+        if system not in known.systems:
             return f"{name} does not build on {system}"
-        if backend.CI_SETUP is None:
+        if known.ci is None:
             return f"the artifacts workflow has no step that installs {name}'s toolkit"
-        if backend.DRIVER_LIBRARY and not loadable:
+        if known.driver_library and not loadable:
             return (
-                f"every tool of a non-DL {name} build loads {backend.DRIVER_LIBRARY} at start, which a GPU-less runner "
+                f"every tool of a non-DL {name} build loads {known.driver_library} at start, which a GPU-less runner "
                 f"lacks, so its smoke run cannot pass; add universal (backends as loadable modules)"
             )
     return None
@@ -286,19 +335,38 @@ def unbuildable_in_ci(backends: tuple[str, ...], system: str, loadable: bool) ->
 
 def ci_setup(backends: tuple[str, ...]) -> tuple[str, ...]:
     """The workflow's provisioning steps these backends need, e.g. ('cuda', 'vulkan')."""
-    return tuple(sorted({module(name).CI_SETUP for name in backends} - {"", None}))  # type: ignore[arg-type]
+    return tuple(sorted({ci.setup for name in backends if (ci := backend(name).ci) is not None and ci.setup}))
+
+
+def ci_apt(backends: tuple[str, ...], setup: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(packages, apt-get update options) the workflow installs for these backends' provisioning steps in `setup`."""
+    chosen = [ci for name in backends if (ci := backend(name).ci) is not None and ci.setup in setup]
+    packages = tuple(dict.fromkeys(p for ci in chosen for p in ci.apt))
+    options = tuple(o for ci in chosen if ci.apt for o in ci.apt_options)
+    return packages, options
+
+
+def setup_of_kit(kit: Kit) -> str:
+    """The provisioning step a toolchain from `toolchain add` stands in for ("" none)."""
+    ci = backend(kit.backend).ci
+    return ci.setup if ci is not None else ""
 
 
 def pypi_kits(backends: tuple[str, ...]) -> tuple[Kit, ...]:
     """The build toolchains `toolchain add` makes from PyPI for these backends (CUDA's), so a stock runner builds them."""
     return tuple(
-        kit for name in backends for kit in module(name).EXTRAS.kits if kit.builds and isinstance(kit.source, PipSource)
+        kit for name in backends for kit in backend(name).kits if kit.builds and isinstance(kit.source, PipSource)
     )
+
+
+def kit_request(kit: Kit) -> str:
+    """The request that adds a kit at its example release (cuda==13.0), or by its name where it has none."""
+    return f"{kit.name}=={kit.source.example}" if isinstance(kit.source, PipSource) else kit.name
 
 
 def ci_runner(backends: tuple[str, ...]) -> tuple[str, str] | None:
     """The (ubuntu release, container) these backends need on a Linux runner: a container wins, then the newest
     release; None where any runner does."""
-    needs = [module(name).EXTRAS.ci_runner for name in backends]
+    needs = [ci.runner for name in backends if (ci := backend(name).ci) is not None]
     found = [n for n in needs if n is not None]
     return max(found, key=lambda n: (bool(n[1]), n[0]), default=None)

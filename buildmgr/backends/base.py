@@ -1,10 +1,10 @@
-"""The shapes every backend module shares: the host a backend looks at, what its preflight found, and the records of
-its arch option, vendor-tool capture and GPU code, with the `Backend` Protocol each module implements. Below the
-backend modules, which import only this; `backends/__init__` lists the modules and is the generic way in.
+"""The shapes every backend shares: the host a backend looks at, what its preflight found, the records of its arch
+option, vendor-tool capture, GPU code, log lines, name tables and toolchains, and `Backend`, the one record that holds
+them all for one backend. Below the backend packages, which import only this; `backends/__init__` is the registry.
 
-Records that every backend module makes or declares when it is imported (the capture, GPU-code and extras records,
-what `locate` finds, a vendor tool's rows) are NamedTuples, not dataclasses: a no-op build imports every backend
-module, and a frozen dataclass costs about 0.7 ms to create there against 0.1 ms (docs/benchmarks.md)."""
+Records that every backend package makes when it is imported (its `Backend` and what it holds) are NamedTuples, not
+dataclasses: a no-op build imports every backend package, and a frozen dataclass costs about 0.7 ms to create there
+against 0.1 ms (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -230,9 +230,58 @@ class Kit(NamedTuple):
     runtime: str = ""  # the kit with its run-time libraries alone ("" none), which builds made with it search too
 
 
-class Extras(NamedTuple):
-    """What only some backends have, each none by default: a backend module states the ones it has, and only those."""
+class Names(NamedTuple):
+    """Every spelling of one backend, so that no other module spells it: `ROCm` devices, the `hip` recipe, `HIP`
+    in messages, `GGML_HIP` to build it, the `ggml-hip` target that proves it is in a build."""
 
+    device: str  # the prefix of its device names as llama.cpp prints them (CUDA0, ROCm0), and its id in recipes
+    recipe: str  # the recipe that builds it
+    title: str  # how messages and docs name it
+    define: str  # the CMake switch that builds it ("" always built)
+    target: str  # the CMake target that proves it is in a build (with GGML_CPU_ALL_VARIANTS: ggml-cpu-haswell …)
+
+
+class Ci(NamedTuple):
+    """What the artifacts workflow needs to build a backend on a GPU-less runner."""
+
+    setup: str = ""  # the word of its provisioning in a matrix entry's `setup` ("" none)
+    apt: tuple[str, ...] = ()  # Debian/Ubuntu packages that provisioning installs
+    apt_options: tuple[str, ...] = ()  # options of its `apt-get update`
+    runner: tuple[str, str] | None = None  # (ubuntu release, container) it needs on a Linux runner; None: any
+
+
+def _nothing(host: Host) -> Nothing:
+    return Nothing()
+
+
+def _no_checks(host: Host, found: Any, deep: bool) -> Report:
+    return Report()
+
+
+def _no_device(environ: Mapping[str, str], captures: Captures) -> str | None:
+    return "no device found"
+
+
+class Backend(NamedTuple):
+    """Everything about one backend as data: `backends/<name>/__init__.py` declares one as `BACKEND`, and the
+    functions it names are in that package's modules, imported when first called (see `lazy`): a no-op build reads
+    every backend's record and runs none of them."""
+
+    names: Names
+    order: int  # where it comes among the others: CUDA's arch option before HIP's (their labels join into the build id)
+    min_cmake: str = "3.14"
+    gib_per_job: float = 2.0  # memory one compile job of this backend takes
+    enumeration_env: tuple[str, ...] = ()  # variables that hide, reorder or rename its devices
+    runtime_libraries: Mapping[str, str] = MappingProxyType({})  # soname stem → where it comes from
+    systems: tuple[str, ...] = ("linux",)  # where the artifacts workflow can build it
+    ci: Ci | None = Ci()  # None: the artifacts workflow has no step that installs its toolkit
+    driver_library: str = ""  # the library a device of it needs at run time, which every tool loads ("" none)
+    needs_own_build: bool = False  # shares ggml-cuda's sources or compilers: one per build unless GGML_BACKEND_DL
+    built: bool = True  # False: only seen in pasted logs (OpenCL): no recipe, check or matrix names it
+    locate: Callable[[Host], Located] = _nothing  # where its toolkit is; `inputs` are what the preflight memo watches
+    inspect: Callable[[Host, Any, bool], Report] = _no_checks  # (host, what locate found, deep) → its checks
+    why_absent: Callable[[Mapping[str, str], Captures], str | None] = _no_device  # None: no device expected
+    check_defines: Callable[[Mapping[str, str], str], None] | None = None  # (defines, machine): UserError if wrong
     languages: tuple[str, ...] = ()  # CMake languages it adds (each gets ccache as its launcher)
     shader_compiler: str | None = None  # the host define naming a shader compiler the shader cache wraps
     arch: ArchOption | None = None  # its GPU-architecture option
@@ -240,8 +289,8 @@ class Extras(NamedTuple):
     device_code: DeviceCode | None = None  # the GPU code its binaries carry
     build_failures: tuple[Signature, ...] = ()  # how its known build failures show in a log, and their fixes
     splits: Mapping[str, str | None] = MappingProxyType({})  # -sm mode → the rule it fails by; None: ran
-    ci_runner: tuple[str, str] | None = None  # (ubuntu release, container) it needs on a Linux runner
     engines: Callable[[], EngineSource | None] | None = None  # opens its cards' engine readings (None: not here)
+    engines_source: str = ""  # what those readings come from, in messages: NVML
     pinning_guard: tuple[str, str] | None = None  # (variable, value) that keeps it from page-locking host memory
     log_devices: tuple[LogDevice, ...] = ()  # how its start-up lines print its devices
     log_empty: tuple[str, ...] = ()  # lines by which it says it found no device
@@ -249,28 +298,32 @@ class Extras(NamedTuple):
     layered: tuple[Layered, ...] = ()  # its drivers that run on another card
     kits: tuple[Kit, ...] = ()  # toolchains `buildmgr toolchain add` assembles for it
 
+    @property
+    def name(self) -> str:
+        return self.names.device
 
-class Backend(Protocol):
-    """What every module in backends/ provides (a test holds each one to it, types included)."""
 
-    NAME: str  # as llama.cpp prints its devices: CUDA0, Vulkan0, ROCm0 …
-    GGML_TARGET: str  # the CMake target that proves the backend is in a build
-    MIN_CMAKE: str
-    GIB_PER_JOB: float  # memory one compile job of this backend takes
-    ENUMERATION_ENV: tuple[str, ...]  # variables that hide, reorder or rename its devices
-    RUNTIME_LIBRARIES: dict[str, str]  # soname stem → where it comes from
-    SYSTEMS: tuple[str, ...]  # where the artifacts workflow can build it
-    CI_SETUP: str | None  # the provisioning step that workflow needs ("" none; None: the workflow has none for it)
-    DRIVER_LIBRARY: str  # the library a device of it needs at run time ("" none)
-    EXTRAS: Extras  # what only some backends have
+def lazy(module: str, name: str) -> Callable[..., Any]:
+    """`module.name` (a function, or `Class.method`), imported when first called: how a backend's record names the
+    functions of its effect modules without importing them (a test resolves every one)."""
 
-    def locate(self, host: Host) -> Located: ...
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return resolve_lazy(module, name)(*args, **kwargs)
 
-    def inspect(self, host: Host, found: Any, deep: bool) -> Report: ...
+    call.__qualname__ = call.__name__ = name
+    call.__module__ = module
+    call.lazy_target = (module, name)  # type: ignore[attr-defined]
+    return call
 
-    def why_absent(self, environ: Mapping[str, str], captures: Captures) -> str | None:
-        """Why a build with this backend shows no device of it here; None where no device is expected."""
-        ...
+
+def resolve_lazy(module: str, name: str) -> Callable[..., Any]:
+    import importlib
+
+    found: Any = importlib.import_module(module)
+    for part in name.split("."):
+        found = getattr(found, part)
+    function: Callable[..., Any] = found
+    return function
 
 
 def one_to_one(devices: list[Any], rows: list[Any], same: Callable[[Any, Any], bool]) -> dict[str, Any]:
@@ -289,12 +342,21 @@ def process_name(pid: int, proc: str = "/proc") -> str:
         return "not visible here"
 
 
-def which(name: str, *dirs: str) -> str | None:
-    """A program in the first of these directories that has it, else on PATH."""
+def read_file(path: Path) -> str | None:
+    """A small file's text (sysfs, a CMake package's version file), stripped; None where it cannot be read."""
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def which(name: str, environ: Mapping[str, str], *dirs: str) -> str | None:
+    """A program in the first of these directories that has it, else on this environment's PATH (never the
+    process's own: the environment is the one the command was given)."""
     import os
     import shutil
 
     for directory in dirs:
         if directory and os.access(os.path.join(directory, name), os.X_OK):
             return os.path.join(directory, name)
-    return shutil.which(name)
+    return shutil.which(name, path=environ.get("PATH", os.defpath))

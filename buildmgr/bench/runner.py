@@ -404,7 +404,8 @@ def bench(
         host_notes = [f"busy host allowed: {b}" for b in busy]
         host_notes += [note for s in sources for note in s.limits()]
         if not sources:
-            notes.append("no GPU engine readings here (no NVML, no amdgpu sysfs): GPUs are judged as not readable")
+            lacking = ", ".join(f"no {source}" for source in backends.engine_sources())
+            notes.append(f"no GPU engine readings here ({lacking}): GPUs are judged as not readable")
             say(f"note: {notes[-1]}")
         for p in planned:
             if p.blocked is not None:

@@ -37,8 +37,13 @@ def register(sub: Subparsers, name: str) -> None:
             "--toolchain",
             choices=("system", "pypi"),
             default="system",
-            help="pypi: CUDA entries add NVIDIA's PyPI toolkit ('buildmgr toolchain add') on a stock runner, "
-            "instead of NVIDIA's container",
+            help="pypi: "
+            + ", ".join(
+                f"{kit.backend} entries add {kit.source.vendor}'s PyPI toolkit"
+                for kit in backends.pypi_kits(backends.known_backends())
+                if isinstance(kit.source, backends.PipSource)
+            )
+            + " ('buildmgr toolchain add') on a stock runner, instead of a container",
         )
     elif name == "package":
         p = command(

@@ -2,32 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from buildmgr import proc
-from buildmgr.backends.base import Extras, Host, NameRole, Report, which
+from buildmgr.backends.base import Backend, Host, NameRole, Names, Report, which
 from buildmgr.findings import Check
 
-if TYPE_CHECKING:
-    from buildmgr.devices import Captures
-
-NAME = "SYCL"
-GGML_TARGET = "ggml-sycl"
-MIN_CMAKE = "3.14"
-GIB_PER_JOB = 4.0
-# Variables that hide, reorder or rename this backend's devices: recorded with every probe.
-ENUMERATION_ENV: tuple[str, ...] = ("ONEAPI_DEVICE_SELECTOR",)
-# Libraries the built files may need from the host (soname stem → where it comes from).
-RUNTIME_LIBRARIES = {
-    "libsycl.so": "Intel oneAPI's SYCL runtime (source setvars.sh)",
-    "libOpenCL.so": "an OpenCL ICD loader (apt ocl-icd-libopencl1)",
-    "libmkl": "Intel oneMKL (oneAPI)",
-}
-# Where the artifacts workflow can build it, and the provisioning step it needs (None: no step for it yet).
-SYSTEMS = ("linux",)
-CI_SETUP = None
-DRIVER_LIBRARY = ""
+NAMES = Names("SYCL", "sycl", "SYCL", "GGML_SYCL", "ggml-sycl")
+FIX = "install Intel oneAPI Base Toolkit and `source /opt/intel/oneapi/setvars.sh` first"
 # Intel's integrated GPUs by name, under every driver: Windows ("Intel(R) UHD Graphics 770", "Intel(R) Arc(TM) 140V
 # GPU"), Mesa ANV ("Intel(R) UHD Graphics 630 (CFL GT2)", "Intel(R) Graphics (ADL GT2)", "… (MTL)") and SYCL. Discrete
 # cards are "Intel(R) Arc(TM) A770 Graphics (DG2)", B580 (BMG): never matched.
@@ -51,8 +33,6 @@ NAME_ROLES = (
         "https://gitlab.freedesktop.org/mesa/mesa/-/blob/main/include/pci_ids/iris_pci_ids.h",
     ),
 )
-EXTRAS = Extras(name_roles=NAME_ROLES)  # no arch option, vendor tool, GPU code or known failures of its own
-FIX = "install Intel oneAPI Base Toolkit and `source /opt/intel/oneapi/setvars.sh` first"
 
 
 class OneApi(NamedTuple):
@@ -67,21 +47,35 @@ class OneApi(NamedTuple):
 
 def locate(host: Host) -> OneApi:
     bindir = f"{host.environ.get('ONEAPI_ROOT', '/opt/intel/oneapi')}/compiler/latest/bin"
-    return OneApi(which("icx", bindir), which("icpx", bindir))
+    return OneApi(which("icx", host.environ, bindir), which("icpx", host.environ, bindir))
 
 
 def inspect(host: Host, found: OneApi, deep: bool) -> Report:
     icx, icpx = found.icx, found.icpx
     if not (icx and icpx):
-        return Report((Check(NAME, "icx/icpx (oneAPI DPC++)", False, "not found", FIX),))
-    text = proc.run([icpx, "--version"], timeout=60).output
+        return Report((Check(NAMES.device, "icx/icpx (oneAPI DPC++)", False, "not found", FIX),))
+    text = proc.run([icpx, "--version"], timeout=60, env=dict(host.environ)).output
     version = text.splitlines()[0] if text else "?"
     return Report(
-        (Check(NAME, "icx/icpx (oneAPI DPC++)", True, version),),
+        (Check(NAMES.device, "icx/icpx (oneAPI DPC++)", True, version),),
         host_defines={"CMAKE_C_COMPILER": icx, "CMAKE_CXX_COMPILER": icpx},
         versions={"icpx": version},
     )
 
 
-def why_absent(environ: Mapping[str, str], captures: Captures) -> str | None:
-    return "no device found"
+BACKEND = Backend(
+    NAMES,
+    order=40,
+    gib_per_job=4.0,
+    enumeration_env=("ONEAPI_DEVICE_SELECTOR",),
+    runtime_libraries={
+        "libsycl.so": "Intel oneAPI's SYCL runtime (source setvars.sh)",
+        "libOpenCL.so": "an OpenCL ICD loader (apt ocl-icd-libopencl1)",
+        "libmkl": "Intel oneMKL (oneAPI)",
+    },
+    ci=None,  # the artifacts workflow has no step that installs oneAPI yet
+    needs_own_build=True,
+    locate=locate,
+    inspect=inspect,
+    name_roles=NAME_ROLES,
+)

@@ -1,0 +1,115 @@
+"""NVML during a benchmark: each NVIDIA GPU's utilisation, memory, clock, power and slowdown reasons, the
+processes on it, and a power limit below its default (nvidia-ml-py, the way NVIDIA recommends over parsing
+nvidia-smi)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from buildmgr.backends.base import EngineReading, process_name
+
+# nvml.h's clocks-event reasons that hold the clocks down under load (idle, application clocks, sync boost and the
+# display clock are left out: they are not a slowdown of a busy GPU).
+SLOWDOWNS = {
+    0x4: "power cap",
+    0x8: "hardware slowdown",
+    0x20: "thermal (software)",
+    0x40: "thermal (hardware)",
+    0x80: "power brake",
+}
+
+
+def nvml_reading(raw: Mapping[str, object]) -> EngineReading:
+    """One GPU's raw NVML values (what `NvmlEngines.raw` reads; recorded readings replay through here) as a reading."""
+    from buildmgr.devices import normalize_pci
+
+    def number(key: str) -> float | None:
+        value = raw.get(key)
+        return float(value) if isinstance(value, (int, float)) else None
+
+    used, power, reasons = number("memory_used_bytes"), number("power_mw"), raw.get("clocks_event_reasons")
+    clock = number("sm_clock_mhz")
+    return EngineReading(
+        normalize_pci(str(raw.get("bus_id", ""))) or str(raw.get("bus_id", "")).lower(),
+        number("gpu_util"),
+        int(used) >> 20 if used is not None else None,
+        int(clock) if clock is not None else None,
+        power / 1000 if power is not None else None,
+        tuple(name for bit, name in SLOWDOWNS.items() if isinstance(reasons, int) and reasons & bit),
+    )
+
+
+def power_limit_note(raw: Mapping[str, object]) -> str | None:
+    limit, default = raw.get("power_limit_mw"), raw.get("power_default_limit_mw")
+    if isinstance(limit, int) and isinstance(default, int) and limit < default:
+        return f"GPU {raw.get('bus_id')}: power limit {limit / 1000:.0f} W is below its default {default / 1000:.0f} W"
+    return None
+
+
+class NvmlEngines:
+    """NVIDIA's management library (nvidia-ml-py), the way NVIDIA recommends over parsing nvidia-smi."""
+
+    def __init__(self, nvml: Any) -> None:
+        self.nvml = nvml
+        self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+
+    @classmethod
+    def open(cls) -> NvmlEngines | None:
+        try:
+            import pynvml  # nvidia-ml-py
+        except ImportError:
+            return None
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError:  # no driver or no libnvidia-ml here
+            return None
+        return cls(pynvml)
+
+    def _try(self, call: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return call(*args)
+        except self.nvml.NVMLError:
+            return None
+
+    def raw(self, handle: Any) -> dict[str, object]:
+        nvml = self.nvml
+        pci = self._try(nvml.nvmlDeviceGetPciInfo, handle)
+        bus = getattr(pci, "busId", b"") if pci is not None else b""
+        util = self._try(nvml.nvmlDeviceGetUtilizationRates, handle)
+        memory = self._try(nvml.nvmlDeviceGetMemoryInfo, handle)
+        # renamed from "throttle" to "clocks event" reasons in NVML 12.x; older bindings have only the old name
+        reasons_call = (
+            getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+            or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        )
+        return {
+            "bus_id": bus.decode() if isinstance(bus, bytes) else str(bus),
+            "gpu_util": util.gpu if util is not None else None,
+            "memory_used_bytes": memory.used if memory is not None else None,
+            "sm_clock_mhz": self._try(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM),
+            "power_mw": self._try(nvml.nvmlDeviceGetPowerUsage, handle),
+            "clocks_event_reasons": self._try(reasons_call, handle),
+            "power_limit_mw": self._try(nvml.nvmlDeviceGetPowerManagementLimit, handle),
+            "power_default_limit_mw": self._try(nvml.nvmlDeviceGetPowerManagementDefaultLimit, handle),
+        }
+
+    def read(self) -> list[EngineReading]:
+        return [nvml_reading(self.raw(h)) for h in self.handles]
+
+    def users(self) -> list[tuple[int, str]]:
+        found: dict[int, str] = {}
+        for handle in self.handles:
+            for call in (
+                self.nvml.nvmlDeviceGetComputeRunningProcesses,
+                self.nvml.nvmlDeviceGetGraphicsRunningProcesses,
+            ):
+                for process in self._try(call, handle) or []:
+                    found[process.pid] = process_name(process.pid)
+        return sorted(found.items())
+
+    def limits(self) -> list[str]:
+        return [note for h in self.handles if (note := power_limit_note(self.raw(h)))]
+
+    def close(self) -> None:
+        self._try(self.nvml.nvmlShutdown)

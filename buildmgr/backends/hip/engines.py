@@ -1,0 +1,76 @@
+"""amdgpu's sysfs during a benchmark: what rocm-smi reads, without it: each AMD card's busy percent, VRAM used,
+shader clock and power, the processes with GPU queues, and a power cap below its default."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from buildmgr.backends.base import EngineReading, process_name, read_file
+from buildmgr.backends.hip import AMD_VENDOR
+
+
+def _int(path: Path) -> int | None:
+    text = read_file(path)
+    return int(text) if text is not None and text.lstrip("-").isdigit() else None
+
+
+def _hwmon(device: Path, name: str) -> int | None:
+    return next((v for h in sorted(device.glob("hwmon/hwmon*")) if (v := _int(h / name)) is not None), None)
+
+
+def amd_reading(device: Path) -> EngineReading | None:
+    """One card's `/sys/class/drm/cardN/device`: gpu_busy_percent, mem_info_vram_used (bytes), the current sclk
+    (the `*` line of pp_dpm_sclk) and hwmon's power1_average (µW; power1_input on newer kernels)."""
+    from buildmgr.devices import normalize_pci
+
+    if read_file(device / "vendor") != AMD_VENDOR:
+        return None
+    uevent = dict(line.split("=", 1) for line in (read_file(device / "uevent") or "").splitlines() if "=" in line)
+    clock = re.search(r"(\d+)\s*mhz\s*\*", (read_file(device / "pp_dpm_sclk") or "").lower())
+    used = _int(device / "mem_info_vram_used")
+    power = _hwmon(device, "power1_average") or _hwmon(device, "power1_input")
+    busy = _int(device / "gpu_busy_percent")
+    return EngineReading(
+        normalize_pci(uevent.get("PCI_SLOT_NAME")) or uevent.get("PCI_SLOT_NAME", ""),
+        float(busy) if busy is not None else None,
+        used >> 20 if used is not None else None,
+        int(clock.group(1)) if clock else None,
+        power / 1e6 if power is not None else None,
+    )
+
+
+class SysfsEngines:
+    """amdgpu's own files: what rocm-smi reads, without it."""
+
+    def __init__(self, sys_root: Path = Path("/sys")) -> None:
+        self.root = sys_root
+        cards = sorted(c for c in (sys_root / "class" / "drm").glob("card*") if re.fullmatch(r"card\d+", c.name))
+        self.devices = [c / "device" for c in cards if read_file(c / "device" / "vendor") == AMD_VENDOR]
+
+    @classmethod
+    def open(cls, sys_root: Path = Path("/sys")) -> SysfsEngines | None:
+        found = cls(sys_root)
+        return found if found.devices else None
+
+    def read(self) -> list[EngineReading]:
+        return [r for d in self.devices if (r := amd_reading(d)) is not None]
+
+    def users(self) -> list[tuple[int, str]]:
+        """amdkfd lists every process with GPU queues under /sys/class/kfd/kfd/proc/PID."""
+        procs = self.root / "class" / "kfd" / "kfd" / "proc"
+        pids = sorted(int(p.name) for p in procs.iterdir() if p.name.isdigit()) if procs.is_dir() else []
+        return [(pid, process_name(pid)) for pid in pids]
+
+    def limits(self) -> list[str]:
+        notes = []
+        for device in self.devices:
+            cap, default = _hwmon(device, "power1_cap"), _hwmon(device, "power1_cap_default")
+            if cap is not None and default is not None and cap < default:
+                notes.append(
+                    f"GPU {device.resolve().name}: power cap {cap / 1e6:.0f} W is below its default {default / 1e6:.0f} W"
+                )
+        return notes
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,33 @@
+"""OpenCL (Qualcomm Adreno, Arm Mali): a backend buildmgr does not build, whose devices still appear in the logs
+people paste. Only what reading those logs needs (`built=False`: no recipe, check or matrix names it)."""
+
+from __future__ import annotations
+
+from buildmgr.backends.base import Backend, LogDevice, NameRole, Names
+
+# ggml-opencl names every device GPUOpenCL (no index) and describes it by the OpenCL device name; its start-up line
+# adds the version: "ggml_opencl: device: 'QUALCOMM Adreno(TM) 830 (OpenCL 3.0 Adreno(TM) 830)'" (2025: "selecting").
+NAMES = Names("GPUOpenCL", "opencl", "OpenCL", "GGML_OPENCL", "ggml-opencl")
+
+BACKEND = Backend(
+    NAMES,
+    order=100,
+    built=False,
+    ci=None,
+    log_devices=(
+        LogDevice(
+            "ggml_opencl lines",
+            r"ggml_opencl: (?:device|selecting device|default device): '(?P<description>.+)'",
+            NAMES.device,
+        ),
+    ),
+    name_roles=(
+        NameRole(
+            r"\bAdreno\b",
+            "igpu",
+            "Adreno is the GPU of Qualcomm Snapdragon SoCs",
+            "https://docs.qualcomm.com/bundle/publicresource/topics/80-78185-2/overview.html",
+        ),
+        NameRole(r"\bMali-", "igpu", "Mali is Arm's SoC GPU", "https://developer.arm.com/Processors#q=Mali"),
+    ),
+)
