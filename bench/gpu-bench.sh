@@ -21,7 +21,7 @@ nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total,driver_version,po
 record_nvml() {  # seconds, file: NVML's raw values for every GPU, every 100 ms
     python3 - "$1" "$2" <<'EOF'
 import json, sys, time
-from buildmgr.backends.cuda import NvmlEngines
+from buildmgr.backends.cuda.engines import NvmlEngines
 engines = NvmlEngines.open()
 rows, end = [], time.monotonic() + float(sys.argv[1])
 while time.monotonic() < end:

@@ -21,15 +21,14 @@ from buildmgr import __version__, backends, proc, store
 from buildmgr.backends.base import AptSource, Kit, PipSource
 from buildmgr.config import Dirs, ensure_writable
 from buildmgr.errors import BuildFailed, UserError
-from buildmgr.fsutil import fsync_tree, locked, sha256_file
-from buildmgr.jsonshape import ShapeError
+from buildmgr.fsutil import locked, sha256_file
 from buildmgr.memo import Memo
 from buildmgr.receipt import Package, ToolchainReceipt, ToolchainRef
 
 if TYPE_CHECKING:
     from buildmgr.progress import Reporter
 
-RECEIPT = "buildmgr-toolchain.json"
+RECEIPT = store.TOOLCHAIN_RECEIPT
 _REQUEST = re.compile(r"(?P<name>[a-z][a-z0-9-]*)(?:==(?P<version>[^\s=]+))?")
 _RELEASE = re.compile(r"(?P<major>\d+)(?:\.(?P<minor>\d+))?")
 _NO_NETWORK = re.compile(
@@ -107,34 +106,20 @@ class Added:
         return kit_named(self.receipt.name)
 
 
-@dataclass(frozen=True)
-class Broken:
-    """A folder under <data>/toolchains whose receipt cannot be read: listed, never used."""
+def shelf(dirs: Dirs) -> store.Shelf[ToolchainReceipt]:
+    """Where added toolchains are published: the store's toolchain shelf, which lists one this buildmgr does not
+    know as unreadable."""
 
-    root: Path
-    reason: str
+    def known(receipt: ToolchainReceipt) -> str | None:
+        return None if receipt.name in {kit.name for kit in all_kits()} else "a toolchain this buildmgr does not know"
+
+    return store.toolchains_shelf(dirs, known)
 
 
-def scan(dirs: Dirs) -> tuple[list[Added], list[Broken]]:
-    added: list[Added] = []
-    broken: list[Broken] = []
-    if not dirs.toolchains.is_dir():
-        return added, broken
-    for root in sorted(dirs.toolchains.iterdir()):
-        if root.name.startswith(".") or not root.is_dir():
-            continue
-        try:
-            receipt = ToolchainReceipt.from_text((root / RECEIPT).read_bytes())
-            kit_named(receipt.name)
-        except OSError as err:
-            broken.append(Broken(root, f"no readable {RECEIPT} ({err.strerror})"))
-        except ShapeError as err:
-            broken.append(Broken(root, f"{RECEIPT}: {err}"))
-        except KeyError:
-            broken.append(Broken(root, f"{RECEIPT}: a toolchain this buildmgr does not know"))
-        else:
-            added.append(Added(root.resolve(), receipt))  # `verify` links a user's toolchain into its scratch dir
-    return added, broken
+def scan(dirs: Dirs) -> tuple[list[Added], list[store.Unreadable]]:
+    found, unreadable = shelf(dirs).scan()
+    # resolved: `verify` links a user's toolchain into its scratch dir
+    return [Added(root.resolve(), receipt) for root, receipt in found], unreadable
 
 
 def find(dirs: Dirs, ref: str) -> Added:
@@ -215,12 +200,6 @@ class Unserved:
         return f"this Python's installed wheels cannot serve {self.request}: {self.why}; pip downloads them"
 
 
-def _lock(dirs: Dirs, name: str) -> Path:
-    locks = dirs.toolchains / ".locks"
-    locks.mkdir(parents=True, exist_ok=True)
-    return locks / f"{name}.lock"
-
-
 def add(
     dirs: Dirs, request: Request, environ: Mapping[str, str], reporter: Reporter, cc: str | None
 ) -> tuple[Added, bool]:
@@ -233,10 +212,10 @@ def add(
             require_intact(there)
             return there, True
     ensure_writable(dirs.data, "set XDG_DATA_HOME to a writable directory")
-    with locked(_lock(dirs, kit.name)):
-        _drop_staging(dirs, kit.name)
-        staging = dirs.toolchains / ".staging" / f"{kit.name}.{os.getpid()}.{os.urandom(4).hex()}"
-        staging.mkdir(parents=True)
+    toolchains = shelf(dirs)
+    with locked(toolchains.lock(kit.name)):
+        toolchains.drop_staging(kit.name)  # left by an add that was killed: we hold its lock
+        staging = toolchains.new_staging(kit.name)
         log = store.run_log(dirs, f"toolchain-{kit.name}")
         try:
             start = time.monotonic()
@@ -280,13 +259,10 @@ def add(
                 size,
                 files,
             )
-            try:
-                (root / RECEIPT).write_text(receipt.to_text(), encoding="utf-8")
-                fsync_tree(root)
+            try:  # over a folder without a receipt (a broken leftover), swapped in atomically
+                toolchains.publish(root, final, receipt)
             except OSError as err:
                 raise _os_error(err, dirs) from None
-            shutil.rmtree(final, ignore_errors=True)  # a folder without a receipt: a broken leftover
-            os.rename(root, final)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return Added(final, receipt), False
@@ -309,23 +285,6 @@ def _serves(have: str, asked: str) -> bool:
     if have_parts[0] != asked_parts[0]:
         return False
     return len(asked_parts) < 2 or (len(have_parts) > 1 and int(have_parts[1]) >= int(asked_parts[1]))
-
-
-def _drop_staging(dirs: Dirs, name: str) -> None:
-    """Leftovers of an add that was killed (its lock is free, or we would not hold it)."""
-    for path in (dirs.toolchains / ".staging").glob(f"{name}.*"):
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def stale_staging(dirs: Dirs) -> list[Path]:
-    """For gc: staging folders of adds no longer running."""
-    removed: list[Path] = []
-    for path in sorted((dirs.toolchains / ".staging").glob("*")):
-        with locked(_lock(dirs, path.name.split(".", 1)[0]), wait=False) as idle:
-            if idle:
-                shutil.rmtree(path, ignore_errors=True)
-                removed.append(path)
-    return removed
 
 
 def _os_error(err: OSError, dirs: Dirs) -> UserError:
@@ -651,15 +610,13 @@ def needed_by(dirs: Dirs, ident: str) -> list[str]:
 
 def remove(dirs: Dirs, ident: str) -> Added:
     added = find(dirs, ident)
-    with locked(_lock(dirs, added.receipt.name)):
+    toolchains = shelf(dirs)
+    with locked(toolchains.lock(added.receipt.name)):
         users = needed_by(dirs, added.id)
         if users:
             raise UserError(
                 f"toolchain {added.id} is needed by {len(users)} installed build(s) ({', '.join(users)}): "
                 "buildmgr remove them first"
             )
-        doomed = dirs.toolchains / ".staging" / f"{added.receipt.name}.removing.{os.getpid()}"
-        doomed.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(added.root, doomed)  # gone in one step; the files go after
-        shutil.rmtree(doomed, ignore_errors=True)
+        toolchains.discard(added.root)
     return added

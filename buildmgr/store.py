@@ -1,4 +1,8 @@
-"""Prefixes and their receipts. A receipt is the single source of truth about a build."""
+"""The one store of published things: builds (prefixes with their receipts) and toolchains (`toolchain add`), each a
+`Shelf` of entries that carry a typed receipt. One way to publish (a complete staging folder, its receipt written
+atomically and everything synced, then one rename, or an atomic swap over the old one), to list, to remove (one
+rename out of sight, the files after) and to collect what interrupted runs left. A receipt is the single source of
+truth about its entry."""
 
 from __future__ import annotations
 
@@ -7,17 +11,144 @@ import errno
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from buildmgr.config import Dirs
 from buildmgr.errors import UserError
 from buildmgr.fsutil import atomic_write_text, fsync_tree, locked, remove_if_idle, sha256_file
-from buildmgr.jsonshape import ShapeError
+from buildmgr.jsonshape import Record, ShapeError
 from buildmgr.receipt import FILE_NAME as RECEIPT
-from buildmgr.receipt import Receipt
+from buildmgr.receipt import Receipt, ToolchainReceipt
+
+R = TypeVar("R", bound=Record)
+TOOLCHAIN_RECEIPT = "buildmgr-toolchain.json"
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """An entry whose receipt this buildmgr cannot read: never used, and its listing names it."""
+
+    prefix: Path
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.prefix}: its receipt cannot be read ({self.reason})"
+
+
+@dataclass(frozen=True)
+class Shelf(Generic[R]):
+    """One kind of published thing: where its entries sit (`pattern` under `root`), the receipt each one carries,
+    where its staging folders go and the lock that guards each key (a build id, a toolchain's name)."""
+
+    root: Path
+    pattern: str  # entries under root: "*/*" (LABEL/ID) for builds, "*" for toolchains
+    receipt: str  # the receipt's file name in each entry
+    record: type[R]
+    locks: Path
+    listed_without_receipt: bool = False  # an entry folder with no receipt file: unreadable (else not an entry)
+    known: Callable[[R], str | None] = lambda record: None  # why a readable receipt is still not usable here
+
+    @property
+    def staging(self) -> Path:
+        return self.root / ".staging"
+
+    def lock(self, key: str) -> Path:
+        return self.locks / f"{key}.lock"
+
+    def load(self, entry: Path) -> R | Unreadable | None:
+        """The entry's receipt; Unreadable, with why, where this buildmgr cannot read it; None where it has none
+        (and such a folder is not an entry of this shelf)."""
+        found = _load(entry, self.receipt, self.record)
+        if found is None and self.listed_without_receipt:
+            return Unreadable(entry, f"no readable {self.receipt} (No such file or directory)")
+        why = self.known(found) if isinstance(found, self.record) else None
+        return Unreadable(entry, why) if why else found
+
+    def scan(self) -> tuple[list[tuple[Path, R]], list[Unreadable]]:
+        """Every published entry (by path) and the ones whose receipts cannot be read; half-removed or replaced ones
+        (hidden names) are neither."""
+        found: list[tuple[Path, R]] = []
+        unreadable: list[Unreadable] = []
+        for entry in sorted(self.root.glob(self.pattern)) if self.root.is_dir() else ():
+            if any(part.startswith(".") for part in entry.relative_to(self.root).parts) or not entry.is_dir():
+                continue
+            loaded = self.load(entry)
+            if isinstance(loaded, Unreadable):
+                unreadable.append(loaded)
+            elif loaded is not None:
+                found.append((entry, loaded))
+        return found, unreadable
+
+    def new_staging(self, key: str) -> Path:
+        """A fresh staging folder for a caller that holds `key`'s lock."""
+        path = self.staging / f"{key}.{os.getpid()}.{os.urandom(4).hex()}"
+        path.mkdir(parents=True)
+        return path
+
+    def drop_staging(self, key: str) -> None:
+        """Staging folders of this key; only for a caller that holds its lock (so none of them is live)."""
+        for path in self.staging.glob(f"{key}.*") if self.staging.is_dir() else ():
+            shutil.rmtree(path, ignore_errors=True)
+
+    def publish(self, staging: Path, entry: Path, receipt: R) -> None:
+        _publish(staging, entry, self.receipt, receipt)
+
+    def discard(self, entry: Path) -> None:
+        """The entry disappears at once (one rename to a hidden name beside it), its files after."""
+        doomed = entry.with_name(f".removing-{entry.name}-{os.urandom(4).hex()}")
+        os.rename(entry, doomed)
+        shutil.rmtree(doomed)
+
+    def collect(self, removed: list[Path]) -> None:
+        """What interrupted runs left: staging folders whose key's lock is free, and entries half removed or
+        replaced (hidden names)."""
+        for path in sorted(self.staging.iterdir()) if self.staging.is_dir() else ():
+            _collect_idle([path], self.lock(path.name.split(".", 1)[0]), removed)
+        depth = self.pattern.count("/")
+        hidden = self.root.glob("/".join(["*"] * depth + [".*"])) if self.root.is_dir() else ()
+        for leftover in sorted(hidden):
+            if leftover.name.startswith((".old-", ".removing-")) and leftover.is_dir():
+                shutil.rmtree(leftover, ignore_errors=True)
+                removed.append(leftover)
+
+
+def _load(entry: Path, name: str, record: type[R]) -> R | Unreadable | None:
+    try:
+        return record.from_text((entry / name).read_bytes())
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        return Unreadable(entry, f"no readable {name} ({err.strerror})")
+    except ShapeError as err:
+        return Unreadable(entry, str(err))
+
+
+def _publish(staging: Path, entry: Path, name: str, receipt: Record) -> None:
+    """Write the receipt, then make the complete staging folder the entry in one step. An older entry is swapped
+    out atomically (renameat2 RENAME_EXCHANGE), so there is no moment without a whole one, then deleted."""
+    atomic_write_text(staging / name, receipt.to_text())
+    fsync_tree(staging)
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    if entry.exists():
+        exchange(staging, entry)
+        shutil.rmtree(staging, ignore_errors=True)  # now the old entry
+    else:
+        os.rename(staging, entry)
+
+
+def builds_shelf(dirs: Dirs) -> Shelf[Receipt]:
+    return Shelf(dirs.builds, "*/*", RECEIPT, Receipt, dirs.data / "locks")
+
+
+def toolchains_shelf(dirs: Dirs, known: Callable[[ToolchainReceipt], str | None]) -> Shelf[ToolchainReceipt]:
+    return Shelf(dirs.toolchains, "*", TOOLCHAIN_RECEIPT, ToolchainReceipt, dirs.toolchains / ".locks", True, known)
+
+
+# --- builds -----------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -50,29 +181,13 @@ class Build:
 
 
 def build_lock(dirs: Dirs, build_id: str) -> Path:
-    return dirs.data / "locks" / f"{build_id}.lock"
-
-
-@dataclass(frozen=True)
-class Unreadable:
-    """A prefix with a receipt this buildmgr cannot read: never used as a build, and `list` names it."""
-
-    prefix: Path
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.prefix}: its receipt cannot be read ({self.reason})"
+    return builds_shelf(dirs).lock(build_id)
 
 
 def load_receipt(prefix: Path) -> Receipt | Unreadable | None:
     """The prefix's receipt; Unreadable, with why, where this buildmgr cannot read the one there; None where there
     is none."""
-    try:
-        return Receipt.from_text((prefix / RECEIPT).read_bytes())
-    except FileNotFoundError:
-        return None
-    except (OSError, ShapeError) as err:
-        return Unreadable(prefix, str(err))
+    return _load(prefix, RECEIPT, Receipt)
 
 
 def read_receipt(prefix: Path) -> Receipt | None:
@@ -83,16 +198,8 @@ def read_receipt(prefix: Path) -> Receipt | None:
 
 def scan(dirs: Dirs) -> tuple[list[Build], list[Unreadable]]:
     """Every published build, oldest first, and the prefixes whose receipts cannot be read."""
-    builds, unreadable = [], []
-    for receipt_path in sorted(dirs.builds.glob(f"*/*/{RECEIPT}")):
-        prefix = receipt_path.parent
-        if prefix.name.startswith(".") or prefix.parent.name.startswith("."):  # half removed or replaced
-            continue
-        found = load_receipt(prefix)
-        if isinstance(found, Receipt):
-            builds.append(Build(found.id, prefix, found))
-        elif found is not None:
-            unreadable.append(found)
+    found, unreadable = builds_shelf(dirs).scan()
+    builds = [Build(receipt.id, prefix, receipt) for prefix, receipt in found]
     return sorted(builds, key=lambda b: b.finished), unreadable
 
 
@@ -135,9 +242,7 @@ def run_log(dirs: Dirs, name: str, suffix: str = ".log") -> Path:
 
 
 def new_staging(dirs: Dirs, build_id: str) -> Path:
-    path = dirs.staging / f"{build_id}.{os.getpid()}.{os.urandom(4).hex()}"
-    path.mkdir(parents=True)
-    return path
+    return builds_shelf(dirs).new_staging(build_id)
 
 
 @contextlib.contextmanager
@@ -152,8 +257,7 @@ def staged(dirs: Dirs, build_id: str) -> Iterator[Path]:
 
 def drop_stale_staging(dirs: Dirs, build_id: str) -> None:
     """Staging dirs of this build id; only for a caller that holds the build's lock (so none of them is live)."""
-    for path in dirs.staging.glob(f"{build_id}.*") if dirs.staging.is_dir() else ():
-        shutil.rmtree(path, ignore_errors=True)
+    builds_shelf(dirs).drop_staging(build_id)
 
 
 def write_receipt(staging: Path, receipt: Receipt) -> None:
@@ -161,16 +265,8 @@ def write_receipt(staging: Path, receipt: Receipt) -> None:
 
 
 def publish(staging: Path, prefix: Path, receipt: Receipt) -> None:
-    """Write the receipt, then make the complete staging dir the prefix in one step. An older prefix is swapped out atomically
-    (renameat2 RENAME_EXCHANGE), so there is no moment without a whole build, and then deleted from staging."""
-    write_receipt(staging, receipt)
-    fsync_tree(staging)
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    if prefix.exists():
-        exchange(staging, prefix)
-        shutil.rmtree(staging, ignore_errors=True)  # now the old build
-    else:
-        os.rename(staging, prefix)
+    """A staged build becomes its prefix (see `_publish`)."""
+    _publish(staging, prefix, RECEIPT, receipt)
 
 
 _RENAME_EXCHANGE = 2
@@ -191,9 +287,7 @@ def exchange(a: Path, b: Path) -> None:
 
 def remove(dirs: Dirs, build: Build) -> None:
     with locked(build_lock(dirs, build.id)):
-        doomed = build.prefix.with_name(f".removing-{build.prefix.name}-{os.urandom(4).hex()}")
-        os.rename(build.prefix, doomed)  # the build disappears at once, the files after
-        shutil.rmtree(doomed)
+        builds_shelf(dirs).discard(build.prefix)
         shutil.rmtree(dirs.build_trees / build.id, ignore_errors=True)
 
 
@@ -209,20 +303,16 @@ def _collect_idle(paths: list[Path], lock: Path, removed: list[Path]) -> None:
                 removed.append(path)
 
 
-def gc(dirs: Dirs) -> list[Path]:
-    """Remove staging dirs of builds no longer running, leftovers of interrupted renames, extractions, downloads
+def gc(dirs: Dirs, shelves: tuple[Shelf[ToolchainReceipt], ...] = ()) -> list[Path]:
+    """Remove what interrupted runs left on every shelf (staging folders, half-done renames), extractions, downloads
     and clones, orphan build trees, lock files of builds not running, and shaders no build used for 30 days."""
     removed: list[Path] = []
-    if dirs.staging.is_dir():
-        for path in dirs.staging.iterdir():
-            _collect_idle([path], build_lock(dirs, path.name.split(".", 1)[0]), removed)
+    builds_shelf(dirs).collect(removed)
+    for shelf in shelves:
+        shelf.collect(removed)
     _collect_idle(sorted(dirs.sources.glob(".extract-*")), dirs.sources / ".lock", removed)
     _collect_idle(sorted(dirs.downloads.glob(".pip-*")), dirs.downloads / ".lock", removed)
     _collect_idle(sorted(dirs.git.glob(".*.tmp")), dirs.git / ".lock", removed)
-    for leftover in dirs.builds.glob("*/.*"):
-        if leftover.name.startswith((".old-", ".removing-")) and leftover.is_dir():
-            shutil.rmtree(leftover, ignore_errors=True)
-            removed.append(leftover)
     if dirs.build_trees.is_dir():
         alive = {b.id for b in installed(dirs)}
         for tree in dirs.build_trees.iterdir():

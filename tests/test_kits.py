@@ -162,6 +162,35 @@ def test_remove_refuses_a_toolchain_an_installed_build_needs_and_names_the_build
     assert not root.exists() and [a.id for a in kits.scan(dirs)[0]] == ["cuda-runtime-13"]
 
 
+def test_toolchains_share_the_store_s_listing_removal_and_leftover_collection_with_builds(tmp_path):
+    """One store: a folder with no receipt, one of another shape and one of a toolchain this buildmgr does not know
+    are listed unreadable, never used; a removal that was killed after its rename (a hidden folder) is collected
+    by gc like a build's, and `discard` leaves nothing behind."""
+    env = make_env(tmp_path)
+    dirs = dirs_of(tmp_path)
+    good = fake_kit(dirs)
+    (dirs.toolchains / "empty-1").mkdir()
+    (dirs.toolchains / "garbled-1").mkdir()
+    (dirs.toolchains / "garbled-1" / kits.RECEIPT).write_text("{}")
+    foreign = fake_kit(dirs, "rocm", "6.4")
+    half_removed = dirs.toolchains / ".removing-cuda-12.9-0badcafe"
+    (half_removed / "bin").mkdir(parents=True)
+    listed = buildmgr(env, "toolchain", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    reasons = {Path(u["path"]).name: u["reason"] for u in json.loads(listed.stdout)["unreadable"]}
+    assert reasons == {
+        "empty-1": f"no readable {kits.RECEIPT} (No such file or directory)",
+        "garbled-1": "schema: expected 1, got None",
+        foreign.name: "a toolchain this buildmgr does not know",
+    }
+    assert [t["id"] for t in json.loads(listed.stdout)["toolchains"]] == [good.name]
+    gc = buildmgr(env, "gc")
+    assert gc.returncode == 0 and f"removed {half_removed}" in gc.stderr + gc.stdout and not half_removed.exists()
+    assert good.is_dir() and (dirs.toolchains / "empty-1").is_dir()  # gc never takes an entry
+    kits.shelf(dirs).discard(good)
+    assert not good.exists() and not [p for p in dirs.toolchains.iterdir() if p.name.startswith(".removing-")]
+
+
 def test_an_artifact_built_with_a_toolchain_finds_its_runtime_or_is_offered_it(tmp_path):
     dirs = dirs_of(tmp_path)
     ref = ToolchainRef("cuda-13.0", "cuda", "13.0", {"nvidia-cuda-runtime": "13.0.96"})

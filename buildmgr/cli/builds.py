@@ -79,7 +79,7 @@ def gc(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr import kits, store
 
     # toolchains themselves stay: builds load their run-time libraries from them ('toolchain remove' checks that)
-    removed = store.gc(ctx.dirs) + kits.stale_staging(ctx.dirs)
+    removed = store.gc(ctx.dirs, (kits.shelf(ctx.dirs),))
     for path in removed:
         render.say(f"removed {path}")
     render.say(f"gc: {len(removed)} item(s) removed")

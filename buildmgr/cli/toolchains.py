@@ -105,7 +105,7 @@ def _list(args: argparse.Namespace, ctx: Context) -> int:
     rows = [_row(a, ctx, memo) for a in added]
     if rows:
         memo.save(ctx.dirs.preflight_cache)
-    unreadable = [{"path": str(b.root), "reason": b.reason} for b in broken]
+    unreadable = [{"path": str(b.prefix), "reason": b.reason} for b in broken]
     if args.json:
         print(json.dumps({"toolchains": rows, "unreadable": unreadable}, indent=2))
         return 0
@@ -119,8 +119,8 @@ def _list(args: argparse.Namespace, ctx: Context) -> int:
         needed = ", ".join(row["needed_by"]) or "-"
         table.add_row(row["id"], row["backend"], f"{row['size'] / 2**30:.2f} GiB", packages, state, needed)
     render.out().print(table)
-    for item in unreadable:
-        ctx.warn(f"{item['path']}: {item['reason']}")
+    for item in broken:
+        ctx.warn(str(item))
     return 0
 
 
