@@ -6,7 +6,19 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import Enum
 from typing import NamedTuple
+
+
+class Severity(str, Enum):
+    """How sure a finding is (its value is what JSON and messages say)."""
+
+    ERROR = "error"  # llama.cpp (or the host) will certainly fail
+    WARNING = "warning"  # risky
+    NOTE = "note"  # worth knowing
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)
@@ -26,7 +38,7 @@ class Check:
 
 @dataclass(frozen=True)
 class Finding:
-    severity: str  # error: llama.cpp (or the host) will certainly fail; warning: risky; note: worth knowing
+    severity: Severity
     subject: str  # what it is about: a flag as written, a device, a backend; "" for the whole thing
     message: str
     fix: str = ""
@@ -38,15 +50,15 @@ class Finding:
         return head + (f"; {self.fix}" if self.fix else "")
 
     def line(self) -> str:
-        return f"{self.severity}: {self.text()}"
+        return f"{self.severity.value}: {self.text()}"
 
 
 def errors(findings: Iterable[Finding]) -> list[Finding]:
-    return [f for f in findings if f.severity == "error"]
+    return [f for f in findings if f.severity is Severity.ERROR]
 
 
 def warnings(findings: Iterable[Finding]) -> list[Finding]:
-    return [f for f in findings if f.severity == "warning"]
+    return [f for f in findings if f.severity is Severity.WARNING]
 
 
 class Signature(NamedTuple):

@@ -8,6 +8,7 @@ KeyError deep inside a command. Keys a record does not name are ignored, so a re
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import json
 import types
@@ -41,8 +42,8 @@ def _wrong(where: str, expected: str, value: object) -> ShapeError:
 
 
 def load(kind: Any, value: object, where: str = "") -> Any:
-    """`value` (parsed JSON) as `kind`: a dataclass, str/int/float/bool, `X | None`, tuple[X, ...], list[X],
-    dict[str, X] or Any. Raises ShapeError naming the field."""
+    """`value` (parsed JSON) as `kind`: a dataclass, an Enum (by value), str/int/float/bool, `X | None`,
+    tuple[X, ...], list[X], dict[str, X] or Any. Raises ShapeError naming the field."""
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     if kind is Any:
         return value
@@ -62,6 +63,11 @@ def load(kind: Any, value: object, where: str = "") -> Any:
         return {key: load(args[1], item, f"{where}.{key}") for key, item in value.items()}
     if isinstance(kind, type) and dataclasses.is_dataclass(kind):
         return _record(kind, value, where)
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        try:
+            return kind(value)
+        except ValueError:
+            raise _wrong(where, "one of " + ", ".join(repr(m.value) for m in kind), value) from None
     if kind is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _wrong(where, _NAMES[float], value)
@@ -138,4 +144,6 @@ def dump(value: object) -> Any:
         return [dump(item) for item in value]
     if isinstance(value, dict):
         return {key: dump(item) for key, item in value.items()}
+    if isinstance(value, enum.Enum):
+        return value.value
     return value

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import math
 import os
 import sys
@@ -277,7 +278,7 @@ def test_merged_timing_is_what_llama_bench_computes():
 
 def test_the_h200_rows_compare_by_devices_and_give_the_verdicts_of_the_run():
     found = rows.read_rows([H200 / "rows.jsonl"])
-    table = rows.compare(found, "devices")
+    table = [entry.to_json() for entry in rows.compare(found, "devices")]
     tg = {e["devices"]: e for e in table if e["test"] == "tg128 @ d4096" and "dense" not in str(e)}
     assert tg["devices=Vulkan0"]["vs_baseline"]["ratio"] == pytest.approx(1.27, abs=0.01)
     assert not tg["devices=Vulkan0"]["vs_baseline"]["within_noise"]
@@ -291,13 +292,30 @@ def test_the_h200_rows_compare_by_devices_and_give_the_verdicts_of_the_run():
     assert not any("moe-ngl0" in line for line in lines)  # a fallback never wins
 
 
+def test_a_row_read_is_written_back_exactly_as_it_was():
+    """Rows are typed inside (Row, Meta) and JSON only at the edge: a file's rows survive the round trip whole, key
+    order included, and a buildmgr part of another shape is one line naming the field."""
+    lines = (H200 / "rows.jsonl").read_text().splitlines()
+    for line, row in zip(lines, rows.read_rows([H200 / "rows.jsonl"]), strict=True):
+        assert json.dumps(row.to_json()) == json.dumps(json.loads(line))
+        assert row.validity is rows.Validity(json.loads(line)["buildmgr"]["validity"])
+
+
+def test_a_buildmgr_row_of_another_shape_is_refused_naming_the_field(tmp_path):
+    row = json.loads((H200 / "rows.jsonl").read_text().splitlines()[0])
+    row["buildmgr"]["validity"] = "splendid"
+    (tmp_path / "r.jsonl").write_text(json.dumps(row) + "\n")
+    with pytest.raises(UserError, match=re.escape("buildmgr.validity: expected one of 'valid', 'invalid: fallback'")):
+        rows.read_rows([tmp_path / "r.jsonl"])
+
+
 def test_llama_bench_s_own_json_and_jsonl_are_read(tmp_path):
     row = {"n_prompt": 0, "n_gen": 128, "n_depth": 0, "avg_ts": 50.0, "samples_ts": [49.0, 51.0], "devices": "auto"}
     (tmp_path / "a.json").write_text(json.dumps([row, row | {"devices": "none", "samples_ts": [25.0, 25.5]}]))
     (tmp_path / "b.jsonl").write_text(json.dumps(row | {"n_depth": 512}) + "\n")
     found = rows.read_rows([tmp_path / "a.json", tmp_path / "b.jsonl"])
     table = rows.compare(found, "devices")
-    assert [(e["test"], e["devices"], e["median_ts"]) for e in table] == [
+    assert [(e.test, e.value, e.summary_median) for e in table] == [
         ("tg128 @ d0", "devices=auto", 50.0),
         ("tg128 @ d0", "devices=none", 25.25),
         ("tg128 @ d512", "devices=auto", 50.0),
@@ -426,11 +444,10 @@ def test_compare_plots_the_h200_rows(tmp_path):
 def test_each_row_is_compared_with_the_first_config_on_its_own_model():
     from buildmgr.bench.runner import _with_baseline
 
-    found = rows.read_rows([H200 / "rows.jsonl"])
-    _with_baseline(found)
-    baselines = {(r["buildmgr"]["config"], r["buildmgr"]["baseline"]) for r in found}
+    found = _with_baseline(rows.read_rows([H200 / "rows.jsonl"]))
+    baselines = {(r.meta.config, r.meta.baseline) for r in found}
     assert ("moe-ngl0", "moe-gpu") in baselines and ("vulkan0", "cuda0") in baselines
-    assert all(r["buildmgr"]["vs_baseline"] is None for r in found if r["buildmgr"]["config"] in ("cuda0", "moe-gpu"))
+    assert all(r.meta.vs_baseline is None for r in found if r.meta.config in ("cuda0", "moe-gpu"))
     with pytest.raises(UserError, match="--baseline 'devices=CUDA9' is no value of --by devices"):
         rows.compare(found, "devices", "devices=CUDA9")
 

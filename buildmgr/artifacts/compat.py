@@ -10,7 +10,7 @@ from buildmgr import backends, kits
 from buildmgr.artifacts import cpu_arch_of
 from buildmgr.config import Dirs
 from buildmgr.errors import CannotRunHere
-from buildmgr.findings import Finding, errors
+from buildmgr.findings import Finding, Severity, errors
 from buildmgr.receipt import Receipt
 
 _DL_MODULE = re.compile(r"(^|/)libggml-(?!base|cpu)[a-z0-9]+\.so$")
@@ -32,17 +32,21 @@ def host_findings(receipt: Receipt, environ: Mapping[str, str], machine: str, di
     assert needs is not None, "an artifact's receipt has its runtime needs (checked when it was opened)"
     built_on = receipt.host.machine.lower()
     if cpu_arch_of(built_on) != cpu_arch_of(machine):
-        return [Finding("error", "", f"built for {built_on}, and this host is {machine}")]
+        return [Finding(Severity.ERROR, "", f"built for {built_on}, and this host is {machine}")]
     findings: list[Finding] = []
     glibc = runtime.host_glibc()
     if needs.glibc and glibc is None:
         findings.append(
-            Finding("warning", "", f"this host's glibc version is unknown (musl?); GLIBC_{needs.glibc} is not checked")
+            Finding(
+                Severity.WARNING,
+                "",
+                f"this host's glibc version is unknown (musl?); GLIBC_{needs.glibc} is not checked",
+            )
         )
     if needs.glibc and glibc is not None and glibc < Version(needs.glibc):
         findings.append(
             Finding(
-                "error",
+                Severity.ERROR,
                 "",
                 f"this host's glibc is {glibc}, and {needs.glibc_file} needs GLIBC_{needs.glibc}",
                 "use an artifact built on an older distro (the matrix builds CPU artifacts on ubuntu-22.04)",
@@ -54,8 +58,8 @@ def host_findings(receipt: Receipt, environ: Mapping[str, str], machine: str, di
         if libraries.find(library) is not None:
             continue
         more = f" and {len(users) - 1} more" if len(users) > 1 else ""
-        severity = "warning" if _only_loadable_modules(receipt, users) else "error"
-        effect = "that backend will not load" if severity == "warning" else "nothing runs without it"
+        severity = Severity.WARNING if _only_loadable_modules(receipt, users) else Severity.ERROR
+        effect = "that backend will not load" if severity is Severity.WARNING else "nothing runs without it"
         offer = kits.runtime_offer(receipt.toolchains, library)
         source = f"'{offer}' adds it" if offer else f"it comes from {backends.library_source(library)}"
         findings.append(
@@ -69,7 +73,7 @@ def host_findings(receipt: Receipt, environ: Mapping[str, str], machine: str, di
         if have is not None and have < Version(needs.libstdcxx):
             findings.append(
                 Finding(
-                    "error",
+                    Severity.ERROR,
                     "",
                     f"this host's libstdc++ provides GLIBCXX_{have}, and {needs.libstdcxx_file} needs "
                     f"GLIBCXX_{needs.libstdcxx}",
@@ -80,7 +84,7 @@ def host_findings(receipt: Receipt, environ: Mapping[str, str], machine: str, di
     if receipt.recipe.define("GGML_NATIVE") == "ON":
         findings.append(
             Finding(
-                "warning",
+                Severity.WARNING,
                 "",
                 "built with GGML_NATIVE=ON: it may use CPU instructions this CPU lacks (the smoke run will tell); "
                 "the universal recipe builds every CPU variant",

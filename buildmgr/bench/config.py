@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +54,9 @@ class Workload:
     def args(self) -> list[str]:
         words = ["-p", str(self.n_prompt), "-n", str(self.n_gen), "-d", ",".join(map(str, self.depths))]
         return words + (["-pg", f"{self.n_prompt},{self.n_gen}"] if self.pg else [])
+
+
+DEFAULT_WORKLOAD = Workload()
 
 
 @dataclass(frozen=True)
@@ -204,3 +208,71 @@ def fit_depths(
         raise UserError(f"-p {workload.n_prompt} -n {workload.n_gen} do not fit the model's context of {n_ctx}")
     notes = [f"depth {d} left out: the model's context is {n_ctx}" for d in beyond]
     return kept, notes
+
+
+@dataclass(frozen=True)
+class Request:
+    """A bench call resolved: its CONFIGs, the workload and how to run it (the defaults here are the only ones)."""
+
+    model: Path | None  # the call's -m; a CONFIG's own -m wins
+    configs: tuple[BenchConfig, ...]
+    workload: Workload
+    interval: float = 0.1  # seconds between engine samples
+    timeout: float = 1800.0  # seconds one run may take
+    allow_busy: bool = False
+    allow_pinned: bool = False
+
+
+DEFAULT_REQUEST = Request(None, (), DEFAULT_WORKLOAD)
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What the command line asked, as given (None: the default), before any file is read."""
+
+    configs: tuple[str, ...] = ()
+    config_file: Path | None = None
+    model: Path | None = None
+    depth: str | None = None
+    n_prompt: int | None = None
+    n_gen: int | None = None
+    pg: bool = True
+    reps: int | None = None
+    interval: float | None = None
+    timeout: float | None = None
+    allow_busy: bool = False
+    allow_pinned: bool = False
+
+
+def _at_least(value: float, flag: str, minimum: float) -> None:
+    if value < minimum:
+        raise UserError(f"{flag} {value:g}: at least {minimum:g}")
+
+
+def resolve(
+    asked: Asked, configs: list[BenchConfig], context_of: Callable[[Path], int | None]
+) -> tuple[Request, list[str]]:
+    """The request, and notes on what was adjusted (depths that do not fit the smallest trained context of the
+    models, which `context_of` reads from a model's header). `configs` are the CONFIGs of the command line and of
+    its file, read."""
+    if not configs:
+        raise UserError(f"name at least one CONFIG, e.g. {EXAMPLE}, or --config-file FILE.toml")
+    unique_labels(configs)
+    defaults = DEFAULT_REQUEST
+    n_prompt = asked.n_prompt if asked.n_prompt is not None else defaults.workload.n_prompt
+    n_gen = asked.n_gen if asked.n_gen is not None else defaults.workload.n_gen
+    reps = asked.reps if asked.reps is not None else defaults.workload.reps
+    interval = asked.interval if asked.interval is not None else defaults.interval
+    timeout = asked.timeout if asked.timeout is not None else defaults.timeout
+    for value, flag, minimum in ((reps, "--reps", 1), (n_prompt, "-p", 1), (n_gen, "-n", 1)):
+        _at_least(value, flag, minimum)
+    _at_least(interval, "--interval", 0.01)
+    _at_least(timeout, "--timeout", 1)
+    depths = parse_depths(asked.depth) if asked.depth is not None else defaults.workload.depths
+    contexts = [context_of(model) for model in dict.fromkeys(c.model(asked.model) for c in configs)]
+    n_ctx = min((c for c in contexts if c is not None), default=None)
+    workload = Workload(n_prompt, n_gen, pg=asked.pg, reps=reps)
+    depths, notes = fit_depths(depths, asked.depth is not None, workload, n_ctx)
+    workload = dataclasses.replace(workload, depths=depths)
+    request = Request(asked.model, tuple(configs), workload, interval, timeout, asked.allow_busy, asked.allow_pinned)
+    return request, notes

@@ -6,7 +6,6 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from buildmgr.bench import rows
 from buildmgr.bench.judge import Validity
@@ -27,25 +26,25 @@ def require(path: Path) -> None:
     writable(path.parent, "give --plot a path in a writable directory")
 
 
-def plot(made: Sequence[dict[str, Any]], path: Path, title: str = "") -> None:
+def plot(made: Sequence[rows.Row], path: Path, title: str = "") -> None:
     import matplotlib
 
     matplotlib.use("Agg")  # no display: a file is written
     import matplotlib.pyplot as plt
 
-    panels = list(dict.fromkeys(rows.workload_name(r) for r in made))
+    panels = list(dict.fromkeys(rows.workload_name(r.fields) for r in made))
     figure, axes = plt.subplots(1, max(len(panels), 1), figsize=(5 * max(len(panels), 1), 4), squeeze=False)
     for axis, panel in zip(axes[0], panels, strict=False):
         lines: dict[str, list[tuple[int, float, bool]]] = {}
         for row in made:
-            if rows.workload_name(row) != panel or not rows.samples(row):
+            if rows.workload_name(row.fields) != panel or not rows.samples(row):
                 continue
             median = statistics.median(rows.samples(row))
-            fallback = rows.field(row, f"{rows.KEY}.validity") == Validity.FALLBACK.value
-            label = str(rows.field(row, f"{rows.KEY}.config") or rows.axis_value(row, "build"))
-            if len({rows.field(r, "model_filename") for r in made}) > 1:
-                label += f" [{rows.field(row, 'model_filename')}]"
-            lines.setdefault(label, []).append((row.get("n_depth") or 0, median, fallback))
+            fallback = row.validity is Validity.FALLBACK
+            label = row.config or rows.axis_value(row, "build")
+            if len({rows.field_of(r, "model_filename") for r in made}) > 1:
+                label += f" [{rows.field_of(row, 'model_filename')}]"
+            lines.setdefault(label, []).append((row.fields.get("n_depth") or 0, median, fallback))
         for label, points in lines.items():
             points.sort()
             drawn = axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)

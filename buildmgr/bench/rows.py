@@ -1,7 +1,8 @@
 """The results, as rows: one per test (a CONFIG's prefill, decode or both at one depth), with llama-bench's own
-field names (so upstream's scripts read them) and buildmgr's under `buildmgr`. Rows from any file (buildmgr's
-JSONL, llama-bench's `-o json` or `-o jsonl`) are paired along one axis and compared; the verdicts of a bench call
-are made here. Pure, except `read_rows`."""
+field names (so upstream's scripts read them) and buildmgr's under `buildmgr`, typed (`Row`, `Meta`) and written as
+JSON only at the edge. Rows from any file (buildmgr's JSONL, llama-bench's `-o json` or `-o jsonl`) are paired along
+one axis and compared (`Compared`), shown by one exporter per format; the verdicts of a bench call are made here.
+Pure, except `read_rows`."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ import csv
 import io
 import json
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from buildmgr.bench.judge import Validity
 from buildmgr.bench.stats import Ratio, compared, ratio, summarize
 from buildmgr.errors import UserError
+from buildmgr.jsonshape import ShapeError, dump, load
 
 KEY = "buildmgr"
 SCHEMA = 1
@@ -57,44 +60,101 @@ AXES: dict[str, tuple[str, ...]] = {
     "overrides": ("tensor_buft_overrides", "n_cpu_moe"),
     "depth": ("n_depth",),
 }
-FORMATS = ("md", "json", "csv")
-RANKED = (Validity.VALID.value, Validity.UNPROVEN.value)  # rows a comparison may rank; a fallback never wins
+RANKED = (Validity.VALID, Validity.UNPROVEN)  # rows a comparison may rank; a fallback never wins
 DEFAULTS = ("0.00", 0, "none", False)  # llama-bench's spelling of a field left at its default: not shown in a label
 
 
-def field(row: dict, name: str) -> Any:
+@dataclass(frozen=True)
+class Meta:
+    """buildmgr's part of a row: which CONFIG and build, how the devices were judged (validity and its evidence),
+    the samples' summary, the warm-up, the engines' and the host's readings, and the ratio to the call's first CONFIG."""
+
+    schema: int
+    config: str
+    flags: str
+    build_id: str
+    receipt_sha256: str | None
+    devices: dict[str, str | None]  # name → PCI bus id
+    enumeration_env: dict[str, str]
+    env_set: dict[str, str]  # what its runs were given (the pinning guard)
+    validity: Validity
+    evidence: tuple[str, ...]
+    summary: dict[str, Any]
+    noisy: bool
+    warmup_ts: tuple[float, ...]
+    runs: int
+    failures: tuple[dict[str, Any], ...]
+    engine: tuple[dict[str, Any], ...]
+    host_memory: dict[str, Any]
+    checks: tuple[str, ...]
+    warnings: tuple[str, ...]
+    baseline: str | None = None  # the CONFIG it is compared with
+    vs_baseline: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Row:
+    """One test's result: llama-bench's row as it prints it, and buildmgr's `Meta` (None in llama-bench's own)."""
+
+    fields: dict[str, Any]
+    meta: Meta | None = None
+    file: str = field(default="", compare=False)  # the file it was read from
+
+    @property
+    def validity(self) -> Validity | None:
+        return self.meta.validity if self.meta is not None else None
+
+    @property
+    def config(self) -> str:
+        return self.meta.config if self.meta is not None else ""
+
+    def to_json(self) -> dict[str, Any]:
+        return self.fields | ({KEY: dump(self.meta)} if self.meta is not None else {})
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], file: str = "") -> Row:
+        """A row as buildmgr or llama-bench wrote it; ShapeError where its `buildmgr` part is of another shape."""
+        fields = {k: v for k, v in data.items() if k != KEY}
+        meta: Meta | None = load(Meta, data[KEY], KEY) if isinstance(data.get(KEY), dict) else None
+        return cls(fields, meta, file)
+
+
+def field_of(row: Row, name: str) -> Any:
+    """A field by llama-bench's name, or buildmgr's as `buildmgr.NAME` (a state by its value, as files say it)."""
     if name.startswith(f"{KEY}."):
-        return (row.get(KEY) or {}).get(name.split(".", 1)[1])
-    value = row.get(name)
+        value = getattr(row.meta, name.split(".", 1)[1], None) if row.meta is not None else None
+        return value.value if isinstance(value, Validity) else value
+    value = row.fields.get(name)
     return Path(value).name if name == "model_filename" and isinstance(value, str) else value
 
 
-def workload_name(row: dict) -> str:
+def workload_name(fields: dict[str, Any]) -> str:
     """pp512, tg128 or pp512+tg128, as llama-bench names its tests."""
-    p, n = row.get("n_prompt") or 0, row.get("n_gen") or 0
+    p, n = fields.get("n_prompt") or 0, fields.get("n_gen") or 0
     return f"pp{p}+tg{n}" if p and n else f"pp{p}" if p else f"tg{n}"
 
 
-def test_name(row: dict) -> str:
-    return f"{workload_name(row)} @ d{row.get('n_depth') or 0}"
+def test_name(fields: dict[str, Any]) -> str:
+    return f"{workload_name(fields)} @ d{fields.get('n_depth') or 0}"
 
 
-def axis_value(row: dict, axis: str) -> str:
-    if axis == "config" and field(row, f"{KEY}.config"):
-        return str(field(row, f"{KEY}.config"))
+def axis_value(row: Row, axis: str) -> str:
+    if axis == "config" and row.config:
+        return row.config
     fields = AXES.get(axis, (axis,))
-    shown = [f for f in fields if field(row, f) is not None and (f == fields[0] or field(row, f) not in DEFAULTS)]
-    return " ".join(f"{f.rsplit('.', 1)[-1]}={field(row, f)}" for f in shown) or "?"
+    shown = [f for f in fields if field_of(row, f) is not None and (f == fields[0] or field_of(row, f) not in DEFAULTS)]
+    return " ".join(f"{f.rsplit('.', 1)[-1]}={field_of(row, f)}" for f in shown) or "?"
 
 
-def samples(row: dict) -> list[float]:
-    values = row.get("samples_ts")
+def samples(row: Row) -> list[float]:
+    values = row.fields.get("samples_ts")
     if isinstance(values, list) and values:
         return [float(v) for v in values]
-    return [float(row["avg_ts"])] if isinstance(row.get("avg_ts"), (int, float)) else []
+    average = row.fields.get("avg_ts")
+    return [float(average)] if isinstance(average, (int, float)) else []
 
 
-def merge_timing(template: dict, ns: Sequence[int]) -> dict:
+def merge_timing(template: dict[str, Any], ns: Sequence[int]) -> dict[str, Any]:
     """A llama-bench row whose timing is these samples, computed as llama-bench computes it (t/s per sample from
     the tokens of the test, then mean and sample stdev of each)."""
     tokens = (template.get("n_prompt") or 0) + (template.get("n_gen") or 0)
@@ -112,9 +172,9 @@ def merge_timing(template: dict, ns: Sequence[int]) -> dict:
 # --- reading -----------------------------------------------------------------------------------------------------
 
 
-def read_rows(paths: Iterable[Path]) -> list[dict]:
+def read_rows(paths: Iterable[Path]) -> list[Row]:
     """buildmgr's JSONL, or llama-bench's `-o jsonl` (a row per line) or `-o json` (one array)."""
-    found = []
+    found: list[Row] = []
     for path in paths:
         try:
             text = path.read_text()
@@ -128,28 +188,60 @@ def read_rows(paths: Iterable[Path]) -> list[dict]:
             )
         except ValueError as err:
             raise UserError(f"{path} is neither JSON nor JSONL from llama-bench or buildmgr bench ({err})") from None
-        rows = [r for r in data if isinstance(r, dict) and ("n_prompt" in r or "n_gen" in r)]
-        if not rows:
+        made = [r for r in data if isinstance(r, dict) and ("n_prompt" in r or "n_gen" in r)]
+        if not made:
             raise UserError(f"{path} has no llama-bench rows (each needs n_prompt, n_gen and avg_ts or samples_ts)")
-        found += [r | {"_file": str(path)} for r in rows]
+        try:
+            found += [Row.from_json(r, str(path)) for r in made]
+        except ShapeError as err:
+            raise UserError(f"{path}: a row's buildmgr part is not one this buildmgr reads ({err})") from None
     return found
 
 
 # --- comparing ---------------------------------------------------------------------------------------------------
 
 
-def _key(row: dict, axis: str) -> tuple:
+@dataclass(frozen=True)
+class Compared:
+    """One value of the axis within a group of otherwise equal rows, against the group's baseline."""
+
+    test: str
+    axis: str
+    value: str
+    summary_median: float | None
+    cv: float | None
+    n: int
+    baseline: str | None
+    vs_baseline: Ratio | None
+    validity: Validity | None  # the worst of its rows; None: llama-bench's own
+    rows: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "test": self.test,
+            self.axis: self.value,
+            "median_ts": self.summary_median,
+            "cv": self.cv,
+            "n": self.n,
+            "baseline": self.baseline,
+            "vs_baseline": self.vs_baseline.to_json() if self.vs_baseline else None,
+            "validity": self.validity.value if self.validity is not None else "",
+            "rows": self.rows,
+        }
+
+
+def _key(row: Row, axis: str) -> tuple[tuple[str, str], ...]:
     free = set(AXES.get(axis, (axis,)))
     fields = [f for f in (*WORKLOAD_FIELDS, *BUILD_FIELDS, *PLACEMENT_FIELDS) if f not in free]
-    return tuple((f, json.dumps(field(row, f), sort_keys=True)) for f in fields)
+    return tuple((f, json.dumps(field_of(row, f), sort_keys=True)) for f in fields)
 
 
-def compare(rows: Sequence[dict], axis: str, baseline: str | None = None) -> list[dict]:
+def compare(rows: Sequence[Row], axis: str, baseline: str | None = None) -> list[Compared]:
     """Rows grouped by everything but the axis; within a group, each value of the axis against the first (or the
     `baseline` value) with its ratio and 95 % interval. Rows marked invalid are shown and never a baseline."""
-    if axis not in AXES and not any(axis in r for r in rows):
+    if axis not in AXES and not any(axis in r.fields for r in rows):
         raise UserError(f"--by {axis!r}: one of {', '.join(AXES)}, or a field of the rows")
-    groups: dict[tuple, dict[str, list[dict]]] = {}
+    groups: dict[tuple[tuple[str, str], ...], dict[str, list[Row]]] = {}
     for row in rows:
         groups.setdefault(_key(row, axis), {}).setdefault(axis_value(row, axis), []).append(row)
     values_seen = {value for members in groups.values() for value in members}
@@ -161,107 +253,130 @@ def compare(rows: Sequence[dict], axis: str, baseline: str | None = None) -> lis
     for members in groups.values():
         values = {value: [s for r in rs for s in samples(r)] for value, rs in members.items()}
         validity = {value: _validity(rs) for value, rs in members.items()}
-        usable = [v for v in members if validity[v] in (*RANKED, "")]  # "": llama-bench's own rows
+        usable = [v for v in members if validity[v] is None or validity[v] in RANKED]  # None: llama-bench's own
         base = baseline if baseline in usable else (usable[0] if usable else None)
         for value, rs in members.items():
             summary = summarize(values[value])
             r = ratio(values[base], values[value]) if base is not None and value != base else None
             table.append(
-                {
-                    "test": test_name(rs[0]),
-                    axis: value,
-                    "median_ts": summary.median,
-                    "cv": summary.cv,
-                    "n": summary.n,
-                    "baseline": base,
-                    "vs_baseline": r.to_json() if r else None,
-                    "validity": validity[value],
-                    "rows": len(rs),
-                }
+                Compared(
+                    test_name(rs[0].fields),
+                    axis,
+                    value,
+                    summary.median,
+                    summary.cv,
+                    summary.n,
+                    base,
+                    r,
+                    validity[value],
+                    len(rs),
+                )
             )
     return table
 
 
-def _validity(rows: Sequence[dict]) -> str:
-    states = [field(r, f"{KEY}.validity") or "" for r in rows]
-    return next((s for s in states if s not in (Validity.VALID.value, "")), states[0] if states else "")
+def _validity(rows: Sequence[Row]) -> Validity | None:
+    """The first state other than valid among the rows, else the first row's."""
+    states = [r.validity for r in rows]
+    return next((s for s in states if s not in (Validity.VALID, None)), states[0] if states else None)
 
 
-def render(table: Sequence[dict], axis: str, fmt: str) -> str:
-    if fmt == "json":
-        return json.dumps(table, indent=2)
-    columns = ["test", axis, "median t/s", "cv", "n", "vs baseline", "validity"]
-    lines = []
-    for entry in table:
-        r = entry["vs_baseline"]
-        shown = (
-            "baseline"
-            if entry[axis] == entry["baseline"]
-            else Ratio(r["ratio"], *(r["ci95"] or (None, None))).text()
-            + (" (one run: no interval)" if r["ci95"] is None else " (noise)" if r["within_noise"] else "")
-            if r
-            else "—"
-        )
-        median = f"{entry['median_ts']:.2f}" if entry["median_ts"] is not None else "—"
-        cv = f"{entry['cv'] * 100:.1f} %" if entry["cv"] is not None else "—"
-        lines.append([entry["test"], str(entry[axis]), median, cv, str(entry["n"]), shown, entry["validity"] or "—"])
-    if fmt == "csv":
-        out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(columns)
-        writer.writerows(lines)
-        return out.getvalue().rstrip("\n")
+# --- exporters: one per format, over the one typed table ---------------------------------------------------------
+
+COLUMNS = ("test", "median t/s", "cv", "n", "vs baseline", "validity")
+
+
+def _cells(entry: Compared) -> list[str]:
+    r = entry.vs_baseline
+    shown = (
+        "baseline"
+        if entry.value == entry.baseline
+        else r.rounded().text() + (" (one run: no interval)" if r.low is None else " (noise)" if r.within_noise else "")
+        if r
+        else "—"
+    )
+    median = f"{entry.summary_median:.2f}" if entry.summary_median is not None else "—"
+    cv = f"{entry.cv * 100:.1f} %" if entry.cv is not None else "—"
+    state = entry.validity.value if entry.validity is not None else "—"
+    return [entry.test, entry.value, median, cv, str(entry.n), shown, state]
+
+
+def _columns(axis: str) -> list[str]:
+    return [COLUMNS[0], axis, *COLUMNS[1:]]
+
+
+def export_json(table: Sequence[Compared], axis: str) -> str:
+    return json.dumps([entry.to_json() for entry in table], indent=2)
+
+
+def export_csv(table: Sequence[Compared], axis: str) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(_columns(axis))
+    writer.writerows(_cells(entry) for entry in table)
+    return out.getvalue().rstrip("\n")
+
+
+def export_markdown(table: Sequence[Compared], axis: str) -> str:
+    columns = _columns(axis)
     header = "| " + " | ".join(columns) + " |"
     rule = "|" + "|".join("---" for _ in columns) + "|"
-    return "\n".join(
-        [header, rule, *("| " + " | ".join(cell.replace("|", "\\|") for cell in line) + " |" for line in lines)]
-    )
+    lines = ["| " + " | ".join(cell.replace("|", "\\|") for cell in _cells(entry)) + " |" for entry in table]
+    return "\n".join([header, rule, *lines])
+
+
+EXPORTERS: dict[str, Callable[[Sequence[Compared], str], str]] = {
+    "md": export_markdown,
+    "json": export_json,
+    "csv": export_csv,
+}
+FORMATS = tuple(EXPORTERS)
+
+
+def render(table: Sequence[Compared], axis: str, fmt: str) -> str:
+    return EXPORTERS[fmt](table, axis)
 
 
 # --- verdicts ----------------------------------------------------------------------------------------------------
 
 
-def _label(row: dict) -> str:
-    return str(field(row, f"{KEY}.config"))
-
-
-def verdicts(rows: Sequence[dict], devices_of: dict[str, int]) -> list[str]:
+def verdicts(rows: Sequence[Row], devices_of: dict[str, int]) -> list[str]:
     """Per test at each depth: which CONFIG wins and by how much over the next; and for every split (a CONFIG over
     more than one device), whether it beats the best single device of this host at the same depth, by the rule
     operators of mixed hosts go by: a split that does not is not worth its failure modes."""
-    models = {field(r, "model_filename") for r in rows}
-    by_test: dict[str, list[dict]] = {}
+    models = {field_of(r, "model_filename") for r in rows}
+    by_test: dict[str, list[Row]] = {}
     for row in rows:
-        model = f" [{field(row, 'model_filename')}]" if len(models) > 1 else ""
-        by_test.setdefault(test_name(row) + model, []).append(row)
+        model = f" [{field_of(row, 'model_filename')}]" if len(models) > 1 else ""
+        by_test.setdefault(test_name(row.fields) + model, []).append(row)
     lines = []
     for test, members in by_test.items():
-        usable = [r for r in members if field(r, f"{KEY}.validity") in RANKED and samples(r)]
+        usable = [r for r in members if r.validity in RANKED and samples(r)]
         ranked = sorted(usable, key=lambda r: statistics.median(samples(r)), reverse=True)
         if not ranked:
             lines.append(f"{test}: no configuration gave a usable result")
             continue
         if len(ranked) == 1:
-            lines.append(f"{test}: only {_label(ranked[0])} gave a usable result")
+            lines.append(f"{test}: only {ranked[0].config} gave a usable result")
         else:
             lines.append(
                 f"{test}: "
-                + compared(ratio(samples(ranked[1]), samples(ranked[0])), _label(ranked[0]), _label(ranked[1]))
+                + compared(ratio(samples(ranked[1]), samples(ranked[0])), ranked[0].config, ranked[1].config)
             )
-        singles = [r for r in ranked if devices_of.get(_label(r)) == 1]
-        for split in (r for r in ranked if devices_of.get(_label(r), 0) > 1):
+        singles = [r for r in ranked if devices_of.get(r.config) == 1]
+        for split in (r for r in ranked if devices_of.get(r.config, 0) > 1):
             if not singles:
                 lines.append(
-                    f"{test}: split {_label(split)}: no single-device configuration was measured to compare with"
+                    f"{test}: split {split.config}: no single-device configuration was measured to compare with"
                 )
                 continue
             best = singles[0]
             r = ratio(samples(best), samples(split))
             if r is not None and not r.within_noise and r.value > 1:
-                lines.append(f"{test}: split {_label(split)} beats the best single device {_label(best)} by {r.text()}")
+                lines.append(f"{test}: split {split.config} beats the best single device {best.config} by {r.text()}")
             else:
                 shown = r.text() if r else "?"
                 lines.append(
-                    f"{test}: split {_label(split)} is not worth it: {shown} of the best single device {_label(best)}"
+                    f"{test}: split {split.config} is not worth it: {shown} of the best single device {best.config}"
                 )
     return lines

@@ -5,38 +5,34 @@ the modules it calls do not."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from buildmgr import backends, proc
 from buildmgr.bench import logs, rows
-from buildmgr.bench.config import BenchConfig, Workload
+from buildmgr.bench.config import Asked, BenchConfig, Request, parse_config, read_toml, resolve
 from buildmgr.bench.judge import BUSY_PERCENT, HOST, Judgement, Role, Validity, judge, slowdowns
 from buildmgr.bench.sampling import Sample, Sampler, services
 from buildmgr.bench.stats import ratio, summarize
 from buildmgr.errors import UserError
 from buildmgr.findings import Finding, errors
 from buildmgr.placement.check import check, memory_findings, model_devices, read_gguf, weights_per_device
+from buildmgr.receipt import FILE_NAME as RECEIPT
+
+if TYPE_CHECKING:
+    from buildmgr.config import Dirs
+    from buildmgr.store import Build
 
 TAIL_LINES = 15
 BUSY_READINGS = 5  # engine readings taken before the first run to see whether another process keeps a GPU busy
-
-
-@dataclass(frozen=True)
-class Request:
-    model: Path | None  # the call's -m; a CONFIG's own -m wins
-    configs: tuple[BenchConfig, ...]
-    workload: Workload
-    interval: float = 0.1
-    timeout: float = 1800.0
-    allow_busy: bool = False
-    allow_pinned: bool = False
 
 
 @dataclass(frozen=True)
@@ -45,7 +41,7 @@ class Planned:
     judged, the environment its runs get, and what the placement check said."""
 
     config: BenchConfig
-    build: Any  # store.Build
+    build: Build
     model: Path
     roles: tuple[Role, ...]
     devices: dict[str, str | None]
@@ -65,7 +61,7 @@ class Run:
 
     round: int  # 0: the discarded first run
     ran: proc.Ran
-    rows: list[dict]
+    rows: list[dict[str, Any]]  # llama-bench's own, as it printed them
     judgements: dict[int, Judgement]  # by test, 1-based as llama-bench counts
     load: logs.LoadLog
     peak_kib: dict[str, int]
@@ -85,7 +81,7 @@ class Run:
 
 @dataclass(frozen=True)
 class Result:
-    rows: list[dict]
+    rows: list[rows.Row]
     verdicts: list[str]
     notes: list[str]
     path: Path
@@ -94,8 +90,7 @@ class Result:
     @property
     def exit_code(self) -> int:
         """1 where a CONFIG failed or was not run (its rows say why); fallbacks are results, flagged in their rows."""
-        bad = (Validity.FAILED.value, Validity.NOT_RUN.value)
-        return int(any(r[rows.KEY]["validity"] in bad for r in self.rows))
+        return int(any(r.validity in (Validity.FAILED, Validity.NOT_RUN) for r in self.rows))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -103,13 +98,21 @@ class Result:
             "samples": str(self.samples_path),
             "notes": self.notes,
             "verdicts": self.verdicts,
-            "table": rows.compare(self.rows, "config"),
-            "rows": self.rows,
+            "table": [entry.to_json() for entry in rows.compare(self.rows, "config")],
+            "rows": [row.to_json() for row in self.rows],
             "exit_code": self.exit_code,
         }
 
 
 # --- before anything runs ----------------------------------------------------------------------------------------
+
+
+def prepare(asked: Asked) -> tuple[Request, list[str]]:
+    """The command line's CONFIGs and those of its file, and the models' contexts, read; then resolved (config)."""
+    configs = [parse_config(text) for text in asked.configs]
+    if asked.config_file is not None:
+        configs += read_toml(asked.config_file)
+    return resolve(asked, configs, model_context)
 
 
 def model_context(model: Path) -> int | None:
@@ -123,7 +126,7 @@ def model_context(model: Path) -> int | None:
     return int(value.parts[-1][0]) if value is not None else None
 
 
-def plan(dirs, request: Request, environ: Mapping[str, str]) -> list[Planned]:
+def plan(dirs: Dirs, request: Request, environ: Mapping[str, str]) -> list[Planned]:
     """Each CONFIG against its build's devices here, with the model; a name that is no device here is exit 2."""
     from buildmgr import store
     from buildmgr.placement.run import here_for
@@ -222,10 +225,7 @@ def run_once(
         )
         for test in range(1, len(found_rows) + 1)
     }
-    peak: dict[str, int] = {}
-    for sample in samples:
-        for key, value in (sample.process.memory_kib if sample.process else {}).items():
-            peak[key] = max(peak.get(key, 0), value)
+    peak = _peak(sample.process.memory_kib for sample in samples if sample.process)
     placed = {pci for pci in planned.devices.values() if pci}
     warnings = slowdowns(samples, placed)
     return Run(round_, ran, found_rows, judgements, load, peak, warnings, samples, phases, spans, started)
@@ -234,7 +234,7 @@ def run_once(
 # --- the whole call ------------------------------------------------------------------------------------------------
 
 
-def _test_key(row: dict) -> tuple[int, int, int]:
+def _test_key(row: Mapping[str, Any]) -> tuple[int, int, int]:
     return (row.get("n_prompt") or 0, row.get("n_gen") or 0, row.get("n_depth") or 0)
 
 
@@ -245,18 +245,21 @@ def _worst(judgements: Sequence[Judgement]) -> Judgement | None:
 
 def _rows_of(
     planned: Planned, runs: list[Run], request: Request, environ: Mapping[str, str], host_notes: list[str]
-) -> list[dict]:
-    receipt = planned.build.prefix / "buildmgr-receipt.json"
-    failures = [{"round": r.round, "failure": r.failure, "tail": r.tail()} for r in runs if r.failure]
+) -> list[rows.Row]:
+    receipt = planned.build.prefix / RECEIPT
+    failures = tuple({"round": r.round, "failure": r.failure, "tail": r.tail()} for r in runs if r.failure)
     runs_kept = [r for r in runs if r.round > 0 and not r.failure]
     fingerprint = hashlib.sha256(receipt.read_bytes()).hexdigest() if receipt.is_file() else None
     host_memory = _host_memory(planned, runs_kept, environ)
-    warnings = sorted({w for r in runs for w in r.warnings}) + host_notes
+    warnings = (*sorted({w for r in runs for w in r.warnings}), *host_notes)
     enumeration = {v: environ[v] for v in backends.enumeration_variables() if v in environ}
     made = []
     for test in request.workload.tests():
-        kept, warmup, judgements, template = [], [], [], None
-        engine: list[dict] = []
+        kept: list[int] = []
+        warmup: list[float] = []
+        judgements: list[Judgement] = []
+        template: dict[str, Any] | None = None
+        engine: list[dict[str, Any]] = []
         for run in runs:
             for index, row in enumerate(run.rows, 1):
                 if _test_key(row) != test:
@@ -269,12 +272,13 @@ def _rows_of(
                 judgements.append(run.judgements[index])
                 engine += [{"round": run.round, **w.to_json()} for w in run.judgements[index].work]
         worst = _worst(judgements)
+        evidence: tuple[str, ...]
         if planned.blocked is not None:
-            validity, evidence = Validity.NOT_RUN, [planned.blocked.line()]
-        elif not kept:
-            validity, evidence = Validity.FAILED, [f["failure"] for f in failures] or ["no kept run"]
+            validity, evidence = Validity.NOT_RUN, (planned.blocked.line(),)
+        elif not kept or worst is None:
+            validity, evidence = Validity.FAILED, tuple(str(f["failure"]) for f in failures) or ("no kept run",)
         else:
-            validity, evidence = worst.validity, list(worst.evidence)
+            validity, evidence = worst.validity, worst.evidence
         base = template or {
             "n_prompt": test[0],
             "n_gen": test[1],
@@ -285,30 +289,30 @@ def _rows_of(
             "avg_ts": None,
             "samples_ts": [],
         }
-        row = rows.merge_timing(base, kept) if kept else base
-        summary = summarize(row.get("samples_ts") or [])
-        row[rows.KEY] = {
-            "schema": rows.SCHEMA,
-            "config": planned.config.label,
-            "flags": planned.config.flags(),
-            "build_id": planned.build.id,
-            "receipt_sha256": fingerprint,
-            "devices": planned.devices,
-            "enumeration_env": enumeration,
-            "env_set": planned.env_set,
-            "validity": validity.value,
-            "evidence": evidence,
-            "summary": summary.to_json(),
-            "noisy": summary.noisy,
-            "warmup_ts": [round(v, 2) for v in warmup],
-            "runs": len(runs),
-            "failures": failures,
-            "engine": engine,
-            "host_memory": host_memory,
-            "checks": [f.line() for f in planned.findings],
-            "warnings": warnings,
-        }
-        made.append(row)
+        fields = rows.merge_timing(base, kept) if kept else dict(base)
+        summary = summarize(fields.get("samples_ts") or [])
+        meta = rows.Meta(
+            rows.SCHEMA,
+            planned.config.label,
+            planned.config.flags(),
+            planned.build.id,
+            fingerprint,
+            planned.devices,
+            enumeration,
+            planned.env_set,
+            validity,
+            evidence,
+            summary.to_json(),
+            summary.noisy,
+            tuple(round(v, 2) for v in warmup),
+            len(runs),
+            failures,
+            tuple(engine),
+            host_memory,
+            tuple(f.line() for f in planned.findings),
+            warnings,
+        )
+        made.append(rows.Row(fields, meta))
     return made
 
 
@@ -320,33 +324,41 @@ def _host_memory(planned: Planned, runs: Sequence[Run], environ: Mapping[str, st
     guarded = bool(planned.guard) and all(env.get(k) == v for k, v in planned.guard.items())
     if load is not None and guarded:
         load["pinned_host_mib"] = 0.0
-    return {"load_log": load, "pinning_guard": planned.guard if guarded else None, "process_peak_kib": _peak(runs)}
+    return {
+        "load_log": load,
+        "pinning_guard": planned.guard if guarded else None,
+        "process_peak_kib": _peak(run.peak_kib for run in runs),
+    }
 
 
-def _peak(runs: Sequence[Run]) -> dict[str, int]:
+def _peak(readings: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    """The highest of each memory figure over these readings (of samples, or of runs' peaks)."""
     peak: dict[str, int] = {}
-    for run in runs:
-        for key, value in run.peak_kib.items():
+    for reading in readings:
+        for key, value in reading.items():
             peak[key] = max(peak.get(key, 0), value)
     return peak
 
 
-def _with_baseline(made: list[dict]) -> None:
-    """Each row's ratio to the same test of the first CONFIG on the same model."""
+def _with_baseline(made: list[rows.Row]) -> list[rows.Row]:
+    """Each row with its ratio to the same test of the first CONFIG on the same model."""
     first: dict[str, str] = {}
     for row in made:
-        first.setdefault(rows.field(row, "model_filename"), row[rows.KEY]["config"])
+        first.setdefault(rows.field_of(row, "model_filename"), row.config)
     base = {
-        (rows.field(r, "model_filename"), rows.test_name(r)): rows.samples(r)
+        (rows.field_of(r, "model_filename"), rows.test_name(r.fields)): rows.samples(r)
         for r in made
-        if r[rows.KEY]["config"] == first[rows.field(r, "model_filename")]
+        if r.config == first[rows.field_of(r, "model_filename")]
     }
+    compared = []
     for row in made:
-        model = rows.field(row, "model_filename")
-        own = row[rows.KEY]["config"] == first[model]
-        r = None if own else ratio(base.get((model, rows.test_name(row)), []), rows.samples(row))
-        row[rows.KEY]["baseline"] = first[model]
-        row[rows.KEY]["vs_baseline"] = r.to_json() if r else None
+        model = rows.field_of(row, "model_filename")
+        own = row.config == first[model]
+        r = None if own else ratio(base.get((model, rows.test_name(row.fields)), []), rows.samples(row))
+        assert row.meta is not None  # rows of this call carry buildmgr's part
+        meta = dataclasses.replace(row.meta, baseline=first[model], vs_baseline=r.to_json() if r else None)
+        compared.append(dataclasses.replace(row, meta=meta))
+    return compared
 
 
 def writable(path: Path, fix: str = "set XDG_DATA_HOME") -> None:
@@ -382,16 +394,17 @@ def _samples_json(planned: Planned, run: Run) -> dict[str, Any]:
 
 
 def bench(
-    dirs,
+    dirs: Dirs,
     request: Request,
     environ: Mapping[str, str],
     say: Callable[[str], None],
-    notes: list[str],
+    notes: Sequence[str],
     on_event: Callable[[str, int, logs.Event], None] = lambda label, round_, event: None,
 ) -> Result:
     """Plan, refuse a busy host, run every round of every CONFIG interleaved, and write the rows and samples."""
     from buildmgr.fsutil import atomic_write_text
 
+    notes = list(notes)  # the caller's stay as they were; this call's are added to its own
     planned = plan(dirs, request, environ)
     writable(dirs.bench)
     sources = backends.open_engines()
@@ -426,7 +439,7 @@ def bench(
                     environ,
                     sources,
                     round_,
-                    lambda e, label=p.config.label, r=round_: on_event(label, r, e),
+                    functools.partial(on_event, p.config.label, round_),
                 )
                 done.append(run)
                 executed.append((p, run))
@@ -440,11 +453,11 @@ def bench(
         for source in sources:
             source.close()
     made = [row for p in planned for row in _rows_of(p, runs[p.config.label], request, environ, host_notes)]
-    _with_baseline(made)
+    made = _with_baseline(made)
     devices_of = {p.config.label: len(p.roles) for p in planned}
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     path = dirs.bench / f"{stamp}-{os.getpid()}.jsonl"
     samples_path = path.with_suffix(".samples.jsonl")
     atomic_write_text(samples_path, "".join(json.dumps(_samples_json(p, r)) + "\n" for p, r in executed))
-    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in made))
+    atomic_write_text(path, "".join(json.dumps(r.to_json()) + "\n" for r in made))
     return Result(made, rows.verdicts(made, devices_of), notes, path, samples_path)

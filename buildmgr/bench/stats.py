@@ -73,12 +73,20 @@ class Ratio(NamedTuple):
         interval = f" [{self.low:.2f}, {self.high:.2f}]" if self.low is not None and self.high is not None else ""
         return f"{self.value:.2f}×{interval}"
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "ratio": round(self.value, 4),
-            "ci95": [round(self.low, 4), round(self.high, 4)]
+    def rounded(self) -> Ratio:
+        """To the four places JSON states it with (tables show what the JSON says)."""
+        low, high = (
+            (round(self.low, 4), round(self.high, 4))
             if self.low is not None and self.high is not None
-            else None,
+            else (None, None)
+        )
+        return Ratio(round(self.value, 4), low, high)
+
+    def to_json(self) -> dict[str, object]:
+        shown = self.rounded()
+        return {
+            "ratio": shown.value,
+            "ci95": [shown.low, shown.high] if shown.low is not None and shown.high is not None else None,
             "within_noise": self.within_noise,
         }
 

@@ -125,7 +125,7 @@ def install_artifact(args: argparse.Namespace, ctx: Context) -> int:
     artifact = archive.open_artifact(args.file)
     findings = compat.host_findings(artifact.receipt, ctx.environ, hostfacts.read().machine, ctx.dirs)
     for found in findings:
-        render.say(found.line(), "red" if found.severity == "error" else "yellow")
+        render.say(found.line(), render.STYLES.get(found.severity, "yellow"))
     compat.require_runnable(findings, args.file.name)
     ensure_writable(ctx.dirs.data, "set XDG_DATA_HOME to a writable directory")
     ensure_writable(ctx.dirs.cache, "set XDG_CACHE_HOME to a writable directory")

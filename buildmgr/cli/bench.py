@@ -6,14 +6,17 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from buildmgr import backends
+from buildmgr.bench.config import DEFAULT_REQUEST, Workload
+from buildmgr.bench.rows import FORMATS
 from buildmgr.cli import command, render
 from buildmgr.config import Context
 from buildmgr.errors import UserError
 
 if TYPE_CHECKING:
+    from buildmgr.bench.logs import Event
     from buildmgr.cli import Subparsers
 
 
@@ -32,13 +35,19 @@ def register(sub: Subparsers, name: str) -> None:
     p.add_argument(
         "--config-file", type=Path, metavar="TOML", help="CONFIGs as [[config]] tables (build, label, flags)"
     )
-    p.add_argument("--depth", help="depths in tokens, comma-separated (default 0,4096, clipped to the model's context)")
-    p.add_argument("-p", "--n-prompt", type=int, default=512, help="prefill tokens per test (default 512)")
-    p.add_argument("-n", "--n-gen", type=int, default=128, help="decoded tokens per test (default 128)")
+    defaults = DEFAULT_REQUEST
+    depths = ",".join(map(str, defaults.workload.depths))
+    p.add_argument(
+        "--depth", help=f"depths in tokens, comma-separated (default {depths}, clipped to the model's context)"
+    )
+    p.add_argument("-p", "--n-prompt", type=int, help=f"prefill tokens per test (default {defaults.workload.n_prompt})")
+    p.add_argument("-n", "--n-gen", type=int, help=f"decoded tokens per test (default {defaults.workload.n_gen})")
     p.add_argument("--no-pg", action="store_true", help="leave out prefill+decode in one context (-pg)")
-    p.add_argument("--reps", type=int, default=5, help="kept runs per CONFIG, after a discarded first (default 5)")
-    p.add_argument("--interval", type=float, default=0.1, help="seconds between engine samples (default 0.1)")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds one run may take (default 1800)")
+    p.add_argument(
+        "--reps", type=int, help=f"kept runs per CONFIG, after a discarded first (default {defaults.workload.reps})"
+    )
+    p.add_argument("--interval", type=float, help=f"seconds between engine samples (default {defaults.interval:g})")
+    p.add_argument("--timeout", type=float, help=f"seconds one run may take (default {defaults.timeout:g})")
     p.add_argument("--allow-busy", action="store_true", help="run although other processes use the GPUs")
     p.add_argument(
         "--allow-pinned",
@@ -53,43 +62,34 @@ def register(sub: Subparsers, name: str) -> None:
         "--by", default="config", help="with --compare: the axis (config, build, devices, split_mode, overrides, depth)"
     )
     p.add_argument("--baseline", help="with --compare: the value of the axis the others are compared with")
-    p.add_argument("--format", choices=("md", "json", "csv"), default="md", help="with --compare (default md)")
-
-
-def _positive(value: float, flag: str, minimum: float) -> None:
-    if value < minimum:
-        raise UserError(f"{flag} {value:g}: at least {minimum:g}")
+    p.add_argument("--format", choices=FORMATS, default=FORMATS[0], help=f"with --compare (default {FORMATS[0]})")
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     if args.compare:
         return compare(args)
     from buildmgr.bench import config as cfg
-    from buildmgr.bench import plot, runner
+    from buildmgr.bench import plot, rows, runner
+    from buildmgr.bench.judge import Validity
 
-    configs = [cfg.parse_config(text) for text in args.configs]
-    if args.config_file:
-        configs += cfg.read_toml(args.config_file)
-    if not configs:
-        raise UserError(f"name at least one CONFIG, e.g. {cfg.EXAMPLE}, or --config-file FILE.toml")
-    cfg.unique_labels(configs)
-    _positive(args.reps, "--reps", 1)
-    _positive(args.n_prompt, "-p", 1)
-    _positive(args.n_gen, "-n", 1)
-    _positive(args.interval, "--interval", 0.01)
-    _positive(args.timeout, "--timeout", 1)
-    asked = cfg.parse_depths(args.depth) if args.depth is not None else None
+    asked = cfg.Asked(
+        tuple(args.configs),
+        args.config_file,
+        args.model,
+        args.depth,
+        args.n_prompt,
+        args.n_gen,
+        not args.no_pg,
+        args.reps,
+        args.interval,
+        args.timeout,
+        args.allow_busy,
+        args.allow_pinned,
+    )
     if args.plot:
         plot.require(args.plot)
-    contexts = [runner.model_context(m) for m in dict.fromkeys(c.model(args.model) for c in configs)]
-    n_ctx = min((c for c in contexts if c is not None), default=None)
-    workload = cfg.Workload(args.n_prompt, args.n_gen, pg=not args.no_pg, reps=args.reps)
-    depths, notes = cfg.fit_depths(asked or cfg.DEFAULT_DEPTHS, asked is not None, workload, n_ctx)
-    workload = cfg.Workload(args.n_prompt, args.n_gen, depths, not args.no_pg, args.reps)
-    request = runner.Request(
-        args.model, tuple(configs), workload, args.interval, args.timeout, args.allow_busy, args.allow_pinned
-    )
-    status = _Status(workload)
+    request, notes = runner.prepare(asked)
+    status = _Status(request.workload)
     with status:
         result = runner.bench(ctx.dirs, request, ctx.environ, render.say, notes, status.update)
     if args.plot:
@@ -97,18 +97,16 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
         return result.exit_code
-    from buildmgr.bench import rows
-    from buildmgr.bench.judge import Validity
-
     print(rows.render(rows.compare(result.rows, "config"), "config", "md"))
     for row in result.rows:
-        state = row[rows.KEY]
-        label = f"{state['config']}: {rows.test_name(row)}"
-        if state["validity"] != Validity.VALID.value:
-            render.say(f"{state['validity']}: {label}: " + "; ".join(state["evidence"]), "yellow")
-        if state["noisy"]:
-            render.warn(f"noisy: {label}: CV {state['summary']['cv'] * 100:.1f} % over {state['summary']['n']} runs")
-    for label, warnings in {r[rows.KEY]["config"]: r[rows.KEY]["warnings"] for r in result.rows}.items():
+        meta = row.meta
+        assert meta is not None  # rows of this call carry buildmgr's part
+        label = f"{meta.config}: {rows.test_name(row.fields)}"
+        if meta.validity is not Validity.VALID:
+            render.say(f"{meta.validity.value}: {label}: " + "; ".join(meta.evidence), "yellow")
+        if meta.noisy:
+            render.warn(f"noisy: {label}: CV {meta.summary['cv'] * 100:.1f} % over {meta.summary['n']} runs")
+    for label, warnings in {r.config: r.meta.warnings for r in result.rows if r.meta}.items():
         for warning in warnings:
             render.warn(f"warning: {label}: {warning}")
     for line in result.verdicts:
@@ -120,23 +118,23 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
 class _Status:
     """In a terminal, a live line: CONFIG, run, the test and depth now running, seconds in."""
 
-    def __init__(self, workload) -> None:
+    def __init__(self, workload: Workload) -> None:
         from buildmgr.bench.rows import test_name
 
         self.tests = [test_name({"n_prompt": p, "n_gen": n, "n_depth": d}) for p, n, d in workload.tests()]
         console = render.err()
         self.live = console.status("") if console.is_terminal else None
 
-    def __enter__(self):
+    def __enter__(self) -> _Status:
         if self.live is not None:
             self.live.__enter__()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: Any) -> None:
         if self.live is not None:
             self.live.__exit__(*exc)
 
-    def update(self, label: str, round_: int, event) -> None:
+    def update(self, label: str, round_: int, event: Event) -> None:
         if self.live is not None:
             run = "warm-up" if round_ == 0 else f"run {round_}"
             test = self.tests[event.test - 1] if 0 < event.test <= len(self.tests) else f"test {event.test}"

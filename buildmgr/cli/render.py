@@ -7,6 +7,8 @@ import functools
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from buildmgr.findings import Severity
+
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
@@ -16,7 +18,7 @@ if TYPE_CHECKING:
     from buildmgr.inventory_file import BuildEntry, Card
     from buildmgr.placement.run import CheckReport
 
-STYLES = {"error": "red", "warning": "yellow"}
+STYLES = {Severity.ERROR: "red", Severity.WARNING: "yellow"}
 
 
 @functools.cache

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from buildmgr.devices import Device, Selection
 from buildmgr.errors import UserError
-from buildmgr.findings import Finding
+from buildmgr.findings import Finding, Severity
 from buildmgr.placement import rules
 from buildmgr.placement.syntax import COMMON, Placement
 
@@ -70,7 +70,7 @@ def model_devices(placement: Placement, here: Here) -> tuple[list[str], list[Fin
     elif placement.main_gpu and not 0 <= placement.main_gpu < max(len(chosen), 1):
         findings.append(
             Finding(
-                "warning",
+                Severity.WARNING,
                 f"{placement.flag('main_gpu')} {placement.main_gpu}",
                 f"out of range for {len(chosen)} device(s); llama.cpp checks it only with -sm none",
             )
@@ -87,7 +87,7 @@ def check(placement: Placement, here: Here) -> list[Finding]:
         if name in {d.name for d in given}:
             findings.append(
                 Finding(
-                    "warning",
+                    Severity.WARNING,
                     f"{placement.flag('devices')} {name}",
                     f"{name} is {by_name[name].physical_id} under the current environment, but was {before} at the last "
                     "stored probe",
@@ -98,12 +98,12 @@ def check(placement: Placement, here: Here) -> list[Finding]:
     for device in given:
         if seen.get(device.physical_id) == device.name:
             findings.append(
-                Finding("warning", f"{placement.flag('devices')} {device.name}", "listed twice", "name it once")
+                Finding(Severity.WARNING, f"{placement.flag('devices')} {device.name}", "listed twice", "name it once")
             )
         elif device.physical_id in seen:
             findings.append(
                 Finding(
-                    "warning",
+                    Severity.WARNING,
                     f"{placement.flag('devices')} {seen[device.physical_id]},{device.name}",
                     f"one physical card under two names ({device.physical_id}): its memory is counted twice and the two "
                     "halves compete for it",
@@ -170,7 +170,7 @@ def _check_split(placement: Placement, here: Here, chosen: list[str], by_name: d
         elif set(ran) != backends:
             findings.append(
                 Finding(
-                    "warning",
+                    Severity.WARNING,
                     flag,
                     f"-sm tensor over {'/'.join(sorted(backends))} was never observed; only {tensor_ran}-only sets ran",
                     "--verify",
@@ -179,7 +179,7 @@ def _check_split(placement: Placement, here: Here, chosen: list[str], by_name: d
     if placement.split_mode == "layer" and len(backends) > 1 and not rules.at_pin(here.commit):
         findings.append(
             Finding(
-                "note",
+                Severity.NOTE,
                 flag,
                 f"-sm layer across {' and '.join(sorted(backends))} ran at {rules.PIN}; older llama.cpp failed on "
                 f"it, and this build is {here.commit[:7] or 'of an unknown commit'}",
@@ -191,7 +191,7 @@ def _check_split(placement: Placement, here: Here, chosen: list[str], by_name: d
         extra = len(placement.tensor_split) > len(chosen)
         findings.append(
             Finding(
-                "warning",
+                Severity.WARNING,
                 f"{placement.flag('tensor_split')} {','.join(f'{v:g}' for v in placement.tensor_split)}",
                 f"{len(placement.tensor_split)} entries for {len(chosen)} device(s): "
                 + ("the extra ones are ignored" if extra else "devices without an entry get no layers"),
@@ -267,7 +267,7 @@ def memory_findings(placed: dict[str, int], here: Here) -> list[Finding]:
         if free is not None and size / (1 << 20) > free:
             findings.append(
                 Finding(
-                    "warning",
+                    Severity.WARNING,
                     name,
                     f"about {size / (1 << 20):.0f} MiB of weights against {free} MiB free"
                     + (" (an iGPU's memory is the host's)" if igpu else ""),

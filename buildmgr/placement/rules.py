@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from buildmgr import backends
-from buildmgr.findings import Finding, Signature
+from buildmgr.findings import Finding, Severity, Signature
 
 PIN = "0c1e570"  # the llama.cpp commit every rule below was observed at
 
@@ -33,7 +33,7 @@ class Rule:
             if self.seen_at(commit)
             else f" (seen at {self.commit}; this build is {commit[:7] or 'of an unknown commit'}: --verify)"
         )
-        return Finding("error", flag, f"{message} → {self.what}{caveat}", fix, self.id)
+        return Finding(Severity.ERROR, flag, f"{message} → {self.what}{caveat}", fix, self.id)
 
 
 def _same_commit(commit: str, observed: str) -> bool:

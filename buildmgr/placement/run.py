@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 def finding_json(finding: Finding) -> dict[str, str]:
     """A finding as `check --json` spells it (spec): its subject is the flag as written."""
     return {
-        "severity": finding.severity,
+        "severity": finding.severity.value,
         "flag": finding.subject,
         "message": finding.message,
         "fix": finding.fix,

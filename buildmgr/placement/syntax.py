@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from buildmgr.errors import UserError
-from buildmgr.findings import Finding
+from buildmgr.findings import Finding, Severity
 from buildmgr.placement import rules
 
 SPLIT_MODES = ("none", "layer", "row", "tensor")
@@ -161,7 +161,7 @@ def parse_common(args: list[str], environ: dict[str, str]) -> tuple[Placement, l
         if eq and name not in BY_FLAG:
             findings.append(
                 Finding(
-                    "error",
+                    Severity.ERROR,
                     arg,
                     "llama.cpp takes no '=' form (it stops with 'invalid argument')",
                     f"write {head} {inline}",
@@ -197,7 +197,7 @@ def parse_bench(args: list[str]) -> tuple[list[Placement], list[Finding]]:
             if len(combos) > 1 and all(BENCH.devices not in c and c != "none" for c in combos):
                 findings.append(
                     Finding(
-                        "note",
+                        Severity.NOTE,
                         f"{arg} {value}",
                         f"llama-bench runs each of {', '.join(combos)} as its own test",
                         f"to use them together write {arg} {BENCH.devices.join(combos)}",

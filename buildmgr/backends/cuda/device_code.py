@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from buildmgr.backends.cuda import NAME
 from buildmgr.backends.cuda.smi import visible_capabilities
-from buildmgr.findings import Finding
+from buildmgr.findings import Finding, Severity
 
 _FATBIN_MAGIC = 0xBA55ED50
 _FATBIN_PTX, _FATBIN_ELF = 1, 2
@@ -74,7 +74,7 @@ def kernel_findings(codes: Sequence[str], capabilities: list[str]) -> list[Findi
         if jit:
             findings.append(
                 Finding(
-                    "warning",
+                    Severity.WARNING,
                     NAME,
                     f"a GPU of compute capability {capability} has no sm_{number} code in this build ({built}); "
                     f"the driver will JIT-compile compute_{max(jit)} PTX at first use (a slow first start, cached in "
@@ -85,7 +85,7 @@ def kernel_findings(codes: Sequence[str], capabilities: list[str]) -> list[Findi
         else:
             findings.append(
                 Finding(
-                    "error",
+                    Severity.ERROR,
                     NAME,
                     f"a GPU of compute capability {capability} can run nothing in this build ({built}): CUDA "
                     f"would fail with 'no kernel image is available'",

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from buildmgr import proc
 from buildmgr.backends.base import read_file, which
 from buildmgr.backends.hip import NAMES, gfx_key
-from buildmgr.findings import Finding
+from buildmgr.findings import Finding, Severity
 
 if TYPE_CHECKING:
     from buildmgr.devices import Captures
@@ -53,7 +53,7 @@ def kernel_findings(targets: Sequence[str], visible: list[str]) -> list[Finding]
     """An error per visible AMD GPU whose gfx target is not compiled in (HIP code objects do not JIT)."""
     return [
         Finding(
-            "error",
+            Severity.ERROR,
             NAMES.title,
             f"the {gfx} GPU has no code in this build ({', '.join(targets) or 'none'}): it would fail with "
             f"'no kernel image is available'",
