@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import gzip
 import json
-import re
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
