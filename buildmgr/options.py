@@ -17,6 +17,7 @@ from buildmgr.errors import UserError
 from buildmgr.memo import Memo
 from buildmgr.plan import RPATH_KEYS, Arch, BuildPlan, make_plan, parse_jobs
 from buildmgr.recipes import Recipe, compose, load_recipes, parse_defines, with_defines
+from buildmgr.source import SourceSpec, SourceTree
 
 
 @dataclass(frozen=True)
@@ -109,15 +110,36 @@ def refuse_owned(defines: dict[str, str]) -> None:
             raise UserError(f"-D {key} is set by buildmgr ({OWNED_DEFINES[key]}); leave it out")
 
 
+@dataclass(frozen=True)
+class Resolved:
+    """A build request checked against this host with nothing written yet: the recipe, what the host's preflight
+    found and the arch it resolved, the toolchains chosen, and where the source is."""
+
+    recipe: Recipe
+    source: SourceSpec
+    local: SourceTree | None  # a local checkout, already read
+    host: backends.Host
+    jobs: int
+    arch: Arch
+    report: backends.Report
+    chosen: tuple[kits.Added, ...]
+    settings: Settings
+    memo: Memo  # what the preflight learnt, saved by `prepare`
+
+
 def resolve(
-    request: BuildRequest, dirs: Dirs, environ: Mapping[str, str], warn: Callable[[str], None] = lambda m: None
-) -> BuildPlan:
+    request: BuildRequest,
+    dirs: Dirs,
+    environ: Mapping[str, str],
+    settings: Settings,
+    warn: Callable[[str], None] = lambda m: None,
+) -> Resolved:
+    """Everything checked before anything is written: bad input is one line and leaves no file behind."""
     extra = parse_defines(request.defines)
     refuse_owned(extra)
     recipe = with_defines(compose(request.recipe, all_recipes(dirs, request.recipe, warn)), extra)
     check_arch_flags(recipe, request)
     spec = source.parse_source_spec(request.source)
-    settings = Settings.load(dirs, environ)
     host = backend_host(environ, dirs.toolchain_cache, settings.ccache)
     backends.check_defines(recipe.backends, dict(recipe.defines), host.machine)
     gib_per_job = backends.gib_per_job(recipe.backends)
@@ -150,33 +172,52 @@ def resolve(
         )
     arch = resolve_arch(recipe, request, host, memo)
     local = source.resolve_source(spec, dirs) if spec.kind == "path" else None  # read only: checked before any write
+    return Resolved(recipe, spec, local, host, jobs, arch, report, chosen, settings, memo)
+
+
+def prepare(resolved: Resolved, dirs: Dirs) -> BuildPlan:
+    """The first writes: the data and cache dirs, the source fetched (pinned sdist, git clone), what the preflight
+    learnt remembered; then the plan, whose hash is the build id."""
     hint = "set XDG_DATA_HOME / XDG_CACHE_HOME to a writable directory"
     ensure_writable(dirs.data, hint)
     ensure_writable(dirs.cache, hint)
-    if local is not None:
-        tree = local
+    spec = resolved.source
+    if resolved.local is not None:
+        tree = resolved.local
     elif spec.kind == "pinned":
         tree = source.pinned_tree(source.load_pin(), dirs)
     else:
         tree = source.resolve_source(spec, dirs)
-    toolchain.remember(host.toolchain, dirs.toolchain_cache)
-    memo.save(dirs.preflight_cache)
+    toolchain.remember(resolved.host.toolchain, dirs.toolchain_cache)
+    resolved.memo.save(dirs.preflight_cache)
+    chosen = resolved.chosen
     plan = make_plan(
-        recipe,
+        resolved.recipe,
         tree,
-        host.toolchain,
-        jobs,
-        arch,
-        report.versions,
-        report.host_defines,
+        resolved.host.toolchain,
+        resolved.jobs,
+        resolved.arch,
+        resolved.report.versions,
+        resolved.report.host_defines,
         tuple(added.receipt.ref() for added in chosen),
     )
     return dataclasses.replace(
         plan,
-        remote_cache=settings.remote_cache,
+        remote_cache=resolved.settings.remote_cache,
         toolchain_environ=kits.overlay({}, chosen),
         runpath=kits.runpath(dirs, chosen),
     )
+
+
+def plan_build(
+    request: BuildRequest,
+    dirs: Dirs,
+    environ: Mapping[str, str],
+    settings: Settings,
+    warn: Callable[[str], None] = lambda m: None,
+) -> BuildPlan:
+    """`resolve`, then `prepare`: what `build` runs."""
+    return prepare(resolve(request, dirs, environ, settings, warn), dirs)
 
 
 def pick_toolchains(dirs: Dirs, report: backends.Report, memo: Memo) -> tuple[kits.Added, ...]:

@@ -77,3 +77,22 @@ def test_a_tool_option_without_the_double_dash_says_where_it_goes(tmp_env, tmp_p
         buildmgr(tmp_env, "check", "cpu", "--verfy", "--", "llama-cli"), "unrecognized arguments: --verfy"
     )
     assert not (tmp_path / "data").exists() and not (tmp_path / "cache").exists()
+
+
+def test_doctor_at_80_columns_folds_each_fix_under_its_check_whole(tmp_path: Path, tmp_env):
+    """A table of checks wraps every long path and fix into columns no one can read or copy at 80 columns: each
+    check is then its own line, with what was found and the fix under it, whole."""
+    import json
+
+    env = tmp_env | {"COLUMNS": "80"}
+    result = buildmgr(env, "doctor")
+    assert result.returncode in (0, 1), result.stderr
+    lines = result.stdout.splitlines()
+    checks = json.loads(buildmgr(tmp_env, "doctor", "--json").stdout)["checks"]
+    failed = [c for c in checks if not c["ok"]]
+    assert failed, "this host has a backend it cannot build (SYCL, Metal): its fix is what is checked"
+    for check in failed:
+        assert f"     fix: {check['fix']}" in lines, check  # on one line, as it is copied
+        assert any(line.endswith(f"{check['backend']}: {check['what']}") for line in lines), check
+    wide = buildmgr(env | {"COLUMNS": "1000"}, "doctor").stdout.splitlines()
+    assert wide[0].split() == ["check", "ok", "found", "fix"]  # the table, where it fits

@@ -94,7 +94,8 @@ def verify(
     import uuid
 
     from buildmgr import builder, compile_cache, kits, source
-    from buildmgr.options import all_recipes, resolve
+    from buildmgr.config import Settings
+    from buildmgr.options import all_recipes, plan_build
 
     receipt = artifact.receipt
     pin = source.load_pin()
@@ -113,7 +114,7 @@ def verify(
             work.toolchains.mkdir(parents=True, exist_ok=True)
             os.symlink(added.root, work.toolchains / ref.id)
         isolated = compile_cache.without_remote(environ)
-        plan = resolve(request, work, isolated, reporter.warn)
+        plan = plan_build(request, work, isolated, Settings.load(work, isolated), reporter.warn)
         if plan.build_id != receipt.id:
             raise UserError(
                 f"this host cannot rebuild {receipt.id} identically (it would be {plan.build_id}): "

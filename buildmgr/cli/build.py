@@ -12,6 +12,7 @@ from buildmgr.config import Context
 
 if TYPE_CHECKING:
     from buildmgr.cli import Subparsers
+    from buildmgr.store import Build
 
 
 def register(sub: Subparsers, name: str) -> None:
@@ -49,11 +50,11 @@ def register(sub: Subparsers, name: str) -> None:
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr import store
-    from buildmgr.options import BuildRequest, resolve
+    from buildmgr.options import BuildRequest, plan_build
 
     given = tuple((o.flag, getattr(args, o.dest)) for o in backends.arch_options() if getattr(args, o.dest) is not None)
     request = BuildRequest(args.recipe, given, args.source, args.jobs, tuple(args.define), tuple(args.toolchain))
-    plan = resolve(request, ctx.dirs, ctx.environ, ctx.warn)
+    plan = plan_build(request, ctx.dirs, ctx.environ, ctx.settings, ctx.warn)
     if args.configure_only:
         from buildmgr import builder  # a no-op never imports the pipeline (nor rich's progress, nor the File API)
         from buildmgr.progress import Reporter
@@ -89,7 +90,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
-def probe_after_build(ctx: Context, build) -> list[str]:
+def probe_after_build(ctx: Context, build: Build) -> list[str]:
     """Probe a new build, record it in the inventory, and say what it sees (and why a backend shows nothing)."""
     from buildmgr import inventory
     from buildmgr.cli import render

@@ -45,8 +45,8 @@ def list_builds(args: argparse.Namespace, ctx: Context) -> int:
             }
             for b in builds
         ]
-        skipped = [{"prefix": str(u.prefix), "reason": u.reason} for u in unreadable]
-        print(json.dumps({"builds": rows, "unreadable": skipped}, indent=2))
+        listed = [{"prefix": str(u.prefix), "reason": u.reason} for u in unreadable]
+        print(json.dumps({"builds": rows, "unreadable": listed}, indent=2))
         return 0
     if not builds:
         render.say("no build this buildmgr can read" if unreadable else "no builds yet; run 'buildmgr build'")

@@ -15,6 +15,7 @@ from buildmgr.errors import UserError
 
 if TYPE_CHECKING:
     from buildmgr.cli import Subparsers
+    from buildmgr.inventory_file import Inventory
 
 
 def register(sub: Subparsers, name: str) -> None:
@@ -94,11 +95,12 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         data = inventory.preview(store.installed(ctx.dirs), environ)
         ctx.warn("preview under " + " ".join(f"{k}={v}" for k, v in (data.preview_env or {}).items()) + " (not stored)")
     else:
-        data = None if args.refresh else inventory.read(ctx.dirs, ctx.warn)
+        stored = None if args.refresh else inventory.read(ctx.dirs, ctx.warn)
         builds = store.installed(ctx.dirs)
-        if data is None or set(data.builds) != {b.id for b in builds}:
+        if stored is None or set(stored.builds) != {b.id for b in builds}:
             ensure_writable(ctx.dirs.inventory, "set XDG_DATA_HOME to a writable directory")
-            data = inventory.refresh(ctx.dirs, builds, ctx.environ, ctx.warn)
+            stored = inventory.refresh(ctx.dirs, builds, ctx.environ, ctx.warn)
+        data = stored
         for change in inventory.environment_changes(data.builds, ctx.environ):
             ctx.warn(change)
     if args.suggest:
@@ -110,7 +112,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
-def _suggest(data, prefer: str, as_json: bool) -> int:
+def _suggest(data: Inventory, prefer: str, as_json: bool) -> int:
     from buildmgr import identity, inventory
     from buildmgr.placement.check import suggest
 

@@ -6,12 +6,11 @@ import argparse
 import dataclasses
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from buildmgr.cli import command, render
 from buildmgr.config import Context, ensure_writable
 from buildmgr.errors import UserError
-from buildmgr.findings import Check
 
 if TYPE_CHECKING:
     from buildmgr.cli import Subparsers
@@ -39,77 +38,54 @@ def register(sub: Subparsers, name: str) -> None:
         p.add_argument("action", choices=("stats",))
 
 
-def _host(ctx: Context):
-    from buildmgr.options import backend_host
-
-    return backend_host(ctx.environ, ccache=ctx.settings.ccache)
-
-
 def recipes(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr import backends, toolchain
-    from buildmgr.options import all_recipes
+    from buildmgr import doctor as host
 
-    host = _host(ctx)
-    rows = []
-    for recipe in all_recipes(ctx.dirs, warn=ctx.warn).values():
-        report = backends.inspect(recipe.backends, host, deep=False)
-        missing = toolchain.problems(host.toolchain, recipe.tools) + [c.line() for c in report.failures]
-        rows.append(recipe.to_json() | {"buildable": not missing, "missing": missing, "file": recipe.source_file})
+    states = host.recipes(ctx.dirs, ctx.environ, ctx.settings, ctx.warn)
     if args.json:
+        rows = [
+            s.recipe.to_json() | {"buildable": s.buildable, "missing": list(s.missing), "file": s.recipe.source_file}
+            for s in states
+        ]
         print(json.dumps({"recipes": rows}, indent=2))
         return 0
     table = render.table("recipe", "backends", "buildable here", "description")
-    for row in rows:
-        verdict = "[green]yes[/]" if row["buildable"] else "[red]no[/]: " + render.escape("; ".join(row["missing"]))
-        table.add_row(row["name"], ", ".join(row["backends"]), verdict, row["description"])
+    for state in states:
+        verdict = "[green]yes[/]" if state.buildable else "[red]no[/]: " + render.escape("; ".join(state.missing))
+        table.add_row(state.recipe.name, ", ".join(state.recipe.backends), verdict, state.recipe.description)
     render.out().print(table)
     return 0
 
 
 def doctor(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr import backends, kits, toolchain
+    from buildmgr import doctor as host
+    from buildmgr import kits
 
-    host = _host(ctx)
-    checks = toolchain.checks(host.toolchain) + list(backends.inspect(backends.known_backends(), host).checks)
-    added = _added_toolchains(ctx, host)
+    report = host.doctor(ctx.dirs, ctx.environ, ctx.settings)
     if args.json:
-        rows = [row | {"checks": [dataclasses.asdict(c) for c in with_it]} for row, with_it in added]
-        print(json.dumps({"checks": [dataclasses.asdict(c) for c in checks], "toolchains": rows}, indent=2))
+        rows = [
+            {
+                "id": state.added.id,
+                "backend": state.added.receipt.backend,
+                "path": str(state.added.root),
+                "intact": state.problem is None,
+                "problem": state.problem,
+                "checks": [dataclasses.asdict(c) for c in state.checks],
+            }
+            for state in report.toolchains
+        ]
+        print(json.dumps({"checks": [dataclasses.asdict(c) for c in report.checks], "toolchains": rows}, indent=2))
     else:
-        table = render.table("check", "ok", "found", "fix")
-        labelled = [(f"{c.backend}: {c.what}", c) for c in checks]
-        labelled += [(f"{c.backend} with {row['id']}: {c.what}", c) for row, with_it in added for c in with_it]
-        for label, check in labelled:
-            table.add_row(
-                label,
-                "[green]yes[/]" if check.ok else "[red]no[/]",
-                render.escape(check.found),
-                "" if check.ok else render.escape(check.fix),
-            )
-        render.out().print(table)
-        for row, _ in added:
-            if row["problem"]:
-                ctx.warn(f"toolchain {row['id']} was changed after it was added: {row['problem']}")
-        if not added:
+        labelled = [(f"{c.backend}: {c.what}", c) for c in report.checks]
+        labelled += [(f"{c.backend} with {s.added.id}: {c.what}", c) for s in report.toolchains for c in s.checks]
+        render.checks(labelled)
+        for state in report.toolchains:
+            if state.problem:
+                ctx.warn(f"toolchain {state.added.id} was changed after it was added: {state.problem}")
+        if not report.toolchains:
             names = "|".join(kit.name for kit in kits.all_kits() if kit.builds)
             render.say(f"no toolchains added ('buildmgr toolchain add {names}' adds one)")
-    return 1 if toolchain.problems(host.toolchain, ("cc", "c++")) else 0
-
-
-def _added_toolchains(ctx: Context, host) -> list[tuple[dict[str, Any], tuple[Check, ...]]]:
-    """Each toolchain added with `buildmgr toolchain add`: intact or not, and its backend's checks with it."""
-    from buildmgr import backends, kits
-
-    rows = []
-    for added in kits.scan(ctx.dirs)[0]:
-        problem = kits.changed(added)
-        checks: tuple[Check, ...] = ()
-        if added.kit.builds:
-            with_it = dataclasses.replace(host, environ=kits.overlay(ctx.environ, (added,)))
-            checks = backends.inspect((added.receipt.backend,), with_it).checks
-        row = {"id": added.id, "backend": added.receipt.backend, "path": str(added.root)}
-        rows.append((row | {"intact": problem is None, "problem": problem}, checks))
-    return rows
+    return 1 if report.compilers_missing else 0
 
 
 def cache(args: argparse.Namespace, ctx: Context) -> int:
@@ -118,7 +94,7 @@ def cache(args: argparse.Namespace, ctx: Context) -> int:
     ccache = toolchain.ccache_path(ctx.settings.ccache)
     if ccache is None:
         raise UserError(f"no ccache to ask: {toolchain.INSTALL_HINTS['ccache']}")
-    result = {"ccache": ccache, "dir": str(ctx.dirs.ccache), "remote": ctx.settings.remote_cache}
+    result: dict[str, object] = {"ccache": ccache, "dir": str(ctx.dirs.ccache), "remote": ctx.settings.remote_cache}
     result |= compile_cache.totals(ccache, str(ctx.dirs.ccache), dict(ctx.environ))
     if args.json:
         print(json.dumps(result, indent=2))

@@ -4,7 +4,7 @@ the devices table and the placement report. No decisions here; only presentation
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from buildmgr.findings import Severity
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from buildmgr.devices import Device
-    from buildmgr.findings import Finding
+    from buildmgr.findings import Check, Finding
     from buildmgr.inventory_file import BuildEntry, Card
     from buildmgr.placement.run import CheckReport
 
@@ -54,6 +54,25 @@ def escape(text: str) -> str:
     from rich.markup import escape as rich_escape
 
     return rich_escape(text)
+
+
+def checks(labelled: Sequence[tuple[str, Check]]) -> None:
+    """Preflight checks as a table where it fits the console; where it would not (an 80-column terminal, a long
+    path or fix), each check on a line of its own with what was found and the fix folded under it, never cut."""
+    cells = [(label, check.found, "" if check.ok else check.fix) for label, check in labelled]
+    widest = [max((len(row[i]) for row in cells), default=0) for i in range(3)]
+    console = out()
+    if sum(widest) + len("check") + 3 * 2 + len("ok") <= console.width:
+        grid = table("check", "ok", "found", "fix")
+        for (label, found, fix), (_, check) in zip(cells, labelled, strict=True):
+            grid.add_row(label, "[green]yes[/]" if check.ok else "[red]no[/]", escape(found), escape(fix))
+        console.print(grid)
+        return
+    for (label, found, fix), (_, check) in zip(cells, labelled, strict=True):
+        console.print(("[green]yes[/] " if check.ok else "[red]no[/]  ") + escape(label))
+        console.print(f"     found: {escape(found)}")
+        if fix:
+            console.print(f"     fix: {escape(fix)}")
 
 
 def finding(found: Finding) -> None:

@@ -11,6 +11,8 @@ from buildmgr.config import Context
 
 if TYPE_CHECKING:
     from buildmgr.cli import Subparsers
+    from buildmgr.kits import Added
+    from buildmgr.memo import Memo
 
 
 def register(sub: Subparsers, name: str) -> None:
@@ -38,7 +40,7 @@ def toolchain(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _add(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr import kits
+    from buildmgr import doctor, kits
     from buildmgr.options import backend_host
     from buildmgr.progress import Reporter
 
@@ -47,7 +49,7 @@ def _add(args: argparse.Namespace, ctx: Context) -> int:
     added, already = kits.add(
         ctx.dirs, request, ctx.environ, Reporter.for_environment(ctx.environ), host.toolchain.cc.path
     )
-    lacking = _still_lacking(added, ctx)
+    lacking = doctor.still_lacking(added, ctx.environ, ctx.settings)
     if args.json:
         print(json.dumps(_row(added, ctx) | {"already": already, "host_lacks": lacking}, indent=2))
     else:
@@ -61,19 +63,7 @@ def _add(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
-def _still_lacking(added, ctx: Context) -> list[str]:
-    """What the backend's preflight still misses with this toolchain (glslc stays the host's own)."""
-    if not added.kit.builds:
-        return []
-    from buildmgr import backends, kits
-    from buildmgr.options import backend_host
-
-    host = backend_host(kits.overlay(ctx.environ, (added,)), ccache=ctx.settings.ccache)
-    report = backends.inspect((added.receipt.backend,), host, deep=False)
-    return [check.line() for check in report.failures]
-
-
-def _row(added, ctx: Context, memo=None) -> dict[str, Any]:
+def _row(added: Added, ctx: Context, memo: Memo | None = None) -> dict[str, Any]:
     from buildmgr import kits
 
     receipt = added.receipt
