@@ -112,7 +112,8 @@ def test_kernel_gpus_from_sysfs(tmp_path):
     ("script", "mode", "says"),
     [
         ("#!/bin/sh\necho hi\n", 0o644, "could not start: [Errno 13] Permission denied"),
-        ("#!/bin/sh\nkill -HUP $$\n", 0o755, "crashed (SIGHUP)"),
+        # SIGKILL: the one no parent shell can have set to be ignored (nohup ignores SIGHUP for its children)
+        ("#!/bin/sh\nkill -KILL $$\n", 0o755, "crashed (SIGKILL)"),
         ("#!/bin/sh\necho 'no such device' >&2\nexit 3\n", 0o755, "exit 3: no such device"),
     ],
     ids=["cannot start", "killed by a signal", "exit code"],
