@@ -6,7 +6,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import posixpath
 import re
 import shutil
 import sys
@@ -14,16 +13,17 @@ import tempfile
 import tomllib
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from buildmgr import proc
 from buildmgr.config import Dirs, resource_path
 from buildmgr.errors import BuildFailed, UserError
+from buildmgr.extract import safe_extract
 from buildmgr.fsutil import atomic_write_text, locked, sha256_file
 
 if TYPE_CHECKING:
-    import tarfile
+    pass
 
 MARKER = ".buildmgr-source.json"
 # Trees not needed to build; skipped when fingerprinting a local checkout.
@@ -181,73 +181,6 @@ def fingerprint_tree(root: Path) -> str:
             stat = full.lstat()
             digest.update(f"{full.relative_to(root)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()
-
-
-# --- safe extraction --------------------------------------------------------------------
-
-
-def unsafe_entry(member: tarfile.TarInfo, inside: PurePosixPath) -> str | None:
-    name = PurePosixPath(member.name)
-    if name.is_absolute():
-        return "absolute path"
-    if ".." in name.parts:
-        return "'..' in path"
-    if member.isdev() or member.isfifo():
-        return "device or fifo"
-    if member.issym():
-        target = PurePosixPath(member.linkname)
-        if target.is_absolute():
-            return f"absolute link to {member.linkname!r}"
-        resolved = PurePosixPath(posixpath.normpath(name.parent / target))
-        if resolved.parts[:1] == ("..",) or not resolved.is_relative_to(inside):
-            return f"link to {member.linkname!r} leaves the tree"
-    if member.islnk():
-        target = PurePosixPath(member.linkname)
-        if target.is_absolute() or ".." in target.parts or not target.is_relative_to(inside):
-            return f"hard link to {member.linkname!r} leaves the tree"
-    return None
-
-
-def safe_extract(archive: Path, subdir: str, dest: Path) -> None:
-    """Extract only `<top>/<subdir>/` of a .tar.gz into dest, refusing any entry that could escape.
-
-    Every entry is checked before anything is written; dest must not exist yet.
-    """
-    import tarfile  # here: a no-op build imports this module and extracts nothing
-
-    try:
-        tar = tarfile.open(archive, "r:*")
-    except (OSError, tarfile.TarError) as err:
-        raise UserError(f"{archive}: not a readable tar archive ({err})") from None
-    with tar:
-        members = tar.getmembers()
-        for member in members:
-            reason = unsafe_entry(member, PurePosixPath())
-            if reason:
-                raise UserError(f"{archive.name}: unsafe entry {member.name!r} ({reason}); refusing to extract")
-        tops = {PurePosixPath(m.name).parts[0] for m in members if PurePosixPath(m.name).parts}
-        if len(tops) != 1:
-            raise UserError(f"{archive.name}: expected one top-level directory, found {len(tops)}")
-        inside = PurePosixPath(tops.pop(), subdir)
-        wanted = []
-        for member in members:
-            name = PurePosixPath(member.name)
-            if name == inside or not name.is_relative_to(inside):
-                continue
-            relative = name.relative_to(inside)
-            if relative.parts[0] == ".git":  # a submodule's gitdir pointer into the sdist's own .git
-                continue
-            reason = unsafe_entry(member, inside)
-            if reason:
-                raise UserError(f"{archive.name}: unsafe entry {member.name!r} ({reason}); refusing to extract")
-            member.name = str(relative)
-            if member.islnk():
-                member.linkname = str(PurePosixPath(member.linkname).relative_to(inside))
-            wanted.append(member)
-        if not wanted:
-            raise UserError(f"{archive.name}: has no {subdir}/; is this the right package?")
-        dest.mkdir(parents=True)
-        tar.extractall(dest, members=wanted, filter="data")
 
 
 # --- the three kinds of source ----------------------------------------------------------

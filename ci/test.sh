@@ -17,6 +17,13 @@ export BUILDMGR_TEST_ROCM_ROOT
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
 
+# The shape: lint and format (ruff), types (mypy --strict), and the layers of docs/architecture.md (import-linter's
+# contracts in pyproject.toml), each a failure of the whole command, before minutes of building.
+.venv/bin/ruff check buildmgr tests bench
+.venv/bin/ruff format --check buildmgr tests bench
+.venv/bin/mypy --strict buildmgr
+.venv/bin/lint-imports
+
 # The toolchains the GPU tests build with, added by buildmgr itself and kept in ~/.cache (a kept one is checked
 # against its receipt, not fetched again): CUDA from NVIDIA's PyPI wheels, and Vulkan headers new enough for the
 # pinned llama.cpp (Debian 12's are too old) from the next Debian release's header-only packages.

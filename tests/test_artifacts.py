@@ -26,8 +26,9 @@ from conftest import COMMIT, assert_user_error, buildmgr, make_receipt
 
 from buildmgr import runtime, store
 from buildmgr.artifacts import archive as archives
-from buildmgr.artifacts import compat, cpu_arch_of, reproduce
+from buildmgr.artifacts import compat, reproduce
 from buildmgr.artifacts import matrix as matrices
+from buildmgr.artifacts.names import cpu_arch_of
 from buildmgr.backends.cuda import device_code as cuda_device_code
 from buildmgr.backends.hip import device_code as hip_device_code
 from buildmgr.config import Dirs

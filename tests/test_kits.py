@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import assert_user_error, buildmgr, make_env, make_receipt
 
-from buildmgr import kits, runtime, store
+from buildmgr import kit_sources, kits, runtime, store
 from buildmgr.artifacts import compat
 from buildmgr.artifacts.matrix import MatrixRequest, matrix
 from buildmgr.backends.cuda import kit as cuda_kit
@@ -80,11 +80,14 @@ def test_bad_requests_are_one_line_and_write_nothing(tmp_path, args, fragment):
 
 
 def test_a_request_names_a_kit_and_a_release():
-    assert (kits.parse_request("cuda==13.0").kit.name, kits.parse_request("cuda==13.0").version) == ("cuda", "13.0")
-    assert kits.parse_request("cuda-runtime==12").version == "12"
-    assert kits.parse_request("vulkan").version is None
+    assert (kit_sources.parse_request("cuda==13.0").kit.name, kit_sources.parse_request("cuda==13.0").version) == (
+        "cuda",
+        "13.0",
+    )
+    assert kit_sources.parse_request("cuda-runtime==12").version == "12"
+    assert kit_sources.parse_request("vulkan").version is None
     with pytest.raises(UserError, match=re.escape("unknown CUDA release '14.0'")):
-        kits.parse_request("cuda==14.0")
+        kit_sources.parse_request("cuda==14.0")
 
 
 def test_the_driver_stub_exports_the_names_object_files_reference():
@@ -96,10 +99,10 @@ def test_the_driver_stub_exports_the_names_object_files_reference():
 def test_the_apt_mirror_is_read_from_deb822_and_one_line_sources():
     deb822 = {"/etc/apt/sources.list.d/debian.sources": "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\n"
               "\nTypes: deb\nURIs: http://deb.debian.org/debian-security\n"}  # fmt: skip
-    assert kits.apt_mirror("", deb822) == "http://deb.debian.org/debian"
+    assert kit_sources.apt_mirror("", deb822) == "http://deb.debian.org/debian"
     one_line = "deb http://security.ubuntu.com/ubuntu jammy-security main\ndeb [arch=amd64] http://archive.ubuntu.com/ubuntu jammy main\n"
-    assert kits.apt_mirror(one_line, {}) == "http://archive.ubuntu.com/ubuntu"
-    assert kits.apt_mirror("# nothing\n", {}) is None
+    assert kit_sources.apt_mirror(one_line, {}) == "http://archive.ubuntu.com/ubuntu"
+    assert kit_sources.apt_mirror("# nothing\n", {}) is None
 
 
 def test_a_changed_toolchain_is_refused_by_its_receipt_and_a_touched_one_is_not(tmp_path):

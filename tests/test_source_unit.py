@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from buildmgr.errors import UserError
-from buildmgr.source import parse_source_spec, read_llama_version, safe_extract
+from buildmgr.extract import safe_extract
+from buildmgr.source import parse_source_spec, read_llama_version
 
 TOP = "llama_cpp_python-0.3.36"
 

@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 
 from buildmgr import backends, kits
-from buildmgr.artifacts import cpu_arch_of
+from buildmgr.artifacts.names import cpu_arch_of
 from buildmgr.config import Dirs
 from buildmgr.errors import CannotRunHere
 from buildmgr.findings import Finding, Severity, errors

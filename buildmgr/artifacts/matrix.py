@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from buildmgr import backends
-from buildmgr.artifacts import CPU_ARCH, SYSTEM, artifact_stem
+from buildmgr.artifacts.names import CPU_ARCH, SYSTEM, artifact_stem
 from buildmgr.errors import UserError
 from buildmgr.recipes import Recipe
 from buildmgr.source import build_label

@@ -59,7 +59,7 @@ def recipes(args: argparse.Namespace, ctx: Context) -> int:
 
 def doctor(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr import doctor as host
-    from buildmgr import kits
+    from buildmgr import kit_sources
 
     report = host.doctor(ctx.dirs, ctx.environ, ctx.settings)
     if args.json:
@@ -83,7 +83,7 @@ def doctor(args: argparse.Namespace, ctx: Context) -> int:
             if state.problem:
                 ctx.warn(f"toolchain {state.added.id} was changed after it was added: {state.problem}")
         if not report.toolchains:
-            names = "|".join(kit.name for kit in kits.all_kits() if kit.builds)
+            names = "|".join(kit.name for kit in kit_sources.all_kits() if kit.builds)
             render.say(f"no toolchains added ('buildmgr toolchain add {names}' adds one)")
     return 1 if report.compilers_missing else 0
 

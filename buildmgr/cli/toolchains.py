@@ -16,17 +16,17 @@ if TYPE_CHECKING:
 
 
 def register(sub: Subparsers, name: str) -> None:
-    from buildmgr import kits
+    from buildmgr import kit_sources
 
-    names = ", ".join(kit.name for kit in kits.all_kits())
+    names = ", ".join(kit.name for kit in kit_sources.all_kits())
     p = command(sub, "toolchain", toolchain, f"add, list or remove toolchains buildmgr assembles ({names})")
     p.add_argument("action", choices=("add", "list", "remove"))
-    p.add_argument("what", nargs="?", help=f"add: NAME[==VERSION] ({names}; e.g. {kits.example()}); remove: ID")
+    p.add_argument("what", nargs="?", help=f"add: NAME[==VERSION] ({names}; e.g. {kit_sources.example()}); remove: ID")
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
 
 
 def toolchain(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr import kits
+    from buildmgr import kit_sources
     from buildmgr.errors import UserError
 
     if args.action == "list":
@@ -34,17 +34,17 @@ def toolchain(args: argparse.Namespace, ctx: Context) -> int:
             raise UserError("toolchain list takes no NAME")
         return _list(args, ctx)
     if not args.what:
-        example = kits.example() if args.action == "add" else kits.example().replace("==", "-")
+        example = kit_sources.example() if args.action == "add" else kit_sources.example().replace("==", "-")
         raise UserError(f"toolchain {args.action} needs a NAME, e.g. buildmgr toolchain {args.action} {example}")
     return _add(args, ctx) if args.action == "add" else _remove(args, ctx)
 
 
 def _add(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr import doctor, kits
+    from buildmgr import doctor, kit_sources, kits
     from buildmgr.options import backend_host
     from buildmgr.progress import Reporter
 
-    request = kits.parse_request(args.what)
+    request = kit_sources.parse_request(args.what)
     host = backend_host(ctx.environ, ctx.dirs.toolchain_cache, ctx.settings.ccache)
     added, already = kits.add(
         ctx.dirs, request, ctx.environ, Reporter.for_environment(ctx.environ), host.toolchain.cc.path
@@ -87,7 +87,7 @@ def _row(added: Added, ctx: Context, memo: Memo | None = None) -> dict[str, Any]
 
 
 def _list(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr import kits
+    from buildmgr import kit_sources, kits
     from buildmgr.memo import Memo
 
     added, broken = kits.scan(ctx.dirs)
@@ -100,7 +100,7 @@ def _list(args: argparse.Namespace, ctx: Context) -> int:
         print(json.dumps({"toolchains": rows, "unreadable": unreadable}, indent=2))
         return 0
     if not rows and not unreadable:
-        render.say(f"no toolchains added; e.g. buildmgr toolchain add {kits.example()}")
+        render.say(f"no toolchains added; e.g. buildmgr toolchain add {kit_sources.example()}")
         return 0
     table = render.table("id", "backend", "size", "packages", "state", "needed by")
     for row in rows:

@@ -1,0 +1,44 @@
+"""The shape the import contracts keep (pyproject's [tool.importlinter], run by ci/test.sh): every module of buildmgr
+is in exactly one layer, and every module outside backends/ is held to the registry, so a new module cannot slip past
+the contracts by being left out of them."""
+
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+CONTRACTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+
+
+def modules() -> set[str]:
+    """Every module and package of buildmgr, dotted below it (cli, bench.runner, backends …); the packages whose
+    modules sit in different layers are listed by module."""
+    split = {"bench", "placement", "artifacts"}
+    found = set()
+    for path in (ROOT / "buildmgr").iterdir():
+        name = path.stem
+        if path.is_dir() and name in split:
+            found |= {f"{name}.{p.stem}" for p in path.glob("*.py") if p.stem != "__init__"}
+        elif (path.is_dir() and (path / "__init__.py").is_file()) or (path.suffix == ".py" and name != "__init__"):
+            found.add(name)
+    return found
+
+
+def contract(name: str) -> dict:
+    return next(c for c in CONTRACTS if c["name"].startswith(name))
+
+
+def test_every_module_is_in_exactly_one_layer():
+    layered = [m.strip() for layer in contract("layers")["layers"] for m in layer.replace("|", ":").split(":")]
+    assert sorted(layered) == sorted(set(layered)), "a module in two layers"
+    assert set(layered) == modules(), (modules() - set(layered), set(layered) - modules())
+
+
+def test_every_module_outside_backends_is_kept_from_the_backend_packages():
+    forbidden = contract("no module outside backends/")
+    sources = {m.removeprefix("buildmgr.") for m in forbidden["source_modules"]}
+    tops = {m.split(".")[0] for m in modules()} - {"backends", "__main__"}
+    # primitives below the backends cannot import them anyway (the layers contract); the rest must be listed
+    below = {m for layer in contract("layers")["layers"][-2:] for m in layer.split(" : ")}
+    assert tops - below - sources == set()
+    packages = {p.name for p in (ROOT / "buildmgr" / "backends").iterdir() if (p / "__init__.py").is_file()}
+    assert {m.rsplit(".", 1)[-1] for m in forbidden["forbidden_modules"]} == packages
