@@ -429,9 +429,33 @@ def test_amd_gpus_from_amdkfds_topology_without_rocm(tmp_path):
         (nodes / node).mkdir(parents=True)
         (nodes / node / "properties").write_text(f"cpu_cores_count 0\ngfx_target_version {version}\nsimd_count 80\n")
     assert hip_device_code.kfd_targets(tmp_path) == ["gfx90a", "gfx1100", "gfx1151"]
-    assert hip_device_code.visible_targets({"PATH": "/nonexistent"}, tmp_path) == ["gfx90a", "gfx1100", "gfx1151"]
+    # a rocminfo on the PATH given is never run while amdkfd answers
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "rocminfo").write_text("#!/bin/sh\necho '  Name: gfx1030' > \"$0.ran\"\necho '  Name: gfx1030'\n")
+    (bin_dir / "rocminfo").chmod(0o755)
+    environ = {"PATH": str(bin_dir), "ROCM_PATH": str(tmp_path / "no-rocm")}
+    assert hip_device_code.visible_targets(environ, tmp_path) == ["gfx90a", "gfx1100", "gfx1151"]
+    assert not (bin_dir / "rocminfo.ran").exists()
     [finding] = hip_device_code.kernel_findings(["gfx90a", "gfx1100"], hip_device_code.kfd_targets(tmp_path))
     assert "the gfx1151 GPU has no code in this build (gfx90a, gfx1100)" in finding.message
+
+
+def test_without_amdkfd_the_gpus_come_from_the_rocminfo_on_the_path_given(tmp_path):
+    """The environment's PATH is the one searched (not this process's): rocminfo there lists the GPUs, its CPU agent
+    (gfx000) left out; without one there is no GPU to name."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "rocminfo").write_text(
+        "#!/bin/sh\necho '  Name: gfx000'\necho '  Name: gfx1100'\necho '  Name: gfx90a'\n"
+    )
+    (bin_dir / "rocminfo").chmod(0o755)
+    no_kfd = tmp_path / "sys"
+    environ = {"PATH": f"{bin_dir}:/usr/bin:/bin", "ROCM_PATH": str(tmp_path / "no-rocm")}
+    assert hip_device_code.visible_targets(environ, no_kfd) == ["gfx90a", "gfx1100"]
+    nowhere = {"PATH": str(tmp_path / "empty"), "ROCM_PATH": str(tmp_path / "no-rocm")}
+    assert hip_device_code.visible_targets(nowhere, no_kfd) == []
+    assert hip_device_code.visible_targets({"PATH": "", "ROCM_PATH": str(tmp_path)}, no_kfd) == ["gfx90a", "gfx1100"]
 
 
 def test_a_host_without_kfd_says_it_has_no_hip_device(tmp_path, monkeypatch):

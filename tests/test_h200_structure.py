@@ -51,7 +51,20 @@ def test_the_jit_warning_install_artifact_printed_there_is_what_the_check_says_t
 
 
 def test_one_card_under_two_names_is_one_row_with_both_names():
-    inventory = Inventory.from_text((RUN / "devices.json").read_text())
-    [card] = inventory.cards
+    """The rows are computed again from the builds' stored devices and nvidia-smi's GPUs there, not read back: one
+    card, both names, nvidia-smi's UUID matched; and what the H200 stored is what the code makes today."""
+    import dataclasses
+
+    from buildmgr.backends.cuda.smi import NvidiaGpu
+    from buildmgr.inventory import summarize
+
+    stored = Inventory.from_text((RUN / "devices.json").read_text())
+    gpus = [NvidiaGpu(**gpu) for gpu in json.loads((RUN / "devices.json").read_text())["host"]["nvidia_gpus"]]
+    bare = dataclasses.replace(stored, cards=(), devices=())
+    computed = summarize(bare, {"CUDA": gpus})
+    [card] = computed.cards
     assert card.pci_bus_id == "0000:00:06.0" and card.members == ("CUDA0", "Vulkan0")
-    assert card.names["cuda+vulkan-sm90-41bf9c78"] == ("CUDA0", "Vulkan0") and card.uuid  # nvidia-smi's, matched
+    assert card.names["cuda+vulkan-sm90-41bf9c78"] == ("CUDA0", "Vulkan0") and card.uuid == gpus[0].uuid
+    assert computed.cards == stored.cards
+    apart = summarize(bare, {})  # without nvidia-smi the PCI ids from ggml's API still tie the two names
+    assert [c.members for c in apart.cards] == [("CUDA0", "Vulkan0")] and apart.cards[0].uuid is None

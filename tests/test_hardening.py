@@ -2,7 +2,11 @@
 
 import json
 import os
+import random
 import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -58,33 +62,90 @@ def test_removing_again_after_an_interrupted_remove_works(tmp_env):
     assert not prefix.exists()
 
 
-def test_replacing_a_prefix_has_no_moment_without_it(tmp_path, monkeypatch):
-    """--rebuild swaps staging and prefix in one step: a crash after any single rename leaves a whole build."""
+PUBLISHER = """
+import sys
+from pathlib import Path
+
+from buildmgr import store
+from conftest import make_receipt
+
+prefix, root = Path(sys.argv[1]), Path(sys.argv[2])
+receipt = make_receipt()
+for generation in range(1, 10**6):
+    staging = root / f"staging-{generation}"
+    (staging / "bin").mkdir(parents=True)
+    for tool in range(5):
+        (staging / "bin" / f"tool{tool}").write_text(str(generation))
+    store.publish(staging, prefix, receipt)
+    print(generation, flush=True)
+"""
+
+
+def _look(prefix: Path) -> str | None:
+    """What is wrong with the build the prefix names, or None. Its folder is opened once and everything read through
+    that handle; a folder found incomplete counts only if the path still names it afterwards (one swapped out while
+    it was read is being deleted, and no reader at the path can meet it again: each publish brings a new folder)."""
+    try:
+        folder = os.open(prefix, os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        return "the prefix is gone"
+    try:
+        try:
+            binary = os.open("bin", os.O_RDONLY | os.O_DIRECTORY, dir_fd=folder)
+            names = sorted(os.listdir(binary))
+            contents = set()
+            for name in names:
+                handle = os.open(name, os.O_RDONLY, dir_fd=binary)
+                contents.add(os.read(handle, 64).decode())
+                os.close(handle)
+            os.close(binary)
+            receipt = "buildmgr-receipt.json" in os.listdir(folder)
+            problem = (
+                None
+                if names == [f"tool{n}" for n in range(5)] and len(contents) == 1 and receipt
+                else f"{names} {contents} receipt={receipt}"
+            )
+        except FileNotFoundError as err:
+            problem = f"missing: {err.filename}"
+        try:
+            still_there = os.stat(prefix).st_ino == os.fstat(folder).st_ino
+        except FileNotFoundError:
+            return "the prefix is gone"
+        return problem if problem and still_there else None
+    finally:
+        os.close(folder)
+
+
+def test_replacing_a_prefix_has_no_moment_without_a_whole_build(tmp_path):
+    """The real race: another process publishes new builds over the prefix as fast as it can (--rebuild's path, the
+    atomic swap) while this one looks at it thousands of times, then kill -9 lands at a random moment. Every look
+    finds the prefix there, with its receipt and every file of one build, never two builds mixed or none."""
     prefix = tmp_path / "builds" / "v" / "cpu-44444444"
     (prefix / "bin").mkdir(parents=True)
-    (prefix / "bin" / "old").write_text("old")
-    staging = tmp_path / "staging" / "cpu-44444444.1.x"
-    (staging / "bin").mkdir(parents=True)
-    (staging / "bin" / "new").write_text("new")
-    real_rename = os.rename
-    renames = []
-
-    def crash_after_first_rename(source, destination):
-        if renames:
-            raise KeyboardInterrupt  # the process dies between two renames
-        renames.append((source, destination))
-        real_rename(source, destination)
-
-    monkeypatch.setattr(os, "rename", crash_after_first_rename)
+    for tool in range(5):
+        (prefix / "bin" / f"tool{tool}").write_text("0")
+    store.write_receipt(prefix, make_receipt())
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(Path(__file__).parent.parent)])}
+    child = subprocess.Popen(
+        [sys.executable, "-c", PUBLISHER, str(prefix), str(tmp_path / "work")],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    looks, wrong = 0, []
+    deadline = time.monotonic() + 3 + random.random()
     try:
-        store.publish(staging, prefix, make_receipt())
-    except KeyboardInterrupt:
-        pass
-    assert (prefix / "bin").is_dir(), "the prefix vanished"
-    monkeypatch.undo()
-    store.publish(staging, prefix, make_receipt()) if staging.exists() else None
-    assert (prefix / "bin" / "new").read_text() == "new" and not (prefix / "bin" / "old").exists()
-    assert not staging.exists() and not list(prefix.parent.glob(".*"))
+        while time.monotonic() < deadline:
+            problem = _look(prefix)
+            looks += 1
+            wrong += [problem] if problem else []
+    finally:
+        child.kill()  # kill -9, wherever the publisher is
+        child.wait()
+    published = int((child.stdout.read() if child.stdout else "").split()[-1])
+    assert not wrong, wrong[:5]
+    assert published > 10 and looks > 1000, (published, looks)  # the race really ran: many builds, many looks
+    assert _look(prefix) is None  # and after the kill, a whole build
 
 
 @pytest.mark.parametrize("tool", ["/bin/sh", "../../../../bin/sh", "..", "bin/llama-cli", ""])

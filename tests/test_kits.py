@@ -18,6 +18,7 @@ from conftest import assert_user_error, buildmgr, make_env, make_receipt
 from buildmgr import kit_sources, kits, runtime, store
 from buildmgr.artifacts import compat
 from buildmgr.artifacts.matrix import MatrixRequest, matrix
+from buildmgr.backends import all_kits
 from buildmgr.backends.cuda import kit as cuda_kit
 from buildmgr.config import Dirs
 from buildmgr.errors import UserError
@@ -57,7 +58,8 @@ def install_fake_build(dirs: Dirs, ref: ToolchainRef, needed: dict | None = None
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (("add", "nope"), "unknown toolchain 'nope': buildmgr can add cuda, cuda-runtime, vulkan"),
+        # every kit a backend package declares, in the registry's order
+        (("add", "nope"), f"unknown toolchain 'nope': buildmgr can add {', '.join(k.name for k in all_kits())}"),
         (("add", "cuda==11.8"), "unknown CUDA release '11.8'; buildmgr lays out NVIDIA's wheels of CUDA 13 for cuda"),
         (("add", "cuda-runtime==11.8"), "lays out NVIDIA's wheels of CUDA 12 and 13 for cuda-runtime"),
         (
@@ -75,6 +77,7 @@ def install_fake_build(dirs: Dirs, ref: ToolchainRef, needed: dict | None = None
     ],
 )
 def test_bad_requests_are_one_line_and_write_nothing(tmp_path, args, fragment):
+    assert {"cuda", "cuda-runtime", "vulkan"} <= {k.name for k in all_kits()}
     assert_user_error(buildmgr(make_env(tmp_path), "toolchain", *args), fragment)
     assert not (tmp_path / "data").exists() and not (tmp_path / "cache").exists()
 

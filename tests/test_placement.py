@@ -233,3 +233,27 @@ def test_a_build_of_another_commit_gets_the_rules_with_their_caveat():
     [placement], _ = parse("llama-cli", ["-dev", "CUDA0", "-sm", "tensor"], {})
     [error] = check(placement, older)
     assert error.message.endswith("(seen at 0c1e570; this build is b5e0f1a: --verify)")
+
+
+# Rules whose real run kept only the abort's backtrace (the message went to the part of stderr the capture lost): the
+# line they match is the one llama.cpp at the pin prints from this format string (test_cpu_build checks it there).
+LINES_AT_THE_PIN = {
+    "override-outside-devices": (
+        "ggml/src/ggml-backend.cpp",
+        "pre-allocated tensor (%s) in a buffer (%s) that cannot run the operation (%s)",
+        ("blk.0.ffn_up.weight", "CUDA1", "MUL_MAT"),
+    ),
+}
+
+
+def test_every_placement_rule_matches_a_line_llama_cpp_really_printed():
+    """Each rule's signature against what the two-H200 runs printed (fixtures/h200x2/placement.txt), so a rule whose
+    pattern matches nothing llama.cpp says fails here, not silently on a user's run."""
+    from buildmgr.placement.rules import RULES
+
+    printed = (Path(__file__).parent / "fixtures" / "h200x2" / "placement.txt").read_text()
+    unmatched = [r.id for r in RULES if r.id not in LINES_AT_THE_PIN and not r.signature.found_in(printed)]
+    assert unmatched == []
+    by_id = {r.id: r for r in RULES}
+    for rule_id, (_, text, values) in LINES_AT_THE_PIN.items():
+        assert by_id[rule_id].signature.found_in(text % values), rule_id

@@ -7,7 +7,6 @@ text that is not UTF-8 (surrogates).
 import string
 from pathlib import Path
 
-import pytest
 from conftest import make_receipt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -127,6 +126,20 @@ def test_placement_flags(tool, args, environ):
     works_or_user_error(syntax.parse, tool, args, environ)
 
 
-@pytest.mark.parametrize("name", ["cpu", "cuda", "vulkan"])
-def test_the_properties_ran_on_real_recipes(name):
-    assert name in RECIPES
+@EXAMPLES
+@given(st.lists(st.sampled_from(sorted(RECIPES)), min_size=1, max_size=4))
+def test_a_composition_of_shipped_recipes_is_their_union_or_names_two_that_clash(names):
+    """Over the shipped recipes (cpu, cuda, hip, universal …): either one recipe of exactly the parts (its name
+    canonical, its backends and targets the union, every part's defines in it), or a one-line refusal that names two
+    of the parts it was given (a conflict, or two defines that disagree)."""
+    parts = sorted(set(names))
+    try:
+        recipe = compose("+".join(names), RECIPES)
+    except UserError as err:
+        named = [p for p in parts if f" {p} " in f" {str(err).replace(':', ' ')} "]
+        assert len(named) >= 2, str(err)
+        return
+    assert recipe.name == "+".join(parts)
+    assert set(recipe.backends) == {b for p in parts for b in RECIPES[p].backends}
+    assert set(recipe.targets) == {x for p in parts for x in RECIPES[p].targets}
+    assert all(dict(recipe.defines)[k] == v for p in parts for k, v in RECIPES[p].defines)
