@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from buildmgr import backends
-from buildmgr.devices import Device, RoleBasis, normalize_pci, plain_description
+from buildmgr.devices import Device, Role, RoleBasis, normalize_pci, plain_description
 from buildmgr.errors import UserError
 
 HEADERS = ("Available devices:", "Devices:")  # llama tools' --list-devices; rpc-server's start-up
@@ -74,7 +74,7 @@ class _Record:
     total: int | None = None
     free: int | None = None
     pci: str | None = None
-    role: tuple[str, str] | None = None  # (role, reason) a line of the text tells
+    role: tuple[Role, str] | None = None  # (role, reason) a line of the text tells
     detail: str = ""  # more of its name a line printed (ROCm's gfx target)
     listed: bool = False
 
@@ -113,27 +113,31 @@ class _Reading:
             self.shapes.append(shape)
 
 
-def role_of(backend: str, ggml_type: str | None) -> str:
+# ggml's device types that are roles as they are ("meta" and anything newer are not)
+_GGML_ROLES = {role.value: role for role in (Role.GPU, Role.IGPU, Role.ACCEL, Role.CPU)}
+
+
+def role_of(backend: str, ggml_type: str | None) -> Role:
     """The device's role from ggml's own type, except for a device that is not a card (CPU, BLAS, RPC)."""
     if backend in backends.NOT_A_CARD:
         return backends.NOT_A_CARD[backend]
-    return ggml_type if ggml_type in ("gpu", "igpu", "accel", "cpu") else "unknown"
+    return _GGML_ROLES.get(ggml_type or "", Role.UNKNOWN)
 
 
-def with_role(device: Device, told: tuple[str, str] | None = None, detail: str = "") -> Device:
+def with_role(device: Device, told: tuple[Role, str] | None = None, detail: str = "") -> Device:
     """The device with a role where ggml's type leaves it unknown: a device that is not a card, what a line of the
     text told, else a family known from its name (and the detail a line printed with it, such as a gfx target).
     A discrete card is never concluded from text."""
     if device.backend in backends.NOT_A_CARD:
-        return replace(device, type=backends.NOT_A_CARD[device.backend], role_basis=RoleBasis.BACKEND.value)
-    if device.type != "unknown":
+        return replace(device, type=backends.NOT_A_CARD[device.backend], role_basis=RoleBasis.BACKEND)
+    if device.type != Role.UNKNOWN:
         return device
     if told is not None:
-        return replace(device, type=told[0], role_basis=RoleBasis.LOG.value, role_reason=told[1])
+        return replace(device, type=told[0], role_basis=RoleBasis.LOG, role_reason=told[1])
     family = backends.name_role(f"{device.description} {detail}".strip())
     if family is None:
         return device
-    return replace(device, type=family.role, role_basis=RoleBasis.NAME.value, role_reason=family.reason)
+    return replace(device, type=family.role, role_basis=RoleBasis.NAME, role_reason=family.reason)
 
 
 def _lines(text: str) -> list[str]:
@@ -321,6 +325,6 @@ def device_from_api(record: dict[str, Any]) -> Device:
         caps=dict(record.get("caps") or {}),
         source="ggml-api",
     )
-    if device.type != "unknown" and backend not in backends.NOT_A_CARD:
-        return replace(device, role_basis=RoleBasis.GGML.value)
+    if device.type != Role.UNKNOWN and backend not in backends.NOT_A_CARD:
+        return replace(device, role_basis=RoleBasis.GGML)
     return with_role(device)

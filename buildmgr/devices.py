@@ -63,6 +63,21 @@ def alone_id(name: str) -> PhysicalId:
     return PhysicalId(f"alone:{name}")
 
 
+class Role(str, Enum):
+    """What a device is to the user: a discrete GPU, an integrated one, the CPU (or a CPU-type driver such as
+    lavapipe), an accelerator (BLAS), another host (RPC), or not known (said so, never guessed)."""
+
+    GPU = "gpu"
+    IGPU = "igpu"
+    CPU = "cpu"
+    ACCEL = "accel"
+    REMOTE = "remote"
+    UNKNOWN = "unknown"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class RoleBasis(str, Enum):
     """What told a device's role, so that a role never read from ggml says where it came from."""
 
@@ -84,7 +99,7 @@ class Device:
     description: str
     memory_total_mib: int | None
     memory_free_mib: int | None
-    type: str = "unknown"  # the role: gpu | igpu | accel | cpu | remote | unknown
+    type: Role = Role.UNKNOWN
     physical_id: str = ""
     uuid: str | None = None
     pci_bus_id: str | None = None
@@ -93,18 +108,28 @@ class Device:
     caps: dict[str, bool] | None = None
     source: str = "list-devices"  # ggml-api | list-devices | log (pasted text without a device list)
     kernel_driver: str | None = None  # /sys/class/drm: which kernel driver holds the card
-    # a RoleBasis value; None: the role is unknown or a vendor tool's. Absent in files before 2026-12-01.
-    role_basis: str | None = field(default=None, metadata=OMIT_IF_NONE)
+    # None: the role is unknown or a vendor tool's. Absent in files before 2026-12-01.
+    role_basis: RoleBasis | None = field(default=None, metadata=OMIT_IF_NONE)
     # for people, with a name or log basis: "Intel UHD Graphics is integrated"
     role_reason: str | None = field(default=None, metadata=OMIT_IF_NONE)
 
     def to_json(self) -> dict[str, object]:
-        """Every field; the role's basis and reason only where something told the role (older files lack them)."""
-        return {k: v for k, v in asdict(self).items() if v is not None or k not in _SAID_WHEN_TOLD}
+        """Every field (states by their value); the role's basis and reason only where something told the role
+        (older files lack them)."""
+        return {
+            k: v.value if isinstance(v, Enum) else v
+            for k, v in asdict(self).items()
+            if v is not None or k not in _SAID_WHEN_TOLD
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Device:
-        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        if "type" in known:
+            known["type"] = Role(known["type"])
+        if known.get("role_basis") is not None:
+            known["role_basis"] = RoleBasis(known["role_basis"])
+        return cls(**known)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from buildmgr.devices import (
     Captures,
     Device,
     DrmCard,
+    Role,
     RoleBasis,
     Selection,
     State,
@@ -151,10 +152,10 @@ def _group_layered(devices: list[Device], root: Callable[[str], str], join: Call
 
 def _share_roles(devices: list[Device]) -> list[Device]:
     """One card has one role: the most specific any of its names got (an iGPU through one backend is one through every other)."""
-    precedence = ("cpu", "remote", "igpu", "accel", "gpu", "unknown")
-    best: dict[str, str] = {}
+    precedence = (Role.CPU, Role.REMOTE, Role.IGPU, Role.ACCEL, Role.GPU, Role.UNKNOWN)
+    best: dict[str, Role] = {}
     for device in devices:
-        current = best.get(device.physical_id, "unknown")
+        current = best.get(device.physical_id, Role.UNKNOWN)
         best[device.physical_id] = min(current, device.type, key=precedence.index)
     return [replace(d, type=best[d.physical_id]) for d in devices]
 
@@ -175,7 +176,7 @@ def default_selection(devices: list[Device]) -> dict[str, Selection]:
     for device in devices:
         if device.ggml_type in ("cpu", "accel"):
             verdicts[device.name] = Selection(State.NOT_A_DEV, "works beside the CPU")
-        elif device.ggml_type == "gpu" and NOT_A_CARD.get(device.backend) == "remote":
+        elif device.ggml_type == "gpu" and NOT_A_CARD.get(device.backend) == Role.REMOTE:
             verdicts[device.name] = Selection(State.USED, "RPC server")
         elif device.ggml_type == "gpu":
             earlier = used_ids.get(device.device_id) if device.device_id else None
@@ -202,17 +203,13 @@ def default_selection(devices: list[Device]) -> dict[str, Selection]:
 
 def role_notes(devices: list[Device]) -> list[str]:
     """Name the iGPU plainly, the largest discrete card of each backend, and every role left unknown."""
-    notes = [f"iGPU = {d.name} ({d.description})" for d in devices if d.type == "igpu"]
+    notes = [f"iGPU = {d.name} ({d.description})" for d in devices if d.type == Role.IGPU]
     notes += [
-        f"{d.name}: named {d.type} from its name: {d.role_reason}"
-        for d in devices
-        if d.role_basis == RoleBasis.NAME.value
+        f"{d.name}: named {d.type} from its name: {d.role_reason}" for d in devices if d.role_basis == RoleBasis.NAME
     ]
-    notes += [
-        f"{d.name}: {d.type} from the log: {d.role_reason}" for d in devices if d.role_basis == RoleBasis.LOG.value
-    ]
+    notes += [f"{d.name}: {d.type} from the log: {d.role_reason}" for d in devices if d.role_basis == RoleBasis.LOG]
     for backend in sorted({d.backend for d in devices}):
-        cards = [d for d in devices if d.backend == backend and d.type == "gpu"]
+        cards = [d for d in devices if d.backend == backend and d.type == Role.GPU]
         if len(cards) > 1 or (cards and len([d for d in devices if d.backend == backend]) > 1):
             largest = max(d.memory_total_mib or 0 for d in cards)
             top = [d.name for d in cards if (d.memory_total_mib or 0) == largest]
@@ -225,7 +222,7 @@ def role_notes(devices: list[Device]) -> list[str]:
         f"{d.name}: role unknown (ggml's type not read, no vulkaninfo match, no log line or known name tells it); "
         "not assumed to be discrete"
         for d in devices
-        if d.type == "unknown"
+        if d.type == Role.UNKNOWN
     ]
     return notes
 

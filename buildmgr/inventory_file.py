@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from buildmgr import jsonshape
-from buildmgr.devices import Device
+from buildmgr.devices import Device, Role
 from buildmgr.jsonshape import OMIT_IF_NONE
 
 SCHEMA = 1
@@ -55,7 +55,7 @@ class Card:
 
     physical_id: str
     description: str
-    role: str
+    role: Role
     pci_bus_id: str | None
     uuid: str | None
     kernel_driver: str | None

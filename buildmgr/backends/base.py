@@ -15,6 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from buildmgr.devices import Role
 from buildmgr.findings import Check, Finding, Signature
 from buildmgr.memo import Memo
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 # Devices that are not a card: the CPU itself (logs and rpc-server list it), BLAS does the CPU's matrix work, and RPC is
 # another host. Each has a fixed role
 # (whatever ggml reports), is never one physical card with another backend's device, and is not benched.
-NOT_A_CARD = {"CPU": "cpu", "BLAS": "accel", "RPC": "remote"}
+NOT_A_CARD = {"CPU": Role.CPU, "BLAS": Role.ACCEL, "RPC": Role.REMOTE}
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ class LogDevice(NamedTuple):
     pattern: str
     backend: str  # the device name's prefix when neither the line nor its `after` header says another
     after: str | None = None  # a header line whose `backend` group names the devices below it (ROCm, MUSA …)
-    role: tuple[str, str, str, str] | None = None  # (group, value, role, reason): the role the line itself tells
+    role: tuple[str, str, Role, str] | None = None  # (group, value, role, reason): the role the line itself tells
     wrapped: str | None = None  # what the rest of a line wrapped in two holds, when the first part lacks it
 
 
@@ -149,7 +150,7 @@ class NameRole(NamedTuple):
     never claimed from a name."""
 
     pattern: str  # searched in the description, case-sensitive
-    role: str  # igpu | cpu
+    role: Role  # IGPU or CPU: what a name can prove
     reason: str  # said in the notes: "Intel UHD Graphics is integrated"
     source: str  # where that fact is written down
 

@@ -22,6 +22,7 @@ from buildmgr.bench.config import Asked, BenchConfig, Request, parse_config, rea
 from buildmgr.bench.judge import BUSY_PERCENT, HOST, Judgement, Role, Validity, judge, slowdowns
 from buildmgr.bench.sampling import Sample, Sampler, services
 from buildmgr.bench.stats import ratio, summarize
+from buildmgr.devices import Role as DeviceRole
 from buildmgr.errors import UserError
 from buildmgr.findings import Finding, errors
 from buildmgr.placement.check import check, memory_findings, model_devices, read_gguf, weights_per_device
@@ -146,9 +147,9 @@ def plan(dirs: Dirs, request: Request, environ: Mapping[str, str]) -> list[Plann
         by_name = {d.name: d for d in here.devices}
         # With no device the CPU runs it, judged by the process's CPU time; with -ngl 0 the devices stay the
         # roles, so that their idle decode shows as the fallback it is.
-        roles = [Role(n, by_name[n].pci_bus_id, by_name[n].type == "cpu", config.cpu_overrides) for n in chosen] or [
-            Role(HOST, None, True)
-        ]
+        roles = [
+            Role(n, by_name[n].pci_bus_id, by_name[n].type == DeviceRole.CPU, config.cpu_overrides) for n in chosen
+        ] or [Role(HOST, None, True)]
         guard = backends.pinning_guards([by_name[n].backend for n in chosen])
         env_set = guard if config.cpu_overrides and not request.allow_pinned else {}
         devices = {n: by_name[n].pci_bus_id for n in chosen}

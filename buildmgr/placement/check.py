@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from buildmgr.devices import Device, Selection
+from buildmgr.devices import Device, Role, Selection
 from buildmgr.errors import UserError
 from buildmgr.findings import Finding, Severity
 from buildmgr.placement import rules
@@ -37,7 +37,7 @@ def model_devices(placement: Placement, here: Here) -> tuple[list[str], list[Fin
     findings = []
     if placement.devices is None:
         if placement.split_mode == "tensor":
-            chosen = [d.name for d in here.devices if d.type != "accel"]
+            chosen = [d.name for d in here.devices if d.type != Role.ACCEL]
         else:
             chosen = [n for n, selection in here.default.items() if selection.used]
     else:
@@ -262,7 +262,7 @@ def memory_findings(placed: dict[str, int], here: Here) -> list[Finding]:
     by_name = {d.name: d for d in here.devices}
     for name, size in placed.items():
         device = by_name.get(name)
-        igpu = device is not None and device.type == "igpu"
+        igpu = device is not None and device.type == Role.IGPU
         free = here.host_free_mib if name == "CPU" or igpu else here.free_mib.get(name)
         if free is not None and size / (1 << 20) > free:
             findings.append(
@@ -295,7 +295,7 @@ class Suggestion:
 
 def suggest(devices: list[Device], default: dict[str, Selection], prefer: str) -> Suggestion:
     """One name per physical card (llama.cpp's own choice of name first), discrete cards first; -ts by free memory."""
-    roles = {"dgpu": ("gpu",), "igpu": ("igpu",), "all": ("gpu", "igpu", "unknown")}[prefer]
+    roles = {"dgpu": (Role.GPU,), "igpu": (Role.IGPU,), "all": (Role.GPU, Role.IGPU, Role.UNKNOWN)}[prefer]
     chosen_by_llama = {name for name, selection in default.items() if selection.used}
     ranked = sorted(devices, key=lambda d: (d.name not in chosen_by_llama, devices.index(d)))
     chosen: dict[str, Device] = {}

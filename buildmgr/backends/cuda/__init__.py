@@ -22,6 +22,7 @@ from buildmgr.backends.base import (
     PipSource,
     lazy,
 )
+from buildmgr.devices import Role
 from buildmgr.findings import Signature
 
 NAMES = Names("CUDA", "cuda", "CUDA", "GGML_CUDA", "ggml-cuda")
@@ -74,7 +75,7 @@ LOG_EMPTY = (r"ggml_cuda_init: failed to initialize \S+: .*", r"ggml_(?:cuda_ini
 NAME_ROLES = (
     NameRole(
         r"\b(?:Orin|Xavier|Tegra|GB10)\b",
-        "igpu",
+        Role.IGPU,
         "Jetson (Orin, Xavier) and GB10 GPUs share the CPU's memory (CUDA types them integrated)",
         "https://docs.nvidia.com/cuda/cuda-for-tegra-appnote/",
     ),

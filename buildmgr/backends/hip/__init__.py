@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from buildmgr.backends.base import ArchOption, Backend, Ci, DeviceCode, NameRole, Names, lazy
+from buildmgr.devices import Role
 
 NAMES = Names("ROCm", "hip", "HIP", "GGML_HIP", "ggml-hip")
 NAME = NAMES.device
@@ -87,25 +88,25 @@ NAME_ROLES = (
     NameRole(
         r"\(RADV (?:KAVERI|KABINI|MULLINS|CARRIZO|STONEY|RAVEN2?|RENOIR|VANGOGH|REMBRANDT|RAPHAEL_MENDOCINO|MENDOCINO"
         r"|PHOENIX2?|HAWK_POINT\d?|GFX1103(?:_R\d)?|GFX115[0-3])\)",
-        "igpu",
+        Role.IGPU,
         "RADV names this APU family (Ryzen graphics)",
         "https://gitlab.freedesktop.org/mesa/mesa/-/blob/main/src/amd/common/amd_family.c",
     ),
     NameRole(
         r"\bRadeon(?:\(TM\))? (?:[5-9][0-9]0M|Vega \d+|80[4-6]0S)\b",
-        "igpu",
+        Role.IGPU,
         "Radeon 610M–890M, Vega N and 8040S–8060S are the graphics of Ryzen APUs",
         "https://www.amd.com/en/products/specifications/processors.html",
     ),
     NameRole(
         r"^AMD Radeon\(TM\) Graphics\b|\bRyzen\b.* with Radeon",
-        "igpu",
+        Role.IGPU,
         "AMD's driver names APU graphics 'AMD Radeon(TM) Graphics' or after the Ryzen CPU",
         "https://gitlab.freedesktop.org/mesa/drm/-/blob/main/data/amdgpu.ids",
     ),
     NameRole(
         r"\bgfx(?:90c|1035|1036|1037|1103|115[0-3])\b",
-        "igpu",
+        Role.IGPU,
         "this gfx target is an APU's",
         "https://llvm.org/docs/AMDGPUUsage.html#processors",
     ),

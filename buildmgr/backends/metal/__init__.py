@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from buildmgr.backends.base import Backend, Host, NameRole, Names, Report
+from buildmgr.devices import Role
 from buildmgr.findings import Check
 
 NAMES = Names("Metal", "metal", "Metal", "GGML_METAL", "ggml-metal")
@@ -29,7 +30,7 @@ BACKEND = Backend(
     name_roles=(
         NameRole(
             r"\bApple M\d",
-            "igpu",
+            Role.IGPU,
             "Apple M-series GPUs are part of the SoC and share its unified memory",
             "https://developer.apple.com/documentation/metal/choosing-a-resource-storage-mode-for-apple-gpus",
         ),

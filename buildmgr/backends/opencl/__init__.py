@@ -4,6 +4,7 @@ people paste. Only what reading those logs needs (`built=False`: no recipe, chec
 from __future__ import annotations
 
 from buildmgr.backends.base import Backend, LogDevice, NameRole, Names
+from buildmgr.devices import Role
 
 # ggml-opencl names every device GPUOpenCL (no index) and describes it by the OpenCL device name; its start-up line
 # adds the version: "ggml_opencl: device: 'QUALCOMM Adreno(TM) 830 (OpenCL 3.0 Adreno(TM) 830)'" (2025: "selecting").
@@ -24,10 +25,10 @@ BACKEND = Backend(
     name_roles=(
         NameRole(
             r"\bAdreno\b",
-            "igpu",
+            Role.IGPU,
             "Adreno is the GPU of Qualcomm Snapdragon SoCs",
             "https://docs.qualcomm.com/bundle/publicresource/topics/80-78185-2/overview.html",
         ),
-        NameRole(r"\bMali-", "igpu", "Mali is Arm's SoC GPU", "https://developer.arm.com/Processors#q=Mali"),
+        NameRole(r"\bMali-", Role.IGPU, "Mali is Arm's SoC GPU", "https://developer.arm.com/Processors#q=Mali"),
     ),
 )

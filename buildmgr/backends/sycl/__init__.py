@@ -6,6 +6,7 @@ from typing import NamedTuple
 
 from buildmgr import proc
 from buildmgr.backends.base import Backend, Host, NameRole, Names, Report, which
+from buildmgr.devices import Role
 from buildmgr.findings import Check
 
 NAMES = Names("SYCL", "sycl", "SYCL", "GGML_SYCL", "ggml-sycl")
@@ -16,19 +17,19 @@ FIX = "install Intel oneAPI Base Toolkit and `source /opt/intel/oneapi/setvars.s
 NAME_ROLES = (
     NameRole(
         r"Intel\(R\) (?:U?HD|Iris\(R\)(?: Xe| Plus| Pro)?) Graphics|Intel\(R\) Graphics\b",
-        "igpu",
+        Role.IGPU,
         "Intel UHD, HD, Iris and unnamed Intel Graphics are integrated",
         "https://gitlab.freedesktop.org/mesa/mesa/-/blob/main/include/pci_ids/iris_pci_ids.h",
     ),
     NameRole(
         r"Intel\(R\) Arc\((?:TM|tm)\) (?:Graphics|1[34]0V)\b",
-        "igpu",
+        Role.IGPU,
         "Intel Arc Graphics without a model number, and Arc 130V/140V, are Core Ultra integrated GPUs",
         "https://www.intel.com/content/www/us/en/products/details/discrete-gpus/arc.html",
     ),
     NameRole(
         r"\((?:[A-Z]{3} GT\d|MTL|LNL|ARL|PTL)\)",
-        "igpu",
+        Role.IGPU,
         "Mesa's codename (GT1–GT3, MTL, LNL, ARL, PTL) is an integrated Intel GPU's",
         "https://gitlab.freedesktop.org/mesa/mesa/-/blob/main/include/pci_ids/iris_pci_ids.h",
     ),

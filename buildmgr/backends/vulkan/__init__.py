@@ -10,6 +10,7 @@ as a folder where newer Debian header packages were unpacked); anything it lacks
 from __future__ import annotations
 
 from buildmgr.backends.base import AptSource, Backend, Capture, Ci, Kit, Layered, LogDevice, NameRole, Names, lazy
+from buildmgr.devices import Role
 from buildmgr.findings import Signature
 
 NAMES = Names("Vulkan", "vulkan", "Vulkan", "GGML_VULKAN", "ggml-vulkan")
@@ -41,7 +42,7 @@ BUILD_FAILURES = (
 )
 # "ggml_vulkan: 0 = AMD Radeon Graphics (RADV GFX1151) (radv) | uma: 1 | …" (ggml-vulkan's device line: name, then the
 # driver in parentheses; uma is deviceType == eIntegratedGpu), and the 2024 form "Vulkan0: NAME (DRIVER) | uma: 0 | …".
-_UMA = ("uma", "1", "igpu", "its ggml_vulkan line says uma: 1 (Vulkan's integrated-GPU device type)")
+_UMA = ("uma", "1", Role.IGPU, "its ggml_vulkan line says uma: 1 (Vulkan's integrated-GPU device type)")
 LOG_DEVICES = (
     LogDevice(
         "ggml_vulkan lines",
@@ -62,19 +63,19 @@ LOG_EMPTY = (r"ggml_vulkan: No devices found\.",)
 NAME_ROLES = (
     NameRole(
         r"\bllvmpipe\b",
-        "cpu",
+        Role.CPU,
         "llvmpipe (Mesa's lavapipe) is a CPU rasterizer",
         "https://docs.mesa3d.org/drivers/llvmpipe.html",
     ),
     NameRole(
         r"\bSwiftShader\b",
-        "cpu",
+        Role.CPU,
         "SwiftShader is a CPU implementation of Vulkan",
         "https://github.com/google/swiftshader",
     ),
     NameRole(
         r"Microsoft Basic Render Driver",
-        "cpu",
+        Role.CPU,
         "the Microsoft Basic Render Driver is WARP, Direct3D's CPU rasterizer",
         "https://learn.microsoft.com/windows/win32/direct3darticles/directx-warp",
     ),

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from buildmgr.backends.base import one_to_one
 from buildmgr.backends.vulkan import NAME
+from buildmgr.devices import Role
 
 if TYPE_CHECKING:
     from buildmgr.devices import Captures, Device
@@ -20,15 +21,15 @@ if TYPE_CHECKING:
 class VulkanGpu:
     index: int
     name: str
-    type: str  # gpu | igpu | cpu | unknown
+    type: Role
     uuid: str | None
 
 
 _VK_TYPES = {
-    "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU": "gpu",
-    "PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU": "igpu",
-    "PHYSICAL_DEVICE_TYPE_CPU": "cpu",
-    "PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU": "gpu",
+    "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU": Role.GPU,
+    "PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU": Role.IGPU,
+    "PHYSICAL_DEVICE_TYPE_CPU": Role.CPU,
+    "PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU": Role.GPU,
 }
 SKIPPED = "not run: ggml gave every Vulkan device a PCI id"
 
@@ -44,7 +45,7 @@ def parse_vulkaninfo_summary(text: str) -> list[VulkanGpu]:
             VulkanGpu(
                 int(number),
                 fields.get("deviceName", ""),
-                _VK_TYPES.get(fields.get("deviceType", ""), "unknown"),
+                _VK_TYPES.get(fields.get("deviceType", ""), Role.UNKNOWN),
                 uuid.lower() if uuid else None,
             )
         )
@@ -66,7 +67,7 @@ def why_absent(environ: Mapping[str, str], captures: Captures) -> str | None:
     vulkan = captures.get(NAME, [])
     if environ.get("GGML_VK_VISIBLE_DEVICES") == "":
         return "GGML_VK_VISIBLE_DEVICES is set and empty, which hides every Vulkan device"
-    if vulkan and all(g.type == "cpu" for g in vulkan):
+    if vulkan and all(g.type == Role.CPU for g in vulkan):
         names = ", ".join(g.name for g in vulkan)
         return (
             f"the only Vulkan driver here is CPU-type ({names}), which llama.cpp skips "
@@ -96,20 +97,21 @@ def match_vulkaninfo(devices: list[Device], vulkan: list[VulkanGpu], notes: list
             device = dataclasses.replace(device, uuid=gpu.uuid, type=role)
             if told:
                 device = dataclasses.replace(
-                    device, role_basis=RoleBasis.TOOL.value, role_reason=f"vulkaninfo types it {gpu.type}"
+                    device, role_basis=RoleBasis.TOOL, role_reason=f"vulkaninfo types it {gpu.type}"
                 )
         matched.append(device)
     return matched
 
 
-def _role(device: Device, driver_type: str, notes: list[str]) -> str:
-    if driver_type == "cpu" and device.type != "cpu":
+def _role(device: Device, driver_type: Role, notes: list[str]) -> Role:
+    if driver_type == Role.CPU and device.type != Role.CPU:
         notes.append(
             f"{device.name}: ggml reports {device.ggml_type or 'no type'}, but vulkaninfo says it is a CPU driver"
         )
-        return "cpu"
-    return device.type if device.type != "unknown" else driver_type
+        return Role.CPU
+    return device.type if device.type != Role.UNKNOWN else driver_type
 
 
 def host_json(gpus: list[VulkanGpu] | None) -> dict[str, Any]:
-    return {"drivers": {"vulkan_devices": [asdict(g) for g in gpus] if gpus is not None else SKIPPED}}
+    found = [asdict(g) | {"type": str(g.type)} for g in gpus] if gpus is not None else SKIPPED
+    return {"drivers": {"vulkan_devices": found}}
