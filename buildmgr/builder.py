@@ -13,7 +13,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from buildmgr import __version__, backends, compile_cache, hostfacts, proc, proof, runtime, source, store
-from buildmgr.backends import glslc_cache
 from buildmgr.cmake import Reply, read_reply, request_reply
 from buildmgr.config import Dirs
 from buildmgr.diagnose import diagnose
@@ -93,10 +92,11 @@ def build_env(
             "CCACHE_BASEDIR": str(tree.root),
             "CCACHE_NOHASHDIR": "1",
             "CCACHE_STATSLOG": str(statslog),
-            glslc_cache.STATSLOG_ENV: str(shader_statslog(statslog)),
             "NINJA_STATUS": "[%f/%t] ",
         }
     )
+    for cache in backends.shader_caches():  # they log to one file: a build runs one backend's shaders at most
+        env |= cache.environ(shader_statslog(statslog))
     return env
 
 
@@ -107,9 +107,9 @@ def shader_statslog(statslog: Path) -> Path:
 def shader_launcher(plan: BuildPlan, tree: BuildTree, dirs: Dirs) -> dict[str, str]:
     """Each shader compiler the recipe's backends found behind the shader cache."""
     return {
-        define: str(glslc_cache.launcher(tree.root, plan.host_defines[define], dirs.shader_cache))
-        for define in backends.shader_compilers()
-        if define in plan.host_defines
+        cache.define: str(cache.launcher(tree.root, plan.host_defines[cache.define], dirs.shader_cache))
+        for cache in backends.shader_caches()
+        if cache.define in plan.host_defines
     }
 
 
@@ -190,7 +190,8 @@ def _drop_statslogs(statslog: Path) -> None:
 def _shader_counts(statslog: Path) -> dict[str, int] | None:
     """Shader compiles served by the shader cache (hit), compiled and stored (miss), or run as given (direct)."""
     path = shader_statslog(statslog)
-    return glslc_cache.counts(path.read_text(encoding="ascii")) if path.exists() else None
+    caches = backends.shader_caches()
+    return caches[0].counts(path.read_text(encoding="ascii")) if path.exists() and caches else None
 
 
 def _runtime_needs(staging: Path, log: Path) -> dict[str, object]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildmgr import backends, proc
-from buildmgr.backends.base import AptSource, Kit, PipSource
+from buildmgr.backend import AptSource, Kit, PipSource
 from buildmgr.errors import BuildFailed, UserError
 from buildmgr.fsutil import sha256_file
 from buildmgr.receipt import Package

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildmgr import __version__, kit_sources, store
-from buildmgr.backends.base import AptSource, Kit, PipSource
+from buildmgr.backend import AptSource, Kit, PipSource
 from buildmgr.config import Dirs, ensure_writable
 from buildmgr.errors import UserError
 from buildmgr.fsutil import locked, sha256_file

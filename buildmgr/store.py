@@ -325,6 +325,8 @@ def gc(dirs: Dirs, shelves: tuple[Shelf[ToolchainReceipt], ...] = ()) -> list[Pa
     for lock in sorted((dirs.data / "locks").glob("*.lock")):  # one per build id ever built, else kept forever
         if remove_if_idle(lock):
             removed.append(lock)
-    from buildmgr.backends import glslc_cache  # not on a no-op's import path
+    from buildmgr import backends  # not on a no-op's import path
 
-    return removed + glslc_cache.prune(dirs.shader_cache, time.time())
+    return removed + [
+        path for cache in backends.shader_caches() for path in cache.prune(dirs.shader_cache, time.time())
+    ]

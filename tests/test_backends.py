@@ -245,7 +245,7 @@ def _lazy_references(record, path=""):
             yield where, value, hints[name]
         items = value if isinstance(value, tuple) and not hasattr(value, "_fields") else (value,)
         for index, item in enumerate(items):
-            if type(item).__module__ == "buildmgr.backends.base" and not isinstance(item, str):
+            if type(item).__module__ == "buildmgr.backend" and not isinstance(item, str):
                 yield from _lazy_references(item, path=f"{where}[{index}]." if items is not (value,) else f"{where}.")
 
 
@@ -270,7 +270,7 @@ def test_every_backend_package_declares_a_record_whose_functions_exist():
     user's host)."""
     import typing
 
-    from buildmgr.backends.base import resolve_lazy
+    from buildmgr.backend import resolve_lazy
 
     hints = _hints(backends.Backend)
     found = backends._discovered()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from buildmgr.backends import glslc_cache
+from buildmgr.backends.vulkan import glslc_cache
 
 GLSLC = shutil.which("glslc") or shutil.which("glslc", path=os.path.join(os.environ.get("VULKAN_SDK", "/usr"), "bin"))
 needs_glslc = pytest.mark.skipif(GLSLC is None, reason="needs glslc (apt-get install glslc)")

@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from buildmgr.backends.base import (
+from buildmgr.backend import (
     NOT_A_CARD,
     ArchOption,
     Backend,
@@ -30,6 +30,7 @@ from buildmgr.backends.base import (
     NameRole,
     PipSource,
     Report,
+    ShaderCache,
 )
 from buildmgr.errors import UserError
 from buildmgr.findings import Check, Finding, Signature
@@ -194,8 +195,8 @@ def pinning_guards(device_backends: Sequence[str]) -> dict[str, str]:
     return dict(guard for guard in guards if guard)
 
 
-def shader_compilers() -> tuple[str, ...]:
-    return tuple(b.shader_compiler for b in all_backends() if b.shader_compiler)
+def shader_caches() -> tuple[ShaderCache, ...]:
+    return tuple(b.shader_cache for b in all_backends() if b.shader_cache is not None)
 
 
 def owned_defines() -> dict[str, str]:

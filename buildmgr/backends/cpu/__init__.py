@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from buildmgr.backends.base import Backend, Host, Names, Report
+from buildmgr.backend import Backend, Host, Names, Report
 from buildmgr.errors import UserError
 from buildmgr.findings import Check
 

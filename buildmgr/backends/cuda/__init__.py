@@ -9,7 +9,7 @@ the highest, so newer GPUs can still JIT it: `--sm 86,89` → CMAKE_CUDA_ARCHITE
 
 from __future__ import annotations
 
-from buildmgr.backends.base import (
+from buildmgr.backend import (
     ArchOption,
     Backend,
     Capture,

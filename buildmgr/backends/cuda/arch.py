@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping
 
 from buildmgr import proc
-from buildmgr.backends.base import Host
+from buildmgr.backend import Host
 from buildmgr.backends.cuda import CI_IMAGE_VERSION, LOWEST_BY_MAJOR
 from buildmgr.backends.cuda.preflight import find_nvcc, locate, parse_nvcc_version
 from buildmgr.backends.cuda.smi import visible_capabilities

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from buildmgr import proc
-from buildmgr.backends.base import Host, Report, which
+from buildmgr.backend import Host, Report, which
 from buildmgr.backends.cuda import NAME, TOOLKIT_ROOTS
 from buildmgr.findings import Check
 

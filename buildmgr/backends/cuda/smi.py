@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from buildmgr import proc
-from buildmgr.backends.base import one_to_one, which
+from buildmgr.backend import one_to_one, which
 from buildmgr.backends.cuda import NAME
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from buildmgr.backends.base import ArchOption, Backend, Ci, DeviceCode, NameRole, Names, lazy
+from buildmgr.backend import ArchOption, Backend, Ci, DeviceCode, NameRole, Names, lazy
 from buildmgr.devices import Role
 
 NAMES = Names("ROCm", "hip", "HIP", "GGML_HIP", "ggml-hip")

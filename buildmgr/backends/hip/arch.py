@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from buildmgr import proc
-from buildmgr.backends.base import Host
+from buildmgr.backend import Host
 from buildmgr.backends.hip import gfx_key
 from buildmgr.backends.hip.device_code import visible_targets
 from buildmgr.backends.hip.preflight import Rocm, find_rocm, rocblas_targets

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildmgr import proc
-from buildmgr.backends.base import read_file, which
+from buildmgr.backend import read_file, which
 from buildmgr.backends.hip import NAMES, gfx_key
 from buildmgr.findings import Finding, Severity
 

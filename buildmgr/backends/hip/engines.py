@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from buildmgr.backends.base import EngineReading, process_name, read_file
+from buildmgr.backend import EngineReading, process_name, read_file
 from buildmgr.backends.hip import AMD_VENDOR
 
 

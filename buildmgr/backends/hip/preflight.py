@@ -12,7 +12,7 @@ from typing import NamedTuple
 from packaging.version import InvalidVersion, Version
 
 from buildmgr import proc
-from buildmgr.backends.base import Host, Report, read_file, which
+from buildmgr.backend import Host, Report, read_file, which
 from buildmgr.backends.hip import LAYOUTS, MIN_ROCM, NAME, PACKAGES, ROCM_FIX, TOO_OLD, Layout, gfx_key
 from buildmgr.findings import Check
 

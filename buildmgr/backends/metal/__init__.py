@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from buildmgr.backends.base import Backend, Host, NameRole, Names, Report
+from buildmgr.backend import Backend, Host, NameRole, Names, Report
 from buildmgr.devices import Role
 from buildmgr.findings import Check
 

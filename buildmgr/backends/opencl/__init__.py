@@ -3,7 +3,7 @@ people paste. Only what reading those logs needs (`built=False`: no recipe, chec
 
 from __future__ import annotations
 
-from buildmgr.backends.base import Backend, LogDevice, NameRole, Names
+from buildmgr.backend import Backend, LogDevice, NameRole, Names
 from buildmgr.devices import Role
 
 # ggml-opencl names every device GPUOpenCL (no index) and describes it by the OpenCL device name; its start-up line

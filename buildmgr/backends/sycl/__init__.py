@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from buildmgr import proc
-from buildmgr.backends.base import Backend, Host, NameRole, Names, Report, which
+from buildmgr.backend import Backend, Host, NameRole, Names, Report, which
 from buildmgr.devices import Role
 from buildmgr.findings import Check
 

@@ -9,7 +9,19 @@ as a folder where newer Debian header packages were unpacked); anything it lacks
 
 from __future__ import annotations
 
-from buildmgr.backends.base import AptSource, Backend, Capture, Ci, Kit, Layered, LogDevice, NameRole, Names, lazy
+from buildmgr.backend import (
+    AptSource,
+    Backend,
+    Capture,
+    Ci,
+    Kit,
+    Layered,
+    LogDevice,
+    NameRole,
+    Names,
+    ShaderCache,
+    lazy,
+)
 from buildmgr.devices import Role
 from buildmgr.findings import Signature
 
@@ -136,7 +148,13 @@ BACKEND = Backend(
     locate=lazy(f"{__name__}.preflight", "locate"),
     inspect=lazy(f"{__name__}.preflight", "inspect"),
     why_absent=lazy(f"{__name__}.info", "why_absent"),
-    shader_compiler=SHADER_COMPILER,
+    shader_cache=ShaderCache(
+        SHADER_COMPILER,
+        lazy(f"{__name__}.glslc_cache", "launcher"),
+        lazy(f"{__name__}.glslc_cache", "environ"),
+        lazy(f"{__name__}.glslc_cache", "counts"),
+        lazy(f"{__name__}.glslc_cache", "prune"),
+    ),
     capture=CAPTURE,
     build_failures=BUILD_FAILURES,
     # seen at the pin on 2×H200: no split buffer type; Vulkan-only -sm tensor sets ran

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from buildmgr.backends.base import one_to_one
+from buildmgr.backend import one_to_one
 from buildmgr.backends.vulkan import NAME
 from buildmgr.devices import Role
 

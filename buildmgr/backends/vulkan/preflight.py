@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from packaging.version import Version
 
-from buildmgr.backends.base import Host, Report, which
+from buildmgr.backend import Host, Report, which
 from buildmgr.backends.vulkan import HEADERS_FIX, MIN_HEADERS, NAME, SHADER_COMPILER
 from buildmgr.findings import Check
 

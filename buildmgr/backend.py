@@ -263,6 +263,16 @@ def _no_device(environ: Mapping[str, str], captures: Captures) -> str | None:
     return "no device found"
 
 
+class ShaderCache(NamedTuple):
+    """A content-addressed cache of a backend's shader compiler's outputs, run by CMake in its place."""
+
+    define: str  # the host define naming the shader compiler it wraps (Vulkan_GLSLC_EXECUTABLE)
+    launcher: Callable[[Path, str, Path], Path]  # (build tree, the real compiler, the cache) → the program CMake runs
+    environ: Callable[[Path], dict[str, str]]  # a statslog path → the variables that make it log hit/miss/direct there
+    counts: Callable[[str], dict[str, int]]  # that log's text → hit, miss and direct
+    prune: Callable[[Path, float], list[Path]]  # (the cache, now) → the entries no build used for a month, removed
+
+
 class Backend(NamedTuple):
     """Everything about one backend as data: `backends/<name>/__init__.py` declares one as `BACKEND`, and the
     functions it names are in that package's modules, imported when first called (see `lazy`): a no-op build reads
@@ -284,7 +294,7 @@ class Backend(NamedTuple):
     why_absent: Callable[[Mapping[str, str], Captures], str | None] = _no_device  # None: no device expected
     check_defines: Callable[[Mapping[str, str], str], None] | None = None  # (defines, machine): UserError if wrong
     languages: tuple[str, ...] = ()  # CMake languages it adds (each gets ccache as its launcher)
-    shader_compiler: str | None = None  # the host define naming a shader compiler the shader cache wraps
+    shader_cache: ShaderCache | None = None  # the cache its shader compiler runs behind
     arch: ArchOption | None = None  # its GPU-architecture option
     capture: Capture | None = None  # its vendor tool
     device_code: DeviceCode | None = None  # the GPU code its binaries carry

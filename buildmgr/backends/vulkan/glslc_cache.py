@@ -195,6 +195,10 @@ def prune(cache: Path, now: float, days: int = UNUSED_DAYS) -> list[Path]:
     return removed
 
 
+def environ(statslog: Path) -> dict[str, str]:
+    return {STATSLOG_ENV: str(statslog)}
+
+
 def counts(statslog_text: str) -> dict[str, int]:
     words = statslog_text.split()
     return {word: words.count(word) for word in ("hit", "miss", "direct")}
