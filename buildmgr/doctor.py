@@ -48,7 +48,7 @@ def recipes(
     states = []
     for recipe in all_recipes(dirs, warn=warn).values():
         report = backends.inspect(recipe.backends, host, deep=False)
-        missing = toolchain.problems(host.toolchain, recipe.tools) + [c.line() for c in report.failures]
+        missing = toolchain.problems(host.toolchain, recipe.tools, environ) + [c.line() for c in report.failures]
         states.append(RecipeState(recipe, tuple(missing)))
     return states
 
@@ -63,7 +63,7 @@ def doctor(dirs: Dirs, environ: Mapping[str, str], settings: Settings) -> Report
             overlaid = dataclasses.replace(host, environ=kits.overlay(environ, (added,)))
             with_it = backends.inspect((added.receipt.backend,), overlaid).checks
         states.append(ToolchainState(added, kits.changed(added), with_it))
-    missing = bool(toolchain.problems(host.toolchain, ("cc", "c++")))
+    missing = bool(toolchain.problems(host.toolchain, ("cc", "c++"), environ))
     return Report(tuple(checks), tuple(states), missing)
 
 

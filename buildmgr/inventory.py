@@ -211,15 +211,18 @@ def _probe_all(builds: list[store.Build], environ: Mapping[str, str]) -> tuple[d
     start-up, not on the others."""
     early = [(name, capture) for name, capture in backends.captures() if capture.wanted(())]
     with ThreadPoolExecutor(max_workers=len(builds) + len(early) + 1) as pool:
-        captured = {name: pool.submit(run_capture, capture) for name, capture in early}
+        captured = {name: pool.submit(run_capture, capture, environ) for name, capture in early}
         probes = {b.id: pool.submit(probe_build, b.prefix, environ) for b in builds}
         return {k: f.result() for k, f in probes.items()}, {k: f.result() for k, f in captured.items()}
 
 
-def _complete_captures(captured: dict[str, Any], builds: Mapping[str, BuildEntry]) -> dict[str, Any]:
+def _complete_captures(
+    captured: dict[str, Any], builds: Mapping[str, BuildEntry], environ: Mapping[str, str]
+) -> dict[str, Any]:
     """The captures run beside the probes, and those the probes' results call for."""
     known = dict(backends.captures())
-    return captured | {name: run_capture(known[name]) for name in captures_wanted(builds) if name not in captured}
+    wanted = captures_wanted(builds)
+    return captured | {name: run_capture(known[name], environ) for name in wanted if name not in captured}
 
 
 def refresh(
@@ -237,7 +240,7 @@ def refresh(
         inventory = replace(stored, builds={k: v for k, v in stored.builds.items() if k in installed})
         for build in builds:
             inventory = record_probe(inventory, build, results[build.id])
-        captured = _complete_captures(captured, inventory.builds)
+        captured = _complete_captures(captured, inventory.builds, environ)
         drm = read_drm_cards()
         inventory = replace(
             inventory,
@@ -256,7 +259,7 @@ def preview(builds: list[store.Build], environ: Mapping[str, str]) -> Inventory:
     inventory = replace(Inventory.empty(), preview_env=enumeration_env(environ))
     for build in builds:
         inventory = record_probe(inventory, build, results[build.id])
-    return summarize(inventory, _complete_captures(captured, inventory.builds), read_drm_cards())
+    return summarize(inventory, _complete_captures(captured, inventory.builds, environ), read_drm_cards())
 
 
 def build_devices(inventory: Inventory, build_id: str) -> list[Device]:

@@ -144,7 +144,7 @@ def resolve(
     backends.check_defines(recipe.backends, dict(recipe.defines), host.machine)
     gib_per_job = backends.gib_per_job(recipe.backends)
     jobs = parse_jobs(request.jobs, hostfacts.read().cpus or 1, available_gib(), gib_per_job)
-    toolchain.require(host.toolchain, recipe.tools, recipe.name)
+    toolchain.require(host.toolchain, recipe.tools, recipe.name, environ)
     memo = Memo.load(dirs.preflight_cache)
     chosen = kits.chosen_for_build(dirs, request.toolchains, memo)
     for added in chosen:

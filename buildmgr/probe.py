@@ -40,13 +40,14 @@ def read_drm_cards(root: Path = Path("/sys/class/drm")) -> list[DrmCard]:
     return cards
 
 
-def run_capture(capture: backends.Capture) -> list[Any]:
-    """A vendor tool's records, or none where the tool is missing or fails."""
+def run_capture(capture: backends.Capture, environ: Mapping[str, str]) -> list[Any]:
+    """A vendor tool's records (run from this environment's PATH, in it), or none where it is missing or fails."""
     import shutil
 
-    if shutil.which(capture.command[0]) is None:
+    tool = shutil.which(capture.command[0], path=environ.get("PATH", os.defpath))
+    if tool is None:
         return []
-    ran = proc.run(list(capture.command), timeout=30)
+    ran = proc.run([tool, *capture.command[1:]], timeout=30, env=dict(environ))
     return capture.parse(ran.stdout) if ran.ok else []
 
 

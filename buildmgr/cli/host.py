@@ -91,7 +91,7 @@ def doctor(args: argparse.Namespace, ctx: Context) -> int:
 def cache(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr import compile_cache, toolchain
 
-    ccache = toolchain.ccache_path(ctx.settings.ccache)
+    ccache = toolchain.ccache_path(ctx.settings.ccache, ctx.environ)
     if ccache is None:
         raise UserError(f"no ccache to ask: {toolchain.INSTALL_HINTS['ccache']}")
     result: dict[str, object] = {"ccache": ccache, "dir": str(ctx.dirs.ccache), "remote": ctx.settings.remote_cache}
