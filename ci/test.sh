@@ -34,4 +34,5 @@ toolchain() {
 BUILDMGR_TEST_CUDA_HOME=$(toolchain cuda==13.0)
 BUILDMGR_TEST_VULKAN_SDK=$(toolchain vulkan)/usr
 export BUILDMGR_TEST_CUDA_HOME BUILDMGR_TEST_VULKAN_SDK
-exec .venv/bin/python -m pytest -v -p no:cacheprovider tests "$@"
+# the slowest tests of every run, in its log: where the time goes is measured, not guessed
+exec .venv/bin/python -m pytest -v -p no:cacheprovider --durations=25 tests "$@"
