@@ -87,6 +87,9 @@ class RoleBasis(str, Enum):
     NAME = "name"  # a family known from its name (a table in backends/)
     TOOL = "tool"  # a vendor tool's device type (vulkaninfo)
 
+    def __str__(self) -> str:
+        return self.value
+
 
 _SAID_WHEN_TOLD = ("role_basis", "role_reason")
 

@@ -131,17 +131,20 @@ def resolve(
     request: BuildRequest,
     dirs: Dirs,
     environ: Mapping[str, str],
-    settings: Settings,
+    settings: Callable[[], Settings],
     warn: Callable[[str], None] = lambda m: None,
 ) -> Resolved:
-    """Everything checked before anything is written: bad input is one line and leaves no file behind."""
+    """Everything checked before anything is written: bad input is one line and leaves no file behind. The settings
+    are asked for after the command line's own mistakes are found (a broken config.toml does not hide them)."""
     extra = parse_defines(request.defines)
     refuse_owned(extra)
     recipe = with_defines(compose(request.recipe, all_recipes(dirs, request.recipe, warn)), extra)
     check_arch_flags(recipe, request)
     spec = source.parse_source_spec(request.source)
-    host = backend_host(environ, dirs.toolchain_cache, settings.ccache)
-    backends.check_defines(recipe.backends, dict(recipe.defines), host.machine)
+    loaded = settings()
+    host = backend_host(environ, dirs.toolchain_cache, loaded.ccache)
+    # ggml-cpu is in every build, whatever the recipe lists: its refusals always apply
+    backends.check_defines(tuple(dict.fromkeys(("CPU", *recipe.backends))), dict(recipe.defines), host.machine)
     gib_per_job = backends.gib_per_job(recipe.backends)
     jobs = parse_jobs(request.jobs, hostfacts.read().cpus or 1, available_gib(), gib_per_job)
     toolchain.require(host.toolchain, recipe.tools, recipe.name, environ)
@@ -172,7 +175,7 @@ def resolve(
         )
     arch = resolve_arch(recipe, request, host, memo)
     local = source.resolve_source(spec, dirs) if spec.kind == "path" else None  # read only: checked before any write
-    return Resolved(recipe, spec, local, host, jobs, arch, report, chosen, settings, memo)
+    return Resolved(recipe, spec, local, host, jobs, arch, report, chosen, loaded, memo)
 
 
 def prepare(resolved: Resolved, dirs: Dirs) -> BuildPlan:
@@ -213,7 +216,7 @@ def plan_build(
     request: BuildRequest,
     dirs: Dirs,
     environ: Mapping[str, str],
-    settings: Settings,
+    settings: Callable[[], Settings],
     warn: Callable[[str], None] = lambda m: None,
 ) -> BuildPlan:
     """`resolve`, then `prepare`: what `build` runs."""

@@ -51,6 +51,8 @@ class Shelf(Generic[R]):
     locks: Path
     listed_without_receipt: bool = False  # an entry folder with no receipt file: unreadable (else not an entry)
     known: Callable[[R], str | None] = lambda record: None  # why a readable receipt is still not usable here
+    what: str = "build"  # how messages name an entry
+    lenient_removal: bool = False  # files a removal cannot delete are left to gc, not an error
 
     @property
     def staging(self) -> Path:
@@ -95,13 +97,14 @@ class Shelf(Generic[R]):
             shutil.rmtree(path, ignore_errors=True)
 
     def publish(self, staging: Path, entry: Path, receipt: R) -> None:
-        _publish(staging, entry, self.receipt, receipt)
+        _publish(staging, entry, self.receipt, receipt, self.what)
 
     def discard(self, entry: Path) -> None:
-        """The entry disappears at once (one rename to a hidden name beside it), its files after."""
+        """The entry disappears at once (one rename to a hidden name beside it), its files after (what cannot be
+        deleted then is gc's, where the shelf says so)."""
         doomed = entry.with_name(f".removing-{entry.name}-{os.urandom(4).hex()}")
         os.rename(entry, doomed)
-        shutil.rmtree(doomed)
+        shutil.rmtree(doomed, ignore_errors=self.lenient_removal)
 
     def collect(self, removed: list[Path]) -> None:
         """What interrupted runs left: staging folders whose key's lock is free, and entries half removed or
@@ -122,19 +125,19 @@ def _load(entry: Path, name: str, record: type[R]) -> R | Unreadable | None:
     except FileNotFoundError:
         return None
     except OSError as err:
-        return Unreadable(entry, f"no readable {name} ({err.strerror})")
+        return Unreadable(entry, str(err))
     except ShapeError as err:
         return Unreadable(entry, str(err))
 
 
-def _publish(staging: Path, entry: Path, name: str, receipt: Record) -> None:
+def _publish(staging: Path, entry: Path, name: str, receipt: Record, what: str = "build") -> None:
     """Write the receipt, then make the complete staging folder the entry in one step. An older entry is swapped
     out atomically (renameat2 RENAME_EXCHANGE), so there is no moment without a whole one, then deleted."""
     atomic_write_text(staging / name, receipt.to_text())
     fsync_tree(staging)
     entry.parent.mkdir(parents=True, exist_ok=True)
     if entry.exists():
-        exchange(staging, entry)
+        exchange(staging, entry, what)
         shutil.rmtree(staging, ignore_errors=True)  # now the old entry
     else:
         os.rename(staging, entry)
@@ -145,7 +148,17 @@ def builds_shelf(dirs: Dirs) -> Shelf[Receipt]:
 
 
 def toolchains_shelf(dirs: Dirs, known: Callable[[ToolchainReceipt], str | None]) -> Shelf[ToolchainReceipt]:
-    return Shelf(dirs.toolchains, "*", TOOLCHAIN_RECEIPT, ToolchainReceipt, dirs.toolchains / ".locks", True, known)
+    return Shelf(
+        dirs.toolchains,
+        "*",
+        TOOLCHAIN_RECEIPT,
+        ToolchainReceipt,
+        dirs.toolchains / ".locks",
+        listed_without_receipt=True,
+        known=known,
+        what="toolchain",
+        lenient_removal=True,
+    )
 
 
 # --- builds -----------------------------------------------------------------------------------------------------
@@ -273,16 +286,16 @@ _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
 
-def exchange(a: Path, b: Path) -> None:
+def exchange(a: Path, b: Path, what: str = "build") -> None:
     """Swap two paths atomically (Linux renameat2); a file system without it is an error, never a gap."""
     import ctypes  # here, not on every no-op's import path (3 ms)
 
     libc = ctypes.CDLL(None, use_errno=True)
     if not hasattr(libc, "renameat2"):
-        raise OSError(errno.ENOSYS, "renameat2 is not available to swap the build in place", str(b))
+        raise OSError(errno.ENOSYS, f"renameat2 is not available to swap the {what} in place", str(b))
     if libc.renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) != 0:
         code = ctypes.get_errno()
-        raise OSError(code, f"cannot swap in the new build ({os.strerror(code)})", str(b))
+        raise OSError(code, f"cannot swap in the new {what} ({os.strerror(code)})", str(b))
 
 
 def remove(dirs: Dirs, build: Build) -> None:

@@ -309,6 +309,19 @@ def test_a_buildmgr_row_of_another_shape_is_refused_naming_the_field(tmp_path):
         rows.read_rows([tmp_path / "r.jsonl"])
 
 
+def test_two_runs_of_one_config_compare_by_their_files(tmp_path):
+    """`--by _file`: the rows of two files, equal in every other field, against each other."""
+    row = {"n_prompt": 0, "n_gen": 128, "n_depth": 0, "avg_ts": 50.0, "samples_ts": [49.0, 51.0], "devices": "auto"}
+    (tmp_path / "a.jsonl").write_text(json.dumps(row) + "\n")
+    (tmp_path / "b.jsonl").write_text(json.dumps(row | {"samples_ts": [99.0, 101.0]}) + "\n")
+    table = rows.compare(rows.read_rows([tmp_path / "a.jsonl", tmp_path / "b.jsonl"]), "_file")
+    assert [(e.value, e.baseline) for e in table] == [
+        (f"_file={tmp_path / 'a.jsonl'}", f"_file={tmp_path / 'a.jsonl'}"),
+        (f"_file={tmp_path / 'b.jsonl'}", f"_file={tmp_path / 'a.jsonl'}"),
+    ]
+    assert table[1].vs_baseline is not None and table[1].vs_baseline.value == pytest.approx(2.0, rel=0.01)
+
+
 def test_llama_bench_s_own_json_and_jsonl_are_read(tmp_path):
     row = {"n_prompt": 0, "n_gen": 128, "n_depth": 0, "avg_ts": 50.0, "samples_ts": [49.0, 51.0], "devices": "auto"}
     (tmp_path / "a.json").write_text(json.dumps([row, row | {"devices": "none", "samples_ts": [25.0, 25.5]}]))

@@ -96,3 +96,27 @@ def test_doctor_at_80_columns_folds_each_fix_under_its_check_whole(tmp_path: Pat
         assert any(line.endswith(f"{check['backend']}: {check['what']}") for line in lines), check
     wide = buildmgr(env | {"COLUMNS": "1000"}, "doctor").stdout.splitlines()
     assert wide[0].split() == ["check", "ok", "found", "fix"]  # the table, where it fits
+
+
+def test_the_command_line_s_own_mistake_is_said_before_a_broken_config_file(tmp_path: Path, tmp_env):
+    config = tmp_path / "config" / "buildmgr" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text("[cache\n")
+    assert_user_error(buildmgr(tmp_env, "build", "nope"), "unknown recipe 'nope'")
+    assert_user_error(buildmgr(tmp_env, "build", "-D", "GGML_CCACHE=ON"), "-D GGML_CCACHE is set by buildmgr")
+    assert_user_error(buildmgr(tmp_env, "build"), "config.toml: not a valid TOML file")
+
+
+def test_the_cpu_s_refusal_holds_for_a_recipe_that_does_not_list_the_cpu(tmp_path: Path, tmp_env):
+    """ggml-cpu is in every build: GGML_NATIVE=ON with GGML_BACKEND_DL=ON is refused on x86 whatever the recipe lists."""
+    import platform
+
+    recipes = tmp_path / "config" / "buildmgr" / "recipes"
+    recipes.mkdir(parents=True)
+    (recipes / "mine.toml").write_text(
+        'backends = ["RPC"]\ntargets = ["llama-cli"]\n[defines]\nGGML_BACKEND_DL = "ON"\nGGML_NATIVE = "ON"\n'
+    )
+    result = buildmgr(tmp_env, "build", "mine")
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        assert_user_error(result, "GGML_NATIVE=ON cannot be combined with GGML_BACKEND_DL=ON on x86")
+    assert not (tmp_path / "data").exists()

@@ -114,7 +114,7 @@ def verify(
             work.toolchains.mkdir(parents=True, exist_ok=True)
             os.symlink(added.root, work.toolchains / ref.id)
         isolated = compile_cache.without_remote(environ)
-        plan = plan_build(request, work, isolated, Settings.load(work, isolated), reporter.warn)
+        plan = plan_build(request, work, isolated, lambda: Settings.load(work, isolated), reporter.warn)
         if plan.build_id != receipt.id:
             raise UserError(
                 f"this host cannot rebuild {receipt.id} identically (it would be {plan.build_id}): "

@@ -250,11 +250,15 @@ def _at_least(value: float, flag: str, minimum: float) -> None:
 
 
 def resolve(
-    asked: Asked, configs: list[BenchConfig], context_of: Callable[[Path], int | None]
+    asked: Asked,
+    configs: list[BenchConfig],
+    context_of: Callable[[Path], int | None],
+    before_models: Callable[[], None] = lambda: None,
 ) -> tuple[Request, list[str]]:
     """The request, and notes on what was adjusted (depths that do not fit the smallest trained context of the
     models, which `context_of` reads from a model's header). `configs` are the CONFIGs of the command line and of
-    its file, read."""
+    its file, read; `before_models` runs once the command line is checked, before any model is read (the plot's
+    destination is checked there)."""
     if not configs:
         raise UserError(f"name at least one CONFIG, e.g. {EXAMPLE}, or --config-file FILE.toml")
     unique_labels(configs)
@@ -269,6 +273,7 @@ def resolve(
     _at_least(interval, "--interval", 0.01)
     _at_least(timeout, "--timeout", 1)
     depths = parse_depths(asked.depth) if asked.depth is not None else defaults.workload.depths
+    before_models()
     contexts = [context_of(model) for model in dict.fromkeys(c.model(asked.model) for c in configs)]
     n_ctx = min((c for c in contexts if c is not None), default=None)
     workload = Workload(n_prompt, n_gen, pg=asked.pg, reps=reps)

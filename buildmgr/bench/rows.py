@@ -21,6 +21,7 @@ from buildmgr.errors import UserError
 from buildmgr.jsonshape import ShapeError, dump, load
 
 KEY = "buildmgr"
+FILE = "_file"  # what a row read from a file says of its file (--by _file compares two runs of one CONFIG)
 SCHEMA = 1
 # What a llama-bench row's timing is made of: recomputed over the kept samples when rows of several runs are merged.
 TIMING = ("avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "samples_ns", "samples_ts")
@@ -124,6 +125,10 @@ def field_of(row: Row, name: str) -> Any:
     if name.startswith(f"{KEY}."):
         value = getattr(row.meta, name.split(".", 1)[1], None) if row.meta is not None else None
         return value.value if isinstance(value, Validity) else value
+    if name == KEY:
+        return dump(row.meta) if row.meta is not None else None
+    if name == FILE:
+        return row.file or None
     value = row.fields.get(name)
     return Path(value).name if name == "model_filename" and isinstance(value, str) else value
 
@@ -239,7 +244,7 @@ def _key(row: Row, axis: str) -> tuple[tuple[str, str], ...]:
 def compare(rows: Sequence[Row], axis: str, baseline: str | None = None) -> list[Compared]:
     """Rows grouped by everything but the axis; within a group, each value of the axis against the first (or the
     `baseline` value) with its ratio and 95 % interval. Rows marked invalid are shown and never a baseline."""
-    if axis not in AXES and not any(axis in r.fields for r in rows):
+    if axis not in AXES and not any(axis in r.fields or field_of(r, axis) is not None for r in rows):
         raise UserError(f"--by {axis!r}: one of {', '.join(AXES)}, or a field of the rows")
     groups: dict[tuple[tuple[str, str], ...], dict[str, list[Row]]] = {}
     for row in rows:

@@ -108,12 +108,12 @@ class Result:
 # --- before anything runs ----------------------------------------------------------------------------------------
 
 
-def prepare(asked: Asked) -> tuple[Request, list[str]]:
+def prepare(asked: Asked, before_models: Callable[[], None] = lambda: None) -> tuple[Request, list[str]]:
     """The command line's CONFIGs and those of its file, and the models' contexts, read; then resolved (config)."""
     configs = [parse_config(text) for text in asked.configs]
     if asked.config_file is not None:
         configs += read_toml(asked.config_file)
-    return resolve(asked, configs, model_context)
+    return resolve(asked, configs, model_context, before_models)
 
 
 def model_context(model: Path) -> int | None:

@@ -38,12 +38,12 @@ def register(sub: Subparsers, name: str) -> None:
             choices=("system", "pypi"),
             default="system",
             help="pypi: "
-            + ", ".join(
-                f"{kit.backend} entries add {kit.source.vendor}'s PyPI toolkit"
+            + "; ".join(
+                f"{kit.backend} entries add {kit.source.vendor}'s PyPI toolkit ('buildmgr toolchain add') on a stock "
+                f"runner, instead of {kit.source.vendor}'s container"
                 for kit in backends.pypi_kits(backends.known_backends())
                 if isinstance(kit.source, backends.PipSource)
-            )
-            + " ('buildmgr toolchain add') on a stock runner, instead of a container",
+            ),
         )
     elif name == "package":
         p = command(

@@ -86,9 +86,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         args.allow_busy,
         args.allow_pinned,
     )
-    if args.plot:
-        plot.require(args.plot)
-    request, notes = runner.prepare(asked)
+    request, notes = runner.prepare(asked, (lambda: plot.require(args.plot)) if args.plot else lambda: None)
     status = _Status(request.workload)
     with status:
         result = runner.bench(ctx.dirs, request, ctx.environ, render.say, notes, status.update)

@@ -54,7 +54,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
 
     given = tuple((o.flag, getattr(args, o.dest)) for o in backends.arch_options() if getattr(args, o.dest) is not None)
     request = BuildRequest(args.recipe, given, args.source, args.jobs, tuple(args.define), tuple(args.toolchain))
-    plan = plan_build(request, ctx.dirs, ctx.environ, ctx.settings, ctx.warn)
+    plan = plan_build(request, ctx.dirs, ctx.environ, lambda: ctx.settings, ctx.warn)
     if args.configure_only:
         from buildmgr import builder  # a no-op never imports the pipeline (nor rich's progress, nor the File API)
         from buildmgr.progress import Reporter

@@ -140,6 +140,6 @@ BACKEND = Backend(
     arch=ARCH,
     device_code=DEVICE_CODE,
     engines=lazy(f"{__name__}.engines", "SysfsEngines.open"),
-    engines_source="amdgpu's sysfs",
+    engines_source="amdgpu sysfs",
     name_roles=NAME_ROLES,
 )
