@@ -359,15 +359,3 @@ def read_file(path: Path) -> str | None:
         return path.read_text().strip()
     except OSError:
         return None
-
-
-def which(name: str, environ: Mapping[str, str], *dirs: str) -> str | None:
-    """A program in the first of these directories that has it, else on this environment's PATH (never the
-    process's own: the environment is the one the command was given)."""
-    import os
-    import shutil
-
-    for directory in dirs:
-        if directory and os.access(os.path.join(directory, name), os.X_OK):
-            return os.path.join(directory, name)
-    return shutil.which(name, path=environ.get("PATH", os.defpath))

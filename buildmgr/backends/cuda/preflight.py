@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from buildmgr import proc
-from buildmgr.backend import Host, Report, which
+from buildmgr.backend import Host, Report
 from buildmgr.backends.cuda import NAME, TOOLKIT_ROOTS
 from buildmgr.findings import Check
 
@@ -42,7 +42,7 @@ class Toolkit(NamedTuple):
 
 def find_nvcc(environ: Mapping[str, str]) -> str | None:
     roots = [environ.get(k, "") for k in TOOLKIT_ROOTS]
-    return which("nvcc", environ, *(os.path.join(r, "bin") for r in roots if r), _DEFAULT_BIN)
+    return proc.which("nvcc", environ, *(os.path.join(r, "bin") for r in roots if r), _DEFAULT_BIN)
 
 
 def locate(host: Host) -> Toolkit:

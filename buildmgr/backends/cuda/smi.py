@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from buildmgr import proc
-from buildmgr.backend import one_to_one, which
+from buildmgr.backend import one_to_one
 from buildmgr.backends.cuda import NAME
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ def visible_capabilities(environ: Mapping[str, str]) -> list[str]:
     """Compute capabilities of the GPUs CUDA would see here, e.g. ['9.0']; empty when none is visible."""
     if environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1"):
         return []
-    smi = which("nvidia-smi", environ)
+    smi = proc.which("nvidia-smi", environ)
     if smi is None:
         return []
     ran = proc.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"], timeout=30, env=dict(environ))

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildmgr import proc
-from buildmgr.backend import read_file, which
+from buildmgr.backend import read_file
 from buildmgr.backends.hip import NAMES, gfx_key
 from buildmgr.findings import Finding, Severity
 
@@ -42,7 +42,7 @@ def visible_targets(environ: Mapping[str, str], sys_root: Path = Path("/sys")) -
     from buildmgr.backends.hip.preflight import find_rocm
 
     found = kfd_targets(sys_root)
-    rocminfo = which("rocminfo", environ, str(find_rocm(environ).bin)) if not found else None
+    rocminfo = proc.which("rocminfo", environ, str(find_rocm(environ).bin)) if not found else None
     if rocminfo:
         listed = proc.run([rocminfo], timeout=60, env=dict(environ)).output
         found = sorted(set(re.findall(r"\b(gfx[0-9a-f]{3,4})\b", listed)), key=gfx_key)

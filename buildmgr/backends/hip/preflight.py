@@ -12,7 +12,7 @@ from typing import NamedTuple
 from packaging.version import InvalidVersion, Version
 
 from buildmgr import proc
-from buildmgr.backend import Host, Report, read_file, which
+from buildmgr.backend import Host, Report, read_file
 from buildmgr.backends.hip import LAYOUTS, MIN_ROCM, NAME, PACKAGES, ROCM_FIX, TOO_OLD, Layout, gfx_key
 from buildmgr.findings import Check
 
@@ -69,7 +69,7 @@ def find_rocm(environ: Mapping[str, str]) -> Rocm:
                 return _rocm(layout, root, str(bindir / "hipconfig"), environ)
             found.insert(0, (layout, root, str(bindir / "hipconfig")))
         else:
-            found.append((layout, root, which("hipconfig", environ, str(bindir))))
+            found.append((layout, root, proc.which("hipconfig", environ, str(bindir))))
     return _rocm(*found[0], environ)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from buildmgr import proc
-from buildmgr.backend import Backend, Host, NameRole, Names, Report, which
+from buildmgr.backend import Backend, Host, NameRole, Names, Report
 from buildmgr.devices import Role
 from buildmgr.findings import Check
 
@@ -48,7 +48,7 @@ class OneApi(NamedTuple):
 
 def locate(host: Host) -> OneApi:
     bindir = f"{host.environ.get('ONEAPI_ROOT', '/opt/intel/oneapi')}/compiler/latest/bin"
-    return OneApi(which("icx", host.environ, bindir), which("icpx", host.environ, bindir))
+    return OneApi(proc.which("icx", host.environ, bindir), proc.which("icpx", host.environ, bindir))
 
 
 def inspect(host: Host, found: OneApi, deep: bool) -> Report:

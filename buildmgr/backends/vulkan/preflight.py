@@ -12,7 +12,8 @@ from typing import NamedTuple
 
 from packaging.version import Version
 
-from buildmgr.backend import Host, Report, which
+from buildmgr import proc
+from buildmgr.backend import Host, Report
 from buildmgr.backends.vulkan import HEADERS_FIX, MIN_HEADERS, NAME, SHADER_COMPILER
 from buildmgr.findings import Check
 
@@ -70,7 +71,7 @@ def locate(host: Host) -> Sdk:
     )
     return Sdk(
         header=_first([str(r / "include/vulkan/vulkan_core.h") for r in roots]),
-        glslc=which("glslc", host.environ, *(str(r / "bin") for r in roots[:1])),
+        glslc=proc.which("glslc", host.environ, *(str(r / "bin") for r in roots[:1])),
         loader=loader,
         spirv=spirv,
     )
