@@ -25,16 +25,19 @@ class Dirs:
     cache: Path
     config: Path
     compile_cache: Path | None = None  # the user's CCACHE_DIR, or another build's ccache dir (`verify`)
+    shaders: Path | None = None  # BUILDMGR_SHADER_CACHE: a shader cache kept apart from <cache>, e.g. by CI
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str]) -> Dirs:
-        """platformdirs reads XDG_*; a user's own CCACHE_DIR wins, so their cache is shared with their other builds."""
-        configured = environ.get("CCACHE_DIR")
+        """platformdirs reads XDG_*; a user's own CCACHE_DIR wins, so their cache is shared with their other builds,
+        and BUILDMGR_SHADER_CACHE moves the shader cache the same way (a CI job caches it beside ccache's)."""
+        configured, shaders = environ.get("CCACHE_DIR"), environ.get("BUILDMGR_SHADER_CACHE")
         return cls(
             data=Path(platformdirs.user_data_dir(APP)),
             cache=Path(platformdirs.user_cache_dir(APP)),
             config=Path(platformdirs.user_config_dir(APP)),
             compile_cache=Path(configured) if configured else None,
+            shaders=Path(shaders) if shaders else None,
         )
 
     @property
@@ -79,7 +82,7 @@ class Dirs:
 
     @property
     def shader_cache(self) -> Path:
-        return self.cache / "shader-cache"
+        return self.shaders if self.shaders is not None else self.cache / "shader-cache"
 
     @property
     def preflight_cache(self) -> Path:

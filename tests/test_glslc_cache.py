@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -155,6 +156,22 @@ def test_gc_prunes_only_shaders_unused_for_30_days(tmp_path):
     os.utime(old, (month_ago, month_ago))
     assert gc(dirs) == [old]
     assert not old.exists() and recent.read_bytes() == b"spirv"
+
+
+def test_buildmgr_shader_cache_moves_the_cache_that_builds_use_and_gc_prunes(tmp_path):
+    """BUILDMGR_SHADER_CACHE is read like CCACHE_DIR: the cache lives there, not under <cache>."""
+    from conftest import buildmgr, make_env
+
+    moved = tmp_path / "shaders"
+    env = make_env(tmp_path) | {"BUILDMGR_SHADER_CACHE": str(moved)}
+    old, beside = moved / "ab" / ("ab" + "0" * 62), tmp_path / "cache" / "buildmgr" / "shader-cache" / "ab" / "x"
+    for entry in (old, beside):
+        entry.parent.mkdir(parents=True)
+        entry.write_bytes(b"spirv")
+        os.utime(entry, (time.time() - 31 * 86400,) * 2)
+    collected = buildmgr(env, "gc")
+    assert collected.returncode == 0, collected.stderr
+    assert not old.exists() and beside.exists()
 
 
 def test_the_launcher_outlives_the_buildmgr_that_wrote_it(tmp_path):
