@@ -9,7 +9,8 @@ dest=${1:?usage: rocm-root.sh DEST}
 packages=hipcc,libhipblas-dev,librocblas-dev,rocm-cmake,build-essential,ca-certificates,glslc,libvulkan-dev,spirv-headers
 if [ "$(cat "$dest/.ready" 2>/dev/null)" != "$packages" ]; then
     bash "$(dirname "$0")/apt-install.sh" mmdebstrap
-    rm -rf "$dest.tmp" "$dest"
+    # a run killed inside mmdebstrap can leave the root's /proc or /sys mounted: never delete through a mount
+    rm -rf --one-file-system "$dest.tmp" "$dest"
     mkdir -p "$(dirname "$dest")"
     mmdebstrap --quiet --variant=apt --aptopt='Acquire::Check-Valid-Until "false"' --include="$packages" \
         sid "$dest.tmp" http://deb.debian.org/debian >&2
