@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -14,6 +15,8 @@ import pytest
 # One compile cache for every run of the suite on this machine: repeated runs are fast,
 # and the first run on a fresh machine proves the cold path.
 TEST_CCACHE = Path(os.environ.get("BUILDMGR_TEST_CCACHE", Path.home() / ".cache" / "buildmgr-tests" / "ccache"))
+# and one shader cache beside it, for the same reason: glslc's 1,100 runs are most of a Vulkan build with warm ccache
+TEST_SHADERS = TEST_CCACHE.parent / "shader-cache"
 
 
 COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
@@ -86,12 +89,13 @@ def make_receipt(build_id: str = "cpu-0123abcd", **parts):
 
 
 def make_env(root: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "CCACHE_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "CCACHE_", "BUILDMGR_SHADER_CACHE"))}
     env.update(
         XDG_DATA_HOME=str(root / "data"),
         XDG_CACHE_HOME=str(root / "cache"),
         XDG_CONFIG_HOME=str(root / "config"),
         CCACHE_DIR=str(TEST_CCACHE),
+        BUILDMGR_SHADER_CACHE=str(TEST_SHADERS),
         PYTHONUNBUFFERED="1",
     )
     env.update(extra)
@@ -140,6 +144,21 @@ int main(int argc, char **argv) {
 @pytest.fixture
 def tmp_env(tmp_path: Path) -> dict[str, str]:
     return make_env(tmp_path)
+
+
+# ci/test.sh installs glslc and lavapipe (Mesa's CPU Vulkan driver), and says so
+VULKAN_PROVISIONED = pytest.mark.skipif(not os.environ.get("BUILDMGR_TEST_VULKAN"), reason="run ci/test.sh for Vulkan")
+
+
+@pytest.fixture(scope="session")
+def vulkan_toolchain(tmp_path_factory) -> dict:
+    """`buildmgr toolchain add vulkan` for real, once a run: the next Debian release's header packages (this Debian 12
+    host's own are too old for the pinned llama.cpp), downloaded once and used by every test that needs them. Its
+    `--json`, and `root`: the data dirs it was added to, where tests/test_vulkan_build.py builds."""
+    root = tmp_path_factory.mktemp("vulkan")
+    added = buildmgr(make_env(root), "toolchain", "add", "vulkan", "--json")
+    assert added.returncode == 0, added.stderr[-3000:]
+    return json.loads(added.stdout) | {"root": root}
 
 
 def write_fake_tree(root: Path, tool_source: str) -> Path:

@@ -4,7 +4,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import assert_user_error, buildmgr
+from conftest import VULKAN_PROVISIONED, assert_user_error, buildmgr
 
 from buildmgr import backends
 from buildmgr.backends import Host, cpu
@@ -60,10 +60,11 @@ def test_gfx():
     assert str(hip_preflight.parse_rocm_version("6.1.40091-a8dbc0c19\n")) == "6.1.40091"
 
 
-@pytest.mark.skipif(not os.environ.get("BUILDMGR_TEST_VULKAN_SDK"), reason="run ci/test.sh to provision the headers")
-def test_vulkan_header_version_from_a_real_header():
+@VULKAN_PROVISIONED
+@pytest.mark.network
+def test_vulkan_header_version_from_a_real_header(vulkan_toolchain):
     """Debian 13's libvulkan-dev, which `buildmgr toolchain add vulkan` unpacks on Debian 12: 1.4.309."""
-    header = Path(os.environ["BUILDMGR_TEST_VULKAN_SDK"]) / "include" / "vulkan" / "vulkan_core.h"
+    header = Path(vulkan_toolchain["path"]) / "usr" / "include" / "vulkan" / "vulkan_core.h"
     assert str(vulkan_preflight.parse_header_version(header.read_text())) == "1.4.309"
 
 

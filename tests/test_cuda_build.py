@@ -16,19 +16,18 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import assert_user_error, buildmgr, make_env, make_receipt
+from conftest import VULKAN_PROVISIONED, assert_user_error, buildmgr, make_env, make_receipt
 
 from buildmgr.cmake import find_cmake, read_reply
 
 pytestmark = [
-    pytest.mark.slow,
+    pytest.mark.configure,
     pytest.mark.skipif(not os.environ.get("BUILDMGR_TEST_CUDA_HOME"), reason="run ci/test.sh to provision CUDA"),
 ]
-VULKAN_SDK = os.environ.get("BUILDMGR_TEST_VULKAN_SDK", "")
 
 
 def cuda_env(root: Path, **extra: str) -> dict[str, str]:
-    return make_env(root, CUDA_HOME=os.environ["BUILDMGR_TEST_CUDA_HOME"], VULKAN_SDK=VULKAN_SDK, **extra)
+    return make_env(root, CUDA_HOME=os.environ["BUILDMGR_TEST_CUDA_HOME"], **extra)
 
 
 def cmake_cache(build_dir: Path) -> dict[str, str]:
@@ -67,6 +66,7 @@ def test_cuda_configures_with_the_backend_proven_and_nothing_published(root, con
     assert json.loads(buildmgr(cuda_env(root), "list", "--json").stdout) == {"builds": [], "unreadable": []}
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("source", ["ggml-cuda.cu", "arange.cu"])
 def test_real_cuda_objects_compile_in_that_tree(root, configured, source):
     """ggml-cuda.cu includes cuBLAS and the driver API; each object must carry sm_75 device code."""
@@ -88,9 +88,11 @@ def test_real_cuda_objects_compile_in_that_tree(root, configured, source):
     assert ".nv_fatbin" in sections
 
 
-@pytest.mark.skipif(not VULKAN_SDK, reason="run ci/test.sh to provision Vulkan")
-def test_cuda_plus_vulkan_configures_both_backends(root):
-    result = buildmgr(cuda_env(root), "build", "cuda+vulkan", "--sm", "86,75", "--configure-only", "--json")
+@VULKAN_PROVISIONED
+@pytest.mark.network
+def test_cuda_plus_vulkan_configures_both_backends(root, vulkan_toolchain):
+    env = cuda_env(root, VULKAN_SDK=str(Path(vulkan_toolchain["path"]) / "usr"))
+    result = buildmgr(env, "build", "cuda+vulkan", "--sm", "86,75", "--configure-only", "--json")
     assert result.returncode == 0, result.stderr[-3000:]
     configured = json.loads(result.stdout)
     assert configured["id"].startswith("cuda+vulkan-sm75_86-")

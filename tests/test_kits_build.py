@@ -22,7 +22,7 @@ from conftest import buildmgr, make_env
 from buildmgr.cmake import find_cmake, read_reply
 
 pytestmark = [
-    pytest.mark.slow,
+    pytest.mark.network,  # NVIDIA's wheels through pip
     pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="the mounts need root and unshare"),
 ]
 SYSTEM_CUDA = [p for p in ("/usr/local/cuda", "/usr/local/cuda-13.0", "/usr/local/cuda-12") if os.path.isdir(p)]
@@ -76,6 +76,7 @@ def configured(root, added) -> dict:
     return json.loads(result.stdout)
 
 
+@pytest.mark.configure
 def test_configure_picks_the_only_toolchain_when_the_host_has_none(added, configured):
     cache = read_reply(Path(configured["build_dir"])).cache
     kit = added["path"]
@@ -86,6 +87,7 @@ def test_configure_picks_the_only_toolchain_when_the_host_has_none(added, config
     )
 
 
+@pytest.mark.configure
 def test_with_two_toolchains_for_one_backend_the_build_asks_which(root, added, configured):
     other = Path(added["path"]).parent / "cuda-12.8"
     shutil.copytree(added["path"], other, symlinks=True)
@@ -102,6 +104,8 @@ def test_with_two_toolchains_for_one_backend_the_build_asks_which(root, added, c
         shutil.rmtree(other)
 
 
+@pytest.mark.compile
+@pytest.mark.configure
 def test_a_ggml_cuda_file_compiles_with_the_toolchain_s_nvcc(root, configured):
     build_dir = Path(configured["build_dir"])
     target = "ggml/src/ggml-cuda/CMakeFiles/ggml-cuda.dir/acc.cu.o"
@@ -114,6 +118,7 @@ def test_a_ggml_cuda_file_compiles_with_the_toolchain_s_nvcc(root, configured):
     assert ".nv_fatbin" in sections.stdout
 
 
+@pytest.mark.configure
 def test_the_driver_stub_links_an_executable_that_uses_every_driver_function_ggml_cuda_names(
     added, configured, tmp_path
 ):
