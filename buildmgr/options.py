@@ -184,6 +184,8 @@ def prepare(resolved: Resolved, dirs: Dirs) -> BuildPlan:
     hint = "set XDG_DATA_HOME / XDG_CACHE_HOME to a writable directory"
     ensure_writable(dirs.data, hint)
     ensure_writable(dirs.cache, hint)
+    if dirs.shaders is not None and any(c.define in resolved.report.host_defines for c in backends.shader_caches()):
+        ensure_writable(dirs.shaders, "set BUILDMGR_SHADER_CACHE to a writable directory, or unset it")
     spec = resolved.source
     if resolved.local is not None:
         tree = resolved.local

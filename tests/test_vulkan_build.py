@@ -241,6 +241,24 @@ def test_a_fresh_build_tree_takes_every_shader_from_the_shader_cache(root, built
     assert second["smoke"]["devices"] == ["Vulkan0"] and second["smoke"]["passed"]
 
 
+def test_a_shader_cache_that_cannot_be_written_is_one_line_before_configuring(root, tmp_path):
+    """BUILDMGR_SHADER_CACHE under a file: refused when the build's first writes are made, not as a shader compile
+    failing in the middle of the build; no build tree is made."""
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where a directory should be")
+    trees = root / "cache" / "buildmgr" / "build-trees"
+    before = sorted(trees.glob("*"))
+    env = env_with(root, BUILDMGR_SHADER_CACHE=str(blocker / "shaders"))
+    result = buildmgr(env, "build", "vulkan", "-D", "GGML_VULKAN_DEBUG=OFF", "--configure-only")
+    # the toolchain's note, then one error line
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"buildmgr: error: cannot write to {blocker / 'shaders'} (Not a directory); "
+        "set BUILDMGR_SHADER_CACHE to a writable directory, or unset it"
+    )
+    assert sorted(trees.glob("*")) == before
+
+
 # --- bench: a cpu and a lavapipe placement measured side by side -----------------------------------------------------
 
 BENCH_CONFIGS = (
