@@ -102,6 +102,14 @@ def make_env(root: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def user_recipe(root: Path, name: str, text: str) -> Path:
+    """`<config>/recipes/NAME.toml` of make_env(root), written."""
+    path = root / "config" / "buildmgr" / "recipes" / f"{name}.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
 def buildmgr(env: dict[str, str], *args: str, timeout: float = 3000) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "buildmgr", *args],

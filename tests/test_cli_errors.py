@@ -3,7 +3,7 @@
 import tarfile
 from pathlib import Path
 
-from conftest import assert_user_error, buildmgr, make_env
+from conftest import assert_user_error, buildmgr, make_env, user_recipe
 
 
 def written(root: Path) -> list[str]:
@@ -20,11 +20,9 @@ def test_unknown_recipe_lists_known_ones(tmp_path: Path, tmp_env):
 
 
 def test_malformed_user_recipe_names_file_and_line(tmp_path: Path, tmp_env):
-    recipes = tmp_path / "config" / "buildmgr" / "recipes"
-    recipes.mkdir(parents=True)
-    (recipes / "mine.toml").write_text('backends = ["CPU"]\ntargets = [\n"llama-cli"\ndefines = 3\n')
+    recipe = user_recipe(tmp_path, "mine", 'backends = ["CPU"]\ntargets = [\n"llama-cli"\ndefines = 3\n')
     result = buildmgr(tmp_env, "build", "mine")
-    assert_user_error(result, str(recipes / "mine.toml"), "invalid TOML", "line 4")
+    assert_user_error(result, str(recipe), "invalid TOML", "line 4")
     assert written(tmp_path) == []
 
 
@@ -111,10 +109,10 @@ def test_the_cpu_s_refusal_holds_for_a_recipe_that_does_not_list_the_cpu(tmp_pat
     """ggml-cpu is in every build: GGML_NATIVE=ON with GGML_BACKEND_DL=ON is refused on x86 whatever the recipe lists."""
     import platform
 
-    recipes = tmp_path / "config" / "buildmgr" / "recipes"
-    recipes.mkdir(parents=True)
-    (recipes / "mine.toml").write_text(
-        'backends = ["RPC"]\ntargets = ["llama-cli"]\n[defines]\nGGML_BACKEND_DL = "ON"\nGGML_NATIVE = "ON"\n'
+    user_recipe(
+        tmp_path,
+        "mine",
+        'backends = ["RPC"]\ntargets = ["llama-cli"]\n[defines]\nGGML_BACKEND_DL = "ON"\nGGML_NATIVE = "ON"\n',
     )
     result = buildmgr(tmp_env, "build", "mine")
     if platform.machine().lower() in ("x86_64", "amd64"):

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import assert_user_error, buildmgr, make_env
+from conftest import assert_user_error, buildmgr, make_env, user_recipe
 
 from buildmgr import ggml_api
 from buildmgr.fsutil import sha256_file
@@ -458,9 +458,7 @@ def test_a_cold_rebuild_from_the_receipt_in_another_data_dir_is_byte_identical(e
     llama-bench alone (BENCH_ONLY), so that each run of the suite compiles llama-bench's closure once, not the whole
     cpu recipe a second time. The whole recipe's cold rebuild was byte-identical on the H200 machine too."""
     own = make_env(tmp_path / "bench-only")
-    recipes = tmp_path / "bench-only" / "config" / "buildmgr" / "recipes"
-    recipes.mkdir(parents=True)
-    (recipes / "bench-only.toml").write_text(BENCH_ONLY)
+    user_recipe(tmp_path / "bench-only", "bench-only", BENCH_ONLY)
     built = buildmgr(own, "build", "bench-only", "--json")
     assert built.returncode == 0, built.stderr[-3000:]
     receipt = json.loads((Path(json.loads(built.stdout)["prefix"]) / "buildmgr-receipt.json").read_text())

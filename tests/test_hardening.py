@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import assert_user_error, buildmgr, make_receipt
+from conftest import assert_user_error, buildmgr, make_receipt, user_recipe
 
 from buildmgr import store
 from buildmgr.config import Dirs
@@ -289,9 +289,7 @@ def test_recipes_are_validated_when_parsed(text, message):
 
 
 def test_a_broken_user_recipe_fails_only_the_command_that_asks_for_it(tmp_path, tmp_env):
-    recipes = tmp_path / "config" / "buildmgr" / "recipes"
-    recipes.mkdir(parents=True)
-    (recipes / "mine.toml").write_text("backends = [")
+    user_recipe(tmp_path, "mine", "backends = [")
     listed = buildmgr(tmp_env, "recipes", "--json")
     assert listed.returncode == 0 and "skipping a broken recipe" in listed.stderr and "mine.toml" in listed.stderr
     assert "cpu" in {r["name"] for r in json.loads(listed.stdout)["recipes"]}

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TEST_CCACHE, assert_user_error, buildmgr, make_env
+from conftest import TEST_CCACHE, assert_user_error, buildmgr, make_env, user_recipe
 from in_root import command
 
 ROOT = os.environ.get("BUILDMGR_TEST_ROCM_ROOT", "")
@@ -61,9 +61,7 @@ CMAKE_CXX_FLAGS_RELEASE = "-O0 -DNDEBUG"
 @pytest.fixture(scope="module")
 def home(tmp_path_factory) -> Path:
     home = tmp_path_factory.mktemp("hip")
-    recipes = home / "config" / "buildmgr" / "recipes"
-    recipes.mkdir(parents=True)
-    (recipes / "hip.toml").write_text(HIP_BENCH_ONLY)  # a user recipe of a shipped name overrides it
+    user_recipe(home, "hip", HIP_BENCH_ONLY)  # a user recipe of a shipped name overrides it
     TEST_CCACHE.mkdir(parents=True, exist_ok=True)
     synced = buildmgr(make_env(home), "source", "sync")  # the network's CA is this host's, not the root's
     assert synced.returncode == 0, synced.stderr
