@@ -172,6 +172,18 @@ class EngineReading(NamedTuple):
     clock_mhz: int | None  # the graphics/SM clock
     power_w: float | None
     slowdowns: tuple[str, ...] = ()  # active reasons the clocks are held down (power cap, thermal …)
+    energy_mj: float | None = None  # a counter that only grows (NVML's total energy, amdgpu's hwmon energy)
+
+
+class CardFacts(NamedTuple):
+    """A card as its vendor's library states it: what a row's host records, and its peak memory bandwidth (the
+    decode limit's denominator; None with the reason where the library does not state it)."""
+
+    pci_bus_id: str
+    model: str
+    driver: str | None
+    peak_gbs: float | None
+    peak_basis: str
 
 
 class EngineSource(Protocol):
@@ -186,6 +198,8 @@ class EngineSource(Protocol):
     def limits(self) -> list[str]:
         """Sentences on what caps the cards' speed before any run (a power limit below the card's default …)."""
         ...
+
+    def cards(self) -> list[CardFacts]: ...
 
     def close(self) -> None: ...
 

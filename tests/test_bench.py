@@ -105,7 +105,7 @@ def test_default_depths_are_clipped_to_the_model_and_asked_ones_refused():
 def test_every_tg_figure_has_its_depth_and_pg_runs_in_one_context():
     work = cfg.Workload(512, 128, (0, 4096))
     assert work.tests() == [(512, 0, 0), (0, 128, 0), (512, 128, 0), (512, 0, 4096), (0, 128, 4096), (512, 128, 4096)]
-    assert work.args() == ["-p", "512", "-n", "128", "-d", "0,4096", "-pg", "512,128"]
+    assert work.args() == ["-p", "512", "-n", "128", "-d", "0,4096", "-r", "6", "-pg", "512,128"]
 
 
 # --- llama-bench's output ------------------------------------------------------------------------------------------
@@ -502,3 +502,148 @@ def test_samples_ts_keep_the_precision_their_mean_needs_at_low_speeds():
 
     row = merge_timing({"n_prompt": 0, "n_gen": 32}, [18_074_000_000, 18_130_000_000])
     assert row["avg_ts"] == pytest.approx(sum(row["samples_ts"]) / 2, rel=1e-5)
+
+
+# --- issue #31: steady state and the first repetition, shares, hosts, the limit and energy ------------------------
+
+# llama-bench -r 5 by hand on the H200 (issue #31): CUDA0 pp512 @ d0, the first repetition half of steady state
+CUDA0_PP512 = (27090.0, 53562.0, 53818.0, 54088.0, 54978.0)
+
+
+def _row(config: str, runs: list[list[float]], first: list[float] | None = None, **fields: object) -> rows.Row:
+    steady = [v for run in runs for v in run]
+    base = {"n_prompt": 512, "n_gen": 0, "n_depth": 0, "devices": config, "samples_ts": steady} | fields
+    meta = rows.Meta(
+        rows.SCHEMA, config, "", "b", None, {}, {}, {}, Validity.VALID, (), stats.summarize(steady).to_json(), False,
+        first_ts=tuple(first or ()), runs_ts=tuple(tuple(r) for r in runs),
+    )  # fmt: skip
+    return rows.Row(base, meta)
+
+
+def test_steady_state_decides_the_verdict_and_the_first_repetition_is_said_apart():
+    """The 12-01 verdict 'vk0 wins by 1.77×' came from first repetitions alone; steady state says CUDA0 is faster."""
+    from buildmgr.bench.runner import _first_apart
+
+    assert cfg.Workload().args()[6:8] == ["-r", "6"]  # several repetitions per process, not -r 1
+    cuda = _row("cuda0", [list(CUDA0_PP512[1:]), [53400.0, 53900.0, 54200.0, 54500.0]], [27090.0, 26500.0])
+    vk = _row("vk0", [[47100.0, 47300.0, 46900.0, 47000.0], [46800.0, 47200.0, 47400.0, 47100.0]], [47000.0, 46900.0])
+    [line] = rows.verdicts([cuda, vk], {"cuda0": 1, "vk0": 1})
+    assert line.startswith("pp512 @ d0: cuda0 wins by 1.1")
+    assert _first_apart(list(cuda.meta.first_ts), rows.samples(cuda)) == (
+        "first repetition 0.50× of steady state: warm-up inside the process"
+    )
+    assert _first_apart(list(vk.meta.first_ts), rows.samples(vk)) is None
+
+
+def test_the_process_is_the_unit_so_one_process_each_has_no_interval_however_tight_its_samples():
+    a = _row("a", [[100.0, 100.2, 99.8, 100.1, 99.9]])
+    b = _row("b", [[120.0, 120.1, 119.9, 120.2, 119.8]])
+    [_, other] = rows.compare([a, b], "config")
+    assert other.vs_baseline is not None and other.vs_baseline.low is None  # no tight interval from one process
+    three = [
+        _row("a", [[100.0, 100.1], [100.4, 100.5], [99.6, 99.7]]),
+        _row("b", [[101, 101.1], [99, 99.1], [130, 130.1]]),
+    ]
+    [_, spread] = rows.compare(three, "config")
+    assert spread.vs_baseline is not None and spread.vs_baseline.within_noise  # processes disagree: wide
+
+
+def _load(offloaded: int, gpu_mib: float, cpu_mib: float) -> logs.LoadLog:
+    return logs.load_log(
+        [
+            f"load_tensors: offloaded {offloaded}/17 layers to GPU",
+            f"load_tensors:        CUDA0 model buffer size = {gpu_mib:8.2f} MiB",
+            f"load_tensors:   CPU_Mapped model buffer size = {cpu_mib:8.2f} MiB",
+        ]
+    )
+
+
+def test_partial_offload_is_judged_against_its_share_and_a_full_one_idle_is_a_fallback():
+    """-dev CUDA0 -ngl 4 on the H200 decoded with CUDA0 at about 1 % in every reading (issue #31)."""
+    decode = logs.Phase(1, "generation", 0.0, 6.0)
+    quiet = [_gpu(t / 10, 1.0) for t in range(1, 62)]
+    roles = [Role("CUDA0", H200_PCI)]
+    four = _load(4, 450.0, 1450.0)
+    shares = {"CUDA0": 0.004, "CPU": 0.996}  # 4/17 of the weights at 4.9 TB/s beside the rest at ~60 GB/s
+    found = judge([decode], quiet, roles, 0.1, four, expected=shares)
+    assert found.validity is Validity.UNPROVEN
+    assert found.evidence == (
+        "CUDA0 holds 4/17 layers: idle readings during generation (at most 1 %) cannot show an expected 0.4 % of the time",
+    )
+    assert judge([decode], quiet, roles, 0.1, four).validity is Validity.UNPROVEN  # share unknown: not proven either
+    # a share sampling can see, read idle, is a fallback; so is the whole model on a card that stayed idle
+    assert judge([decode], quiet, roles, 0.1, four, expected={"CUDA0": 0.6}).validity is Validity.FALLBACK
+    assert judge([decode], quiet, roles, 0.1, _load(17, 1800.0, 125.0)).validity is Validity.FALLBACK
+
+
+def test_rows_of_two_hosts_are_never_pooled_and_compare_by_host():
+    h200 = rows.Host("gpu-a", "Xeon", (rows.Card("NVIDIA H200", H200_PCI, "570.1", 4916.7, "NVML"),), 60.0, "m")
+    rtx = rows.Host(
+        "gpu-b", "Ryzen", (rows.Card("NVIDIA GeForce RTX 3090", "0000:01:00.0", "570.1", 936.2, "NVML"),), 40.0, "m"
+    )
+    import dataclasses
+
+    a = _row("cuda0", [[600.0, 601.0], [602.0, 603.0]], n_gen=128, n_prompt=0)
+    b = dataclasses.replace(a, meta=dataclasses.replace(a.meta, host=h200))
+    c = _row("cuda0", [[150.0, 151.0], [152.0, 151.5]], n_gen=128, n_prompt=0)
+    c = dataclasses.replace(c, meta=dataclasses.replace(c.meta, host=rtx))
+    by_config = rows.compare([b, c], "config")
+    assert [(e.value, e.n, e.vs_baseline) for e in by_config] == [("cuda0", 4, None), ("cuda0", 4, None)]
+    by_host = rows.compare([b, c], rows.HOST)
+    assert by_host[0].value.startswith("gpu-a (Xeon; NVIDIA H200 0000:00:06.0 570.1)")
+    assert by_host[1].vs_baseline is not None and by_host[1].vs_baseline.value == pytest.approx(0.25, rel=0.01)
+
+
+def test_the_bandwidth_limit_of_a_decode_from_what_each_device_holds_and_its_kv_cache():
+    from buildmgr.bench import limit
+
+    card = cuda_engines.card_facts({"bus_id": "00000000:00:06.0", "name": "NVIDIA H200", "driver": "570.1",
+                                    "max_memory_clock_mhz": 3201, "memory_bus_width_bits": 6144})  # fmt: skip
+    assert (card.pci_bus_id, card.peak_gbs) == (H200_PCI, 4916.7)
+    lines = [
+        "llama-bench: benchmark 2/2: starting",
+        "load_tensors: offloaded 11/11 layers to GPU",
+        "load_tensors:        CUDA0 model buffer size =  1000.00 MiB",
+        "load_tensors:   CPU_Mapped model buffer size =   125.00 MiB",
+        "llama_kv_cache:      CUDA0 KV buffer size =   200.00 MiB",
+        "llama_kv_cache: size =  200.00 MiB (  4352 cells,  10 layers,  1/1 seqs), K (f16):  100.00 MiB, V (f16):  100.00 MiB",
+    ]
+    load = logs.load_log(lines)
+    held = limit.holdings(load, ["CUDA0"])
+    assert [(h.device, h.share) for h in held] == [("CUDA0", 0.8889), ("CPU", 0.1111)]
+    read = limit.read_per_token(held, load, 2, 4096, 128, looked_up_mib=125.0)  # the CPU holds only the embeddings
+    assert read == {"CUDA0": pytest.approx((1000 + 200 * 4160 / 4352) * 1.048576, abs=0.01), "CPU": 0.0}
+    found = limit.decode_limit(read, {"CUDA0": (card.peak_gbs, card.peak_basis)}, median=2000.0)
+    assert found.limit_ts == pytest.approx(4916.7 / (read["CUDA0"] / 1000), rel=1e-3)
+    assert found.percent == pytest.approx(2000.0 / found.limit_ts * 100, abs=0.1)
+    unknown = limit.decode_limit({"ROCm0": 900.0}, {"ROCm0": (None, "amdgpu's sysfs states no memory bus width")}, 1.0)
+    assert (
+        unknown.limit_ts is None
+        and unknown.unknown == "no peak bandwidth for ROCm0: amdgpu's sysfs states no memory bus width"
+    )
+
+
+def test_energy_per_token_from_a_counter_and_unreadable_for_phases_too_short():
+    from buildmgr.bench import limit
+
+    def reading(at: float) -> Sample:  # 300 W: 30 J per 0.1 s
+        return Sample(at, (EngineReading(H200_PCI, 90.0, 1000, 1980, 300.0, (), 1e6 + at * 300_000),), None)
+
+    long_ = [logs.Phase(1, "generation", 0.0, 2.0)]
+    [found] = limit.energy(long_, [reading(t / 10) for t in range(21)], {"CUDA0": H200_PCI}, {"generation": 128})
+    assert found.joules == pytest.approx(600.0) and found.j_per_token == pytest.approx(600 / 128, rel=1e-4)
+    short = [logs.Phase(1, "generation", 0.0, 0.15)]
+    [none] = limit.energy(short, [reading(t / 10) for t in range(3)], {"CUDA0": H200_PCI}, {"generation": 128})
+    assert none.joules is None and "under 0.5 s the counter's update period swamps" in (none.unknown or "")
+
+
+def test_the_cpu_bandwidth_is_measured_once_per_host_and_kept(tmp_path):
+    from buildmgr.bench import membw
+
+    first = membw.cpu_bandwidth(tmp_path, "h", "cpu")
+    assert first.gbs is not None and first.gbs > 0.5
+    kept = json.loads((tmp_path / membw.FILE).read_text())
+    [key] = kept
+    kept[key]["gbs"] = 12345.0
+    (tmp_path / membw.FILE).write_text(json.dumps(kept))
+    assert membw.cpu_bandwidth(tmp_path, "h", "cpu").gbs == 12345.0  # read back, not measured again

@@ -7,6 +7,7 @@ ci/test.sh installs lavapipe and glslc, and sets BUILDMGR_TEST_VULKAN; without i
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 import subprocess
@@ -280,7 +281,23 @@ def benched(root, built):
     model = root / "medium.gguf"
     write_model(model, embd=256, ff=768, layers=6, vocab=2000, ctx=1024, dtype="f32")
     env = env_with(root, GGML_VK_VISIBLE_DEVICES="0")
-    args = ["-m", str(model), "--depth", "0,64", "-p", "64", "-n", "32", "--no-pg", "--reps", "2", "--interval", "0.01"]
+    args = [
+        "-m",
+        str(model),
+        "--depth",
+        "0,64",
+        "-p",
+        "64",
+        "-n",
+        "32",
+        "--no-pg",
+        "--runs",
+        "2",
+        "-r",
+        "3",
+        "--interval",
+        "0.01",
+    ]
     result = buildmgr(env, "bench", *args, "--json", "--plot", str(root / "bench.png"), *BENCH_CONFIGS)
     assert result.returncode == 1, result.stderr  # the broken CONFIG failed; the others went on
     return json.loads(result.stdout)
@@ -302,12 +319,18 @@ def test_bench_runs_each_config_at_each_depth_interleaved_and_keeps_every_sample
             assert state["validity"] == "failed" and row["avg_ts"] is None
             assert any("failed to create context" in line for line in state["failures"][0]["tail"])
             continue
-        assert len(row["samples_ts"]) == 2 and len(state["warmup_ts"]) == 1  # the first run discarded, kept
-        assert row["avg_ts"] == pytest.approx(sum(row["samples_ts"]) / 2, rel=1e-3)
-    with open(benched["samples"]) as handle:
+        # two processes of -r 3: each one's first repetition kept apart, the other two are its steady state
+        assert [len(run) for run in state["runs_ts"]] == [2, 2] and len(state["first_ts"]) == 2
+        assert row["samples_ts"] == [v for run in state["runs_ts"] for v in run]
+        assert row["avg_ts"] == pytest.approx(sum(row["samples_ts"]) / 4, rel=1e-3)
+        assert [t["round"] for t in state["timing"]] == [1, 2] and all(t["load_s"] > 0 for t in state["timing"])
+        assert state["host"]["cpu_gbs"] > 0 and state["host"]["cards"] == []
+        if row["n_gen"]:  # the decode's bound: every byte the CPU side reads per token at the measured bandwidth
+            assert state["limit_percent"] > 0 and state["limit_ts"] > 0
+    with gzip.open(benched["samples"], "rt") as handle:
         order = [(run["config"], run["round"]) for run in map(json.loads, handle)]
     # interleaved (A B C A B C), and the failed CONFIG not run again
-    assert order == [(c, r) for r in range(3) for c in configs[:-1] if r == 0 or c != "broken"]
+    assert order == [(c, r) for r in (1, 2) for c in configs[:-1] if r == 1 or c != "broken"]
 
 
 def test_bench_proves_which_device_worked_and_flags_the_fallback(root, benched):
@@ -329,7 +352,10 @@ def test_bench_proves_which_device_worked_and_flags_the_fallback(root, benched):
 
 def test_bench_rows_read_back_by_compare_and_by_upstream_s_script(root, benched, tmp_path):
     env = env_with(root)
-    compared = buildmgr(env, "bench", "--compare", benched["file"], "--format", "json")
+    # every rows file of the bench folder, as the README's glob takes them: the samples file is no *.jsonl
+    every = sorted(str(p) for p in Path(benched["file"]).parent.glob("*.jsonl"))
+    assert every == [benched["file"]] and benched["samples"].endswith(".samples.jsonl.gz")
+    compared = buildmgr(env, "bench", "--compare", *every, "--format", "json")
     assert compared.returncode == 0, compared.stderr
     medians = {(e["test"], e["config"]): e["median_ts"] for e in json.loads(compared.stdout)}
     for row in (r for r in benched["rows"] if r["samples_ts"]):

@@ -15,7 +15,12 @@ from buildmgr.placement.check import FFN_EXPS, cpu_overrides
 from buildmgr.placement.syntax import BY_FLAG, Placement, bench_args, parse_common
 
 DEFAULT_DEPTHS = (0, 4096)
-DEFAULT_REPS = 5
+# Three processes per CONFIG: the process is the unit of repetition (samples inside one are not independent), and
+# three is the fewest that give a ratio's interval finite width with a t-quantile under 5.
+DEFAULT_RUNS = 3
+# Six timed repetitions per process: the first is kept apart (it still pays warm-up inside the process: pp512 on an
+# H200 read half of steady state, issue #31), the other five are llama-bench's own default of -r 5.
+DEFAULT_REPETITIONS = 6
 # llama-bench options that are not placement but change what is measured: passed through, one value per CONFIG.
 PASSED_THROUGH = {
     flag: canonical
@@ -44,7 +49,8 @@ class Workload:
     n_gen: int = 128
     depths: tuple[int, ...] = DEFAULT_DEPTHS
     pg: bool = True
-    reps: int = DEFAULT_REPS
+    runs: int = DEFAULT_RUNS  # llama-bench processes per CONFIG, interleaved with the other CONFIGs'
+    repetitions: int = DEFAULT_REPETITIONS  # llama-bench's -r in each: the first timed one kept apart
 
     def tests(self) -> list[tuple[int, int, int]]:
         """(n_prompt, n_gen, n_depth) of each test, in llama-bench's order: per depth, pp, then tg, then pp+tg."""
@@ -53,6 +59,7 @@ class Workload:
 
     def args(self) -> list[str]:
         words = ["-p", str(self.n_prompt), "-n", str(self.n_gen), "-d", ",".join(map(str, self.depths))]
+        words += ["-r", str(self.repetitions)]
         return words + (["-pg", f"{self.n_prompt},{self.n_gen}"] if self.pg else [])
 
 
@@ -237,16 +244,17 @@ class Asked:
     n_prompt: int | None = None
     n_gen: int | None = None
     pg: bool = True
-    reps: int | None = None
+    runs: int | None = None
+    repetitions: int | None = None
     interval: float | None = None
     timeout: float | None = None
     allow_busy: bool = False
     allow_pinned: bool = False
 
 
-def _at_least(value: float, flag: str, minimum: float) -> None:
+def _at_least(value: float, flag: str, minimum: float, why: str = "") -> None:
     if value < minimum:
-        raise UserError(f"{flag} {value:g}: at least {minimum:g}")
+        raise UserError(f"{flag} {value:g}: at least {minimum:g}{why}")
 
 
 def resolve(
@@ -265,18 +273,20 @@ def resolve(
     defaults = DEFAULT_REQUEST
     n_prompt = asked.n_prompt if asked.n_prompt is not None else defaults.workload.n_prompt
     n_gen = asked.n_gen if asked.n_gen is not None else defaults.workload.n_gen
-    reps = asked.reps if asked.reps is not None else defaults.workload.reps
+    runs = asked.runs if asked.runs is not None else defaults.workload.runs
+    repetitions = asked.repetitions if asked.repetitions is not None else defaults.workload.repetitions
     interval = asked.interval if asked.interval is not None else defaults.interval
     timeout = asked.timeout if asked.timeout is not None else defaults.timeout
-    for value, flag, minimum in ((reps, "--reps", 1), (n_prompt, "-p", 1), (n_gen, "-n", 1)):
+    for value, flag, minimum in ((runs, "--runs", 1), (n_prompt, "-p", 1), (n_gen, "-n", 1)):
         _at_least(value, flag, minimum)
+    _at_least(repetitions, "-r", 2, " (the first timed repetition of each process is kept apart from steady state)")
     _at_least(interval, "--interval", 0.01)
     _at_least(timeout, "--timeout", 1)
     depths = parse_depths(asked.depth) if asked.depth is not None else defaults.workload.depths
     before_models()
     contexts = [context_of(model) for model in dict.fromkeys(c.model(asked.model) for c in configs)]
     n_ctx = min((c for c in contexts if c is not None), default=None)
-    workload = Workload(n_prompt, n_gen, pg=asked.pg, reps=reps)
+    workload = Workload(n_prompt, n_gen, pg=asked.pg, runs=runs, repetitions=repetitions)
     depths, notes = fit_depths(depths, asked.depth is not None, workload, n_ctx)
     workload = dataclasses.replace(workload, depths=depths)
     request = Request(asked.model, tuple(configs), workload, interval, timeout, asked.allow_busy, asked.allow_pinned)

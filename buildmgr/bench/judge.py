@@ -4,7 +4,7 @@ too short to sample, or a device nothing can read, leaves the result unproven, a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from enum import Enum
 from typing import NamedTuple
 
@@ -20,6 +20,10 @@ CPU_MIN_SECONDS = 0.1
 # read 4 % on a GPU that ran all of it (tg128 in 112 ms on an H200, 2026-12-01), so only a phase this long can show
 # a GPU idle (from its readings after the first second), and a shorter one is judged over its whole test.
 MIN_IDLE_SECONDS = 1.0
+# With part of the layers offloaded, a card works in bursts between the CPU's layers: an expected share of the phase's
+# time below this reads as idle in sampled utilisation (-ngl 4 of 17 on an H200 read at most 1 %, issue #31), so its
+# idle readings prove nothing.
+RESOLVABLE_SHARE = 0.2
 
 
 HOST = "CPU"  # the role of a placement with no device: llama.cpp's CPU backend itself
@@ -54,10 +58,11 @@ class Verdict(Enum):
     TOO_SHORT = "too short"
     NOT_READABLE = "not readable"  # no reading matches the device
     BUSY_OUTSIDE = "busy outside the placement"
+    UNRESOLVED = "idle, below what its share can show"  # partial offload: too small a share of the time to sample
 
     @property
     def unsure(self) -> bool:
-        return self in (Verdict.TOO_SHORT, Verdict.NOT_READABLE)
+        return self in (Verdict.TOO_SHORT, Verdict.NOT_READABLE, Verdict.UNRESOLVED)
 
 
 class Work(NamedTuple):
@@ -118,6 +123,13 @@ def _cpu_work(role: Role, phase: Phase, samples: Sequence[Sample], span: tuple[f
     return Work(role.name, phase.kind, 0, None, Verdict.TOO_SHORT)
 
 
+def partial(load: LoadLog | None) -> tuple[int, int] | None:
+    """(offloaded, layers) when the load log says some but not all layers went to the GPUs."""
+    if load is None or load.offloaded is None:
+        return None
+    return load.offloaded if 0 < load.offloaded[0] < load.offloaded[1] else None
+
+
 def judge(
     phases: Sequence[Phase],
     samples: Sequence[Sample],
@@ -125,13 +137,17 @@ def judge(
     interval: float,
     load: LoadLog | None = None,
     span: tuple[float, float] | None = None,
+    expected: Mapping[str, float] | None = None,
 ) -> Judgement:
     """One test of one run (`span`: from its start to its row): every timed phase, every role, and the GPUs outside
-    the placement."""
+    the placement. `expected`: each device's share of a phase's time from what it holds and its bandwidth (absent:
+    unknown); with partial offload, an idle reading counts only where that share is one sampling can see."""
     readable = {r.pci_bus_id for s in samples for r in s.engines if r.busy_percent is not None}
     placed = {r.pci_bus_id for r in roles if r.pci_bus_id}
+    layers = partial(load)
     work: list[Work] = []
     evidence: list[str] = []
+    unresolved: list[str] = []
     for phase in phases:
         around = span or (phase.start, phase.end)
         for role in roles:
@@ -141,6 +157,14 @@ def judge(
                 found = Work(role.name, phase.kind, 0, None, Verdict.NOT_READABLE)
             else:
                 found = _gpu_work(role, phase, samples, around, interval)
+            share = (expected or {}).get(role.name)
+            if found.verdict is Verdict.IDLE and layers and not role.on_cpu and (share or 0) < RESOLVABLE_SHARE:
+                found = found._replace(verdict=Verdict.UNRESOLVED)
+                known = f"an expected {share * 100:.1f} % of the time" if share is not None else "an unknown share"
+                unresolved.append(
+                    f"{role.name} holds {layers[0]}/{layers[1]} layers: idle readings during {phase.kind} (at most "
+                    f"{found.busy:g} %) cannot show {known}"
+                )
             work.append(found)
             if found.verdict is Verdict.IDLE:
                 measure = f"{found.busy} cores" if role.on_cpu else f"at most {found.busy:g} %"
@@ -161,9 +185,9 @@ def judge(
         return Judgement(Validity.FALLBACK, tuple(evidence), tuple(work))
     if not phases:
         return Judgement(Validity.UNPROVEN, ("no timed phase was seen in the run's progress lines",), tuple(work))
-    unsure = [w for w in work if w.verdict.unsure]
-    if unsure:
-        reasons = sorted({f"{w.device}: {w.verdict.value} ({w.phase})" for w in unsure})
+    unsure = [w for w in work if w.verdict.unsure and w.verdict is not Verdict.UNRESOLVED]
+    if unsure or unresolved:
+        reasons = sorted({f"{w.device}: {w.verdict.value} ({w.phase})" for w in unsure}) + sorted(set(unresolved))
         return Judgement(Validity.UNPROVEN, tuple(reasons), tuple(work))
     return Judgement(Validity.VALID, (), tuple(work))
 

@@ -16,6 +16,7 @@ TIMED = {"prompt run": "prompt", "generation run": "generation"}
 _BUFFER = re.compile(r"^\s*\S+:\s+(\S+)\s+(\w+)\s+buffer size =\s*([\d.]+) MiB")
 _USING = re.compile(r"using device (\S+) \(")
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+_CELLS = re.compile(r"llama_kv_cache: size =\s*[\d.]+ MiB \(\s*(\d+) cells")
 
 
 class Event(NamedTuple):
@@ -83,6 +84,12 @@ class LoadLog:
     buffers: dict[str, dict[str, float]] = field(default_factory=dict)  # buffer type → kind (model, KV …) → MiB
     used: tuple[str, ...] = ()
     offloaded: tuple[int, int] | None = None  # (layers offloaded, layers)
+    kv: dict[int, dict[str, float]] = field(default_factory=dict)  # test → buffer type → KV MiB (a context per test)
+    cells: dict[int, int] = field(default_factory=dict)  # test → the KV cache's cells
+
+    def weights(self) -> dict[str, float]:
+        """MiB of model buffer per buffer type."""
+        return {name: kinds["model"] for name, kinds in self.buffers.items() if "model" in kinds}
 
     @property
     def pinned_mib(self) -> float:
@@ -102,13 +109,31 @@ def load_log(lines: Iterable[str]) -> LoadLog:
     buffers: dict[str, dict[str, float]] = {}
     used: list[str] = []
     offloaded = None
+    kv: dict[int, dict[str, float]] = {}
+    cells: dict[int, int] = {}
+    test = 0  # the progress lines in the same stream say which test's context a line is of
     for line in lines:
-        if match := _BUFFER.match(line):
+        if match := _PROGRESS.match(line):
+            test = int(match.group(1))
+        elif match := _BUFFER.match(line):
             kinds = buffers.setdefault(match.group(1), {})
             kinds[match.group(2)] = max(kinds.get(match.group(2), 0.0), float(match.group(3)))
+            if match.group(2) == "KV":
+                kv.setdefault(test, {})[match.group(1)] = float(match.group(3))
+        elif match := _CELLS.search(line):
+            cells[test] = int(match.group(1))
         elif match := _USING.search(line):
             if match.group(1) not in used:
                 used.append(match.group(1))
         elif match := _OFFLOADED.search(line):
             offloaded = (int(match.group(1)), int(match.group(2)))
-    return LoadLog(buffers, tuple(used), offloaded)
+    return LoadLog(buffers, tuple(used), offloaded, kv, cells)
+
+
+def timing(events: list[Event], started: float) -> tuple[float | None, float | None]:
+    """Seconds from the process's start to its first test (backends initialised), and the first test's model load
+    and context (from its "starting" line to its next one)."""
+    first = [e for e in events if e.test == events[0].test] if events else []
+    startup = first[0].at - started if first else None
+    load = first[1].at - first[0].at if len(first) > 1 else None
+    return startup, load

@@ -3,12 +3,14 @@ fallback runs marked. matplotlib is an optional extra (`pip install 'buildmgr[pl
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
 from buildmgr.bench import rows
 from buildmgr.bench.judge import Validity
+from buildmgr.bench.stats import t975
 from buildmgr.errors import UserError
 
 INSTALL = "pip install 'buildmgr[plot]'"
@@ -26,6 +28,16 @@ def require(path: Path) -> None:
     writable(path.parent, "give --plot a path in a writable directory")
 
 
+def _interval(units: Sequence[float], median: float) -> tuple[float, float]:
+    """The 95 % interval of the processes' geometric mean (none with one process: the bar is the point)."""
+    if len(units) < 2:
+        return median, median
+    logs = [math.log(u) for u in units]
+    half = t975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    centre = statistics.fmean(logs)
+    return min(median, math.exp(centre - half)), max(median, math.exp(centre + half))
+
+
 def plot(made: Sequence[rows.Row], path: Path, title: str = "") -> None:
     import matplotlib
 
@@ -35,25 +47,36 @@ def plot(made: Sequence[rows.Row], path: Path, title: str = "") -> None:
     panels = list(dict.fromkeys(rows.workload_name(r.fields) for r in made))
     figure, axes = plt.subplots(1, max(len(panels), 1), figsize=(5 * max(len(panels), 1), 4), squeeze=False)
     for axis, panel in zip(axes[0], panels, strict=False):
-        lines: dict[str, list[tuple[int, float, bool]]] = {}
+        lines: dict[str, list[tuple[int, float, bool, float, float, float | None]]] = {}
         for row in made:
             if rows.workload_name(row.fields) != panel or not rows.samples(row):
                 continue
             median = statistics.median(rows.samples(row))
+            low, high = _interval(rows.units(row), median)
             fallback = row.validity is Validity.FALLBACK
             label = row.config or rows.axis_value(row, "build")
             if len({rows.field_of(r, "model_filename") for r in made}) > 1:
                 label += f" [{rows.field_of(row, 'model_filename')}]"
-            lines.setdefault(label, []).append((row.fields.get("n_depth") or 0, median, fallback))
+            bound = row.meta.limit_ts if row.meta is not None else None
+            lines.setdefault(label, []).append((row.fields.get("n_depth") or 0, median, fallback, low, high, bound))
         for label, points in lines.items():
             points.sort()
-            drawn = axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+            depths, medians = [p[0] for p in points], [p[1] for p in points]
+            errors = [
+                [m - p[3] for m, p in zip(medians, points, strict=True)],
+                [p[4] - m for m, p in zip(medians, points, strict=True)],
+            ]
+            drawn = axis.errorbar(depths, medians, yerr=errors, marker="o", capsize=3, label=label).lines
+            bounds = [(p[0], p[5]) for p in points if p[5]]
+            if bounds:  # the memory-bandwidth limit of the same placement
+                axis.plot([b[0] for b in bounds], [b[1] for b in bounds], linestyle="--", color=drawn[0].get_color(),
+                          label=f"{label}: bandwidth limit")  # fmt: skip
             bad = [p for p in points if p[2]]
             if bad:
                 axis.scatter(
                     [p[0] for p in bad], [p[1] for p in bad], marker="x", s=120, color=drawn[0].get_color(), zorder=3
                 )
-        axis.set_title(f"{panel} (× = fallback)")
+        axis.set_title(f"{panel} (× = fallback; bars: 95 % over processes)")
         axis.set_xlabel("depth (tokens in the context)")
         axis.set_ylabel("tokens/s (median, log scale)")
         axis.set_yscale("log")  # a CPU fallback and a GPU differ by 10-100×

@@ -16,13 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from buildmgr.bench.judge import Validity
-from buildmgr.bench.stats import Ratio, compared, ratio, summarize
+from buildmgr.bench.limit import Energy, Holding, Limit
+from buildmgr.bench.stats import Ratio, compared, geomean, ratio, summarize
 from buildmgr.errors import UserError
-from buildmgr.jsonshape import ShapeError, dump, load
+from buildmgr.jsonshape import OMIT_IF_EMPTY, OMIT_IF_NONE, ShapeError, dump, load
 
 KEY = "buildmgr"
 FILE = "_file"  # what a row read from a file says of its file (--by _file compares two runs of one CONFIG)
-SCHEMA = 1
+HOST = "host"  # the axis of rows of one build and placement on different machines
+SCHEMA = 2  # 2: several repetitions per process (first_ts, runs_ts), the host, the limit and energy
 # What a llama-bench row's timing is made of: recomputed over the kept samples when rows of several runs are merged.
 TIMING = ("avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "samples_ns", "samples_ts")
 # The fields that make two rows the same test, and what each --by axis lets differ (the rest must be equal).
@@ -60,9 +62,49 @@ AXES: dict[str, tuple[str, ...]] = {
     "split_mode": ("split_mode",),
     "overrides": ("tensor_buft_overrides", "n_cpu_moe"),
     "depth": ("n_depth",),
+    HOST: (f"{KEY}.host", "cpu_info", "gpu_info"),
 }
 RANKED = (Validity.VALID, Validity.UNPROVEN)  # rows a comparison may rank; a fallback never wins
 DEFAULTS = ("0.00", 0, "none", False)  # llama-bench's spelling of a field left at its default: not shown in a label
+
+
+@dataclass(frozen=True)
+class Card:
+    """A GPU of the host as its vendor's library reports it, with its peak memory bandwidth (None: unknown, and why)."""
+
+    model: str
+    pci_bus_id: str
+    driver: str | None
+    peak_gbs: float | None
+    peak_basis: str
+
+
+@dataclass(frozen=True)
+class Host:
+    """The machine a row was measured on: rows of different hosts are never pooled."""
+
+    name: str
+    cpu: str
+    cards: tuple[Card, ...]
+    cpu_gbs: float | None  # the CPU's read bandwidth, measured once per host
+    cpu_basis: str
+
+    @property
+    def identity(self) -> str:
+        """What makes two hosts the same one: name, CPU, and each card with its driver (not the bandwidths)."""
+        cards = ", ".join(f"{c.model} {c.pci_bus_id} {c.driver or '?'}" for c in self.cards)
+        return f"{self.name} ({self.cpu}{'; ' + cards if cards else ''})"
+
+
+@dataclass(frozen=True)
+class RunTiming:
+    """Where one llama-bench process's time went: to its first test (backends initialised), its first model load and
+    context, and the rest (warm-ups, depth fills, the timed repetitions)."""
+
+    round: int
+    seconds: float
+    startup_s: float | None
+    load_s: float | None
 
 
 @dataclass(frozen=True)
@@ -82,15 +124,28 @@ class Meta:
     evidence: tuple[str, ...]
     summary: dict[str, Any]
     noisy: bool
-    warmup_ts: tuple[float, ...]
-    runs: int
-    failures: tuple[dict[str, Any], ...]
-    engine: tuple[dict[str, Any], ...]
-    host_memory: dict[str, Any]
-    checks: tuple[str, ...]
-    warnings: tuple[str, ...]
+    warmup_ts: tuple[float, ...] = field(default=(), metadata=OMIT_IF_EMPTY)  # schema 1's discarded first round
+    runs: int = 0
+    failures: tuple[dict[str, Any], ...] = ()
+    engine: tuple[dict[str, Any], ...] = ()
+    host_memory: dict[str, Any] = field(default_factory=dict)
+    checks: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
     baseline: str | None = None  # the CONFIG it is compared with
     vs_baseline: dict[str, Any] | None = None
+    # schema 2: the steady-state samples by process (the unit of repetition), each process's first timed repetition
+    first_ts: tuple[float, ...] = field(default=(), metadata=OMIT_IF_EMPTY)
+    first_summary: dict[str, Any] | None = field(default=None, metadata=OMIT_IF_NONE)
+    runs_ts: tuple[tuple[float, ...], ...] = field(default=(), metadata=OMIT_IF_EMPTY)
+    timing: tuple[RunTiming, ...] = field(default=(), metadata=OMIT_IF_EMPTY)
+    host: Host | None = field(default=None, metadata=OMIT_IF_NONE)
+    holds: tuple[Holding, ...] = field(default=(), metadata=OMIT_IF_EMPTY)
+    limit_ts: float | None = field(default=None, metadata=OMIT_IF_NONE)
+    limit_percent: float | None = field(default=None, metadata=OMIT_IF_NONE)
+    limit: Limit | None = field(default=None, metadata=OMIT_IF_NONE)
+    energy: tuple[Energy, ...] = field(default=(), metadata=OMIT_IF_EMPTY)
+    j_per_token: float | None = field(default=None, metadata=OMIT_IF_NONE)  # every device's, in the test's phases
+    notes: tuple[str, ...] = field(default=(), metadata=OMIT_IF_EMPTY)
 
 
 @dataclass(frozen=True)
@@ -124,7 +179,7 @@ def field_of(row: Row, name: str) -> Any:
     """A field by llama-bench's name, or buildmgr's as `buildmgr.NAME` (a state by its value, as files say it)."""
     if name.startswith(f"{KEY}."):
         value = getattr(row.meta, name.split(".", 1)[1], None) if row.meta is not None else None
-        return value.value if isinstance(value, Validity) else value
+        return value.value if isinstance(value, Validity) else value.identity if isinstance(value, Host) else value
     if name == KEY:
         return dump(row.meta) if row.meta is not None else None
     if name == FILE:
@@ -146,9 +201,31 @@ def test_name(fields: dict[str, Any]) -> str:
 def axis_value(row: Row, axis: str) -> str:
     if axis == "config" and row.config:
         return row.config
+    if axis == HOST:
+        return host_of(row)
     fields = AXES.get(axis, (axis,))
     shown = [f for f in fields if field_of(row, f) is not None and (f == fields[0] or field_of(row, f) not in DEFAULTS)]
     return " ".join(f"{f.rsplit('.', 1)[-1]}={field_of(row, f)}" for f in shown) or "?"
+
+
+def host_of(row: Row) -> str:
+    """The host's identity: buildmgr's record, else what llama-bench's own row says of the CPU and GPUs."""
+    if row.meta is not None and row.meta.host is not None:
+        return row.meta.host.identity
+    shown = [str(row.fields[f]) for f in ("cpu_info", "gpu_info") if row.fields.get(f)]
+    return "; ".join(shown) or "unknown host"
+
+
+def units(row: Row) -> list[float]:
+    """The row's independent measurements, one per process (samples inside one process are not independent): the
+    geometric mean of each process's steady-state samples. buildmgr's schema-1 rows ran one repetition per process,
+    so each sample is one; llama-bench's own row is one process."""
+    if row.meta is not None and row.meta.runs_ts:
+        return [geomean(run) for run in row.meta.runs_ts if run]
+    values = samples(row)
+    if row.meta is not None:
+        return values
+    return [geomean(values)] if values else []
 
 
 def samples(row: Row) -> list[float]:
@@ -238,7 +315,8 @@ class Compared:
 def _key(row: Row, axis: str) -> tuple[tuple[str, str], ...]:
     free = set(AXES.get(axis, (axis,)))
     fields = [f for f in (*WORKLOAD_FIELDS, *BUILD_FIELDS, *PLACEMENT_FIELDS) if f not in free]
-    return tuple((f, json.dumps(field_of(row, f), sort_keys=True)) for f in fields)
+    host = () if axis == HOST else ((HOST, host_of(row)),)  # rows of different hosts are never pooled
+    return tuple((f, json.dumps(field_of(row, f), sort_keys=True)) for f in fields) + host
 
 
 def compare(rows: Sequence[Row], axis: str, baseline: str | None = None) -> list[Compared]:
@@ -257,12 +335,13 @@ def compare(rows: Sequence[Row], axis: str, baseline: str | None = None) -> list
     table = []
     for members in groups.values():
         values = {value: [s for r in rs for s in samples(r)] for value, rs in members.items()}
+        independent = {value: [u for r in rs for u in units(r)] for value, rs in members.items()}
         validity = {value: _validity(rs) for value, rs in members.items()}
         usable = [v for v in members if validity[v] is None or validity[v] in RANKED]  # None: llama-bench's own
         base = baseline if baseline in usable else (usable[0] if usable else None)
         for value, rs in members.items():
             summary = summarize(values[value])
-            r = ratio(values[base], values[value]) if base is not None and value != base else None
+            r = ratio(independent[base], independent[value]) if base is not None and value != base else None
             table.append(
                 Compared(
                     test_name(rs[0].fields),
@@ -365,8 +444,7 @@ def verdicts(rows: Sequence[Row], devices_of: dict[str, int]) -> list[str]:
             lines.append(f"{test}: only {ranked[0].config} gave a usable result")
         else:
             lines.append(
-                f"{test}: "
-                + compared(ratio(samples(ranked[1]), samples(ranked[0])), ranked[0].config, ranked[1].config)
+                f"{test}: " + compared(ratio(units(ranked[1]), units(ranked[0])), ranked[0].config, ranked[1].config)
             )
         singles = [r for r in ranked if devices_of.get(r.config) == 1]
         for split in (r for r in ranked if devices_of.get(r.config, 0) > 1):
@@ -376,7 +454,7 @@ def verdicts(rows: Sequence[Row], devices_of: dict[str, int]) -> list[str]:
                 )
                 continue
             best = singles[0]
-            r = ratio(samples(best), samples(split))
+            r = ratio(units(best), units(split))
             if r is not None and not r.within_noise and r.value > 1:
                 lines.append(f"{test}: split {split.config} beats the best single device {best.config} by {r.text()}")
             else:

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gzip
 import hashlib
 import json
 import os
+import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,11 +19,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from buildmgr import backends, proc
-from buildmgr.bench import logs, rows
+from buildmgr.bench import limit, logs, membw, rows
 from buildmgr.bench.config import Asked, BenchConfig, Request, parse_config, read_toml, resolve
-from buildmgr.bench.judge import BUSY_PERCENT, HOST, Judgement, Role, Validity, judge, slowdowns
+from buildmgr.bench.judge import BUSY_PERCENT, HOST, Judgement, Role, Validity, judge, partial, slowdowns
 from buildmgr.bench.sampling import Sample, Sampler, services
-from buildmgr.bench.stats import ratio, summarize
+from buildmgr.bench.stats import CV_WARN, ratio, summarize
 from buildmgr.devices import Role as DeviceRole
 from buildmgr.errors import UserError
 from buildmgr.findings import Finding, errors
@@ -49,6 +51,7 @@ class Planned:
     env_set: dict[str, str]
     findings: tuple[Finding, ...]
     guard: dict[str, str] = field(default_factory=dict)  # what would keep its backends from pinning host memory
+    looked_up_mib: float = 0.0  # the token embeddings: held on the CPU, one row of them read per token
 
     @property
     def blocked(self) -> Finding | None:
@@ -71,6 +74,8 @@ class Run:
     phases: list[logs.Phase] = field(repr=False, default_factory=list)
     spans: dict[int, tuple[float, float]] = field(repr=False, default_factory=dict)
     started: float = 0.0
+    startup_s: float | None = None
+    load_s: float | None = None
 
     @property
     def failure(self) -> str | None:
@@ -153,8 +158,43 @@ def plan(dirs: Dirs, request: Request, environ: Mapping[str, str]) -> list[Plann
         guard = backends.pinning_guards([by_name[n].backend for n in chosen])
         env_set = guard if config.cpu_overrides and not request.allow_pinned else {}
         devices = {n: by_name[n].pci_bus_id for n in chosen}
-        planned.append(Planned(config, build, model, tuple(roles), devices, env_set, tuple(found), guard))
+        looked_up = _looked_up_mib(model)
+        planned.append(Planned(config, build, model, tuple(roles), devices, env_set, tuple(found), guard, looked_up))
     return planned
+
+
+def _looked_up_mib(model: Path) -> float:
+    """The token-embedding table's size from the GGUF header: a token reads one row of it, not all."""
+    tensor = next((t for t in read_gguf(model).tensors if t.name == "token_embd.weight"), None)
+    return int(tensor.n_bytes) / (1 << 20) if tensor is not None else 0.0
+
+
+def bandwidths(planned: Planned, host: rows.Host) -> dict[str, tuple[float | None, str]]:
+    """Each device's peak memory bandwidth and where it comes from: a card's from its vendor's library, a CPU-side
+    device's (the CPU, lavapipe) and the CPU's own buffers from the host's measurement."""
+    cards = {c.pci_bus_id: c for c in host.cards}
+    found: dict[str, tuple[float | None, str]] = {limit.CPU: (host.cpu_gbs, host.cpu_basis)}
+    for role in planned.roles:
+        card = cards.get(role.pci_bus_id or "")
+        if role.on_cpu:
+            found[role.name] = (host.cpu_gbs, host.cpu_basis)
+        elif card is not None:
+            found[role.name] = (card.peak_gbs, card.peak_basis)
+        else:
+            found[role.name] = (None, "no vendor library reports this card")
+    return found
+
+
+def host_record(dirs: Dirs, sources: Sequence[backends.EngineSource]) -> rows.Host:
+    """This machine as rows record it: name, CPU, every card the vendors' libraries see, the CPU's bandwidth."""
+    from buildmgr import hostfacts
+
+    facts = hostfacts.read()
+    cards = tuple(
+        rows.Card(c.model, c.pci_bus_id, c.driver, c.peak_gbs, c.peak_basis) for s in sources for c in s.cards()
+    )
+    measured = membw.cpu_bandwidth(dirs.cache, facts.hostname, facts.cpu)
+    return rows.Host(facts.hostname, facts.cpu, cards, measured.gbs, measured.basis)
 
 
 def busy_host(sources: Sequence[backends.EngineSource], interval: float) -> list[str]:
@@ -187,13 +227,14 @@ def run_once(
     sources: list[backends.EngineSource],
     round_: int,
     on_event: Callable[[logs.Event], None] = lambda event: None,
+    bandwidth: Mapping[str, tuple[float | None, str]] | None = None,
 ) -> Run:
     bench = planned.build.tool("llama-bench")
-    command = [str(bench), "-m", str(planned.model), *request.workload.args(), "-r", "1", "-o", "jsonl"]
+    command = [str(bench), "-m", str(planned.model), *request.workload.args(), "-o", "jsonl"]
     command += ["--progress", "-v", *planned.config.bench_args()]
     events: list[logs.Event] = []
     arrivals: list[float] = []
-    sampler = Sampler(sources, request.interval)
+    sampler = Sampler(sources, request.interval, rapl=membw.rapl_files())
 
     def on_line(stream: str, line: str, at: float) -> None:
         if stream == "stdout":
@@ -220,16 +261,29 @@ def run_once(
     load = logs.load_log(ran.stderr.splitlines())
     phases = logs.phases(events, arrivals, started + ran.seconds)
     spans = logs.spans(events, arrivals, started + ran.seconds)
+    # each device's expected share of a token's time, from what this run's load log says it holds
+    held = limit.holdings(load, list(planned.devices))
+    weights = limit.read_per_token(held, load, 0, 0, 0, planned.looked_up_mib)
+    expected = limit.time_shares(weights, bandwidth or {}) if held else {}
     judgements = {
         test: judge(
-            [p for p in phases if p.test == test], samples, planned.roles, request.interval, load, spans.get(test)
+            [p for p in phases if p.test == test],
+            samples,
+            planned.roles,
+            request.interval,
+            load,
+            spans.get(test),
+            expected,
         )
         for test in range(1, len(found_rows) + 1)
     }
     peak = _peak(sample.process.memory_kib for sample in samples if sample.process)
     placed = {pci for pci in planned.devices.values() if pci}
     warnings = slowdowns(samples, placed)
-    return Run(round_, ran, found_rows, judgements, load, peak, warnings, samples, phases, spans, started)
+    startup, load_s = logs.timing(events, started)
+    return Run(
+        round_, ran, found_rows, judgements, load, peak, warnings, samples, phases, spans, started, startup, load_s
+    )
 
 
 # --- the whole call ------------------------------------------------------------------------------------------------
@@ -244,39 +298,65 @@ def _worst(judgements: Sequence[Judgement]) -> Judgement | None:
     return next((j for state in order for j in judgements if j.validity is state), None)
 
 
+def _first_apart(first: Sequence[float], steady: Sequence[float]) -> str | None:
+    """A sentence where the first timed repetitions lie beyond the steady state's spread (and more than 5 % off)."""
+    if not first or not steady:
+        return None
+    lead, median = statistics.median(first), statistics.median(steady)
+    beyond = lead < min(steady) or lead > max(steady)
+    if not beyond or abs(lead / median - 1) <= CV_WARN:
+        return None
+    return f"first repetition {lead / median:.2f}× of steady state: warm-up inside the process"
+
+
 def _rows_of(
-    planned: Planned, runs: list[Run], request: Request, environ: Mapping[str, str], host_notes: list[str]
+    planned: Planned,
+    runs: list[Run],
+    request: Request,
+    environ: Mapping[str, str],
+    host_notes: list[str],
+    host: rows.Host,
 ) -> list[rows.Row]:
     receipt = planned.build.prefix / RECEIPT
     failures = tuple({"round": r.round, "failure": r.failure, "tail": r.tail()} for r in runs if r.failure)
-    runs_kept = [r for r in runs if r.round > 0 and not r.failure]
+    runs_kept = [r for r in runs if not r.failure]
     fingerprint = hashlib.sha256(receipt.read_bytes()).hexdigest() if receipt.is_file() else None
     host_memory = _host_memory(planned, runs_kept, environ)
     warnings = (*sorted({w for r in runs for w in r.warnings}), *host_notes)
     enumeration = {v: environ[v] for v in backends.enumeration_variables() if v in environ}
+    timing = tuple(rows.RunTiming(r.round, round(r.ran.seconds, 3), _s(r.startup_s), _s(r.load_s)) for r in runs)
+    load = runs_kept[-1].load if runs_kept else None
+    held = limit.holdings(load, list(planned.devices)) if load is not None else ()
+    bandwidth = bandwidths(planned, host)
     made = []
-    for test in request.workload.tests():
-        kept: list[int] = []
-        warmup: list[float] = []
+    for number, test in enumerate(request.workload.tests(), 1):
+        steady: list[int] = []
+        first: list[float] = []
+        by_run: list[tuple[float, ...]] = []
         judgements: list[Judgement] = []
+        phases: list[logs.Phase] = []
+        samples: list[Sample] = []
         template: dict[str, Any] | None = None
         engine: list[dict[str, Any]] = []
-        for run in runs:
+        tokens = (test[0] or 0) + (test[1] or 0)
+        for run in runs_kept:
             for index, row in enumerate(run.rows, 1):
                 if _test_key(row) != test:
                     continue
-                if run.round == 0:
-                    warmup += row.get("samples_ts") or []
-                    continue
                 template = template or row
-                kept += row.get("samples_ns") or []
+                ns = row.get("samples_ns") or []
+                first += [tokens * 1e9 / ns[0]] if ns else []
+                steady += ns[1:]
+                by_run.append(tuple(float(f"{tokens * 1e9 / t:.6g}") for t in ns[1:] if t > 0))
                 judgements.append(run.judgements[index])
                 engine += [{"round": run.round, **w.to_json()} for w in run.judgements[index].work]
+                phases += [p for p in run.phases if p.test == index]
+                samples += run.samples
         worst = _worst(judgements)
         evidence: tuple[str, ...]
         if planned.blocked is not None:
             validity, evidence = Validity.NOT_RUN, (planned.blocked.line(),)
-        elif not kept or worst is None:
+        elif not steady or worst is None:
             validity, evidence = Validity.FAILED, tuple(str(f["failure"]) for f in failures) or ("no kept run",)
         else:
             validity, evidence = worst.validity, worst.evidence
@@ -290,8 +370,38 @@ def _rows_of(
             "avg_ts": None,
             "samples_ts": [],
         }
-        fields = rows.merge_timing(base, kept) if kept else dict(base)
+        fields = rows.merge_timing(base, steady) if steady else dict(base)
         summary = summarize(fields.get("samples_ts") or [])
+        notes = [n for n in (_first_apart(first, fields.get("samples_ts") or []),) if n]
+        layers = partial(load)
+        if layers:
+            shown = next((h for h in held if h.device != limit.CPU), None)
+            if shown is not None:
+                notes.append(
+                    f"partial offload: {shown.device} holds {layers[0]}/{layers[1]} layers "
+                    f"({shown.share * 100:.0f} % of the weights)"
+                )
+        decode = test[1] and not test[0]
+        found_limit = None
+        if decode and load is not None and held:
+            read = limit.read_per_token(held, load, number, test[2], test[1], planned.looked_up_mib)
+            found_limit = limit.decode_limit(read, bandwidth, summary.median)
+            if found_limit.unknown:
+                notes.append(f"no bandwidth limit: {found_limit.unknown}")
+        devices: dict[str, str | None] = {r.name: r.pci_bus_id for r in planned.roles if not r.on_cpu}
+        devices[limit.CPU] = None  # the CPU's packages, by RAPL
+        per_kind = {"prompt": test[0] or 0, "generation": test[1] or 0}
+        energy = limit.energy(phases, samples, devices, per_kind) if phases else ()
+        if any(e.device == limit.CPU and e.joules is None for e in energy) and not membw.rapl_files():
+            energy = tuple(
+                dataclasses.replace(e, unknown=membw.rapl_unreadable()) if e.device == limit.CPU else e for e in energy
+            )
+        known = [e for e in energy if e.joules is not None]
+        spent = sum(e.joules or 0 for e in known)
+        counted = sum(per_kind[k] * sum(1 for p in phases if p.kind == k) for k in {e.phase for e in energy})
+        whole = bool(known) and all(e.joules is not None for e in energy if e.device != limit.CPU)
+        j_per_token = round(spent / counted, 5) if whole and counted else None
+        first_summary = summarize(first)
         meta = rows.Meta(
             rows.SCHEMA,
             planned.config.label,
@@ -305,16 +415,32 @@ def _rows_of(
             evidence,
             summary.to_json(),
             summary.noisy,
-            tuple(round(v, 2) for v in warmup),
+            (),
             len(runs),
             failures,
             tuple(engine),
             host_memory,
             tuple(f.line() for f in planned.findings),
             warnings,
+            first_ts=tuple(round(v, 2) for v in first),
+            first_summary=first_summary.to_json() if first else None,
+            runs_ts=tuple(by_run),
+            timing=timing,
+            host=host,
+            holds=held,
+            limit_ts=found_limit.limit_ts if found_limit else None,
+            limit_percent=found_limit.percent if found_limit else None,
+            limit=found_limit,
+            energy=energy,
+            j_per_token=j_per_token,
+            notes=tuple(notes),
         )
         made.append(rows.Row(fields, meta))
     return made
+
+
+def _s(value: float | None) -> float | None:
+    return round(value, 3) if value is not None else None
 
 
 def _host_memory(planned: Planned, runs: Sequence[Run], environ: Mapping[str, str]) -> dict[str, Any]:
@@ -347,7 +473,7 @@ def _with_baseline(made: list[rows.Row]) -> list[rows.Row]:
     for row in made:
         first.setdefault(rows.field_of(row, "model_filename"), row.config)
     base = {
-        (rows.field_of(r, "model_filename"), rows.test_name(r.fields)): rows.samples(r)
+        (rows.field_of(r, "model_filename"), rows.test_name(r.fields)): rows.units(r)
         for r in made
         if r.config == first[rows.field_of(r, "model_filename")]
     }
@@ -355,7 +481,7 @@ def _with_baseline(made: list[rows.Row]) -> list[rows.Row]:
     for row in made:
         model = rows.field_of(row, "model_filename")
         own = row.config == first[model]
-        r = None if own else ratio(base.get((model, rows.test_name(row.fields)), []), rows.samples(row))
+        r = None if own else ratio(base.get((model, rows.test_name(row.fields)), []), rows.units(row))
         assert row.meta is not None  # rows of this call carry buildmgr's part
         meta = dataclasses.replace(row.meta, baseline=first[model], vs_baseline=r.to_json() if r else None)
         compared.append(dataclasses.replace(row, meta=meta))
@@ -403,7 +529,7 @@ def bench(
     on_event: Callable[[str, int, logs.Event], None] = lambda label, round_, event: None,
 ) -> Result:
     """Plan, refuse a busy host, run every round of every CONFIG interleaved, and write the rows and samples."""
-    from buildmgr.fsutil import atomic_write_text
+    from buildmgr.fsutil import atomic_write_bytes, atomic_write_text
 
     notes = list(notes)  # the caller's stay as they were; this call's are added to its own
     planned = plan(dirs, request, environ)
@@ -421,6 +547,10 @@ def bench(
             lacking = ", ".join(f"no {source}" for source in backends.engine_sources())
             notes.append(f"no GPU engine readings here ({lacking}): GPUs are judged as not readable")
             say(f"note: {notes[-1]}")
+        host = host_record(dirs, sources)
+        if host.cpu_gbs is None:
+            notes.append(f"the CPU's bandwidth is unknown ({host.cpu_basis}): decode rows on it get no limit")
+            say(f"note: {notes[-1]}")
         for p in planned:
             if p.blocked is not None:
                 say(f"  not run: {p.config.label}: {p.blocked.line()}")
@@ -428,8 +558,8 @@ def bench(
         runs: dict[str, list[Run]] = {p.config.label: [] for p in planned}
         executed: list[tuple[Planned, Run]] = []  # in the order they ran
         started = time.monotonic()
-        rounds = request.workload.reps + 1
-        for round_ in range(rounds):
+        rounds = request.workload.runs
+        for round_ in range(1, rounds + 1):
             for p in runnable:
                 done = runs[p.config.label]
                 if any(r.failure for r in done):
@@ -441,24 +571,27 @@ def bench(
                     sources,
                     round_,
                     functools.partial(on_event, p.config.label, round_),
+                    bandwidths(p, host),
                 )
                 done.append(run)
                 executed.append((p, run))
-                what = "warm-up (discarded)" if round_ == 0 else f"run {round_}/{rounds - 1}"
+                what = f"run {round_}/{rounds}"
                 outcome = run.failure or ", ".join(sorted({j.validity.value for j in run.judgements.values()}))
                 say(
                     f"  {p.config.label}: {what}, depths {','.join(map(str, request.workload.depths))}: "
-                    f"{run.ran.seconds:.1f} s ({outcome}) · {time.monotonic() - started:.0f} s elapsed"
+                    f"{run.ran.seconds:.1f} s, load {run.load_s or 0:.1f} s ({outcome}) · "
+                    f"{time.monotonic() - started:.0f} s elapsed"
                 )
     finally:
         for source in sources:
             source.close()
-    made = [row for p in planned for row in _rows_of(p, runs[p.config.label], request, environ, host_notes)]
+    made = [row for p in planned for row in _rows_of(p, runs[p.config.label], request, environ, host_notes, host)]
     made = _with_baseline(made)
     devices_of = {p.config.label: len(p.roles) for p in planned}
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     path = dirs.bench / f"{stamp}-{os.getpid()}.jsonl"
-    samples_path = path.with_suffix(".samples.jsonl")
-    atomic_write_text(samples_path, "".join(json.dumps(_samples_json(p, r)) + "\n" for p, r in executed))
+    samples_path = path.with_suffix(".samples.jsonl.gz")  # not matched by the rows' *.jsonl
+    text = "".join(json.dumps(_samples_json(p, r)) + "\n" for p, r in executed)
+    atomic_write_bytes(samples_path, gzip.compress(text.encode(), mtime=0))
     atomic_write_text(path, "".join(json.dumps(r.to_json()) + "\n" for r in made))
     return Result(made, rows.verdicts(made, devices_of), notes, path, samples_path)

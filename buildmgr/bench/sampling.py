@@ -30,6 +30,7 @@ class Sample(NamedTuple):
     at: float  # time.monotonic()
     engines: tuple[EngineReading, ...]
     process: ProcessReading | None
+    cpu_energy_mj: float | None = None  # the CPU packages' RAPL counters, where readable
 
 
 def read_process(pid: int, proc: Path = Path("/proc"), ticks: int | None = None) -> ProcessReading | None:
@@ -68,6 +69,17 @@ def services(proc: Path = Path("/proc"), skip: Sequence[int] = ()) -> list[tuple
     return sorted(found)
 
 
+def _rapl(files: Sequence[Path]) -> float | None:
+    """The packages' counters summed, in mJ (None where one cannot be read)."""
+    total = 0.0
+    for file in files:
+        try:
+            total += int(file.read_text()) / 1000
+        except (OSError, ValueError):
+            return None
+    return total
+
+
 @dataclass
 class Sampler:
     """Reads every source and the watched process every `interval` seconds on its own thread, until stopped."""
@@ -76,6 +88,7 @@ class Sampler:
     interval: float
     pid: int | None = None
     samples: list[Sample] | None = None
+    rapl: Sequence[Path] = ()  # the CPU's energy counters (membw.rapl_files)
 
     def __post_init__(self) -> None:
         self.samples = []
@@ -84,7 +97,8 @@ class Sampler:
 
     def read(self) -> Sample:
         engines = tuple(r for source in self.sources for r in source.read())
-        return Sample(time.monotonic(), engines, read_process(self.pid) if self.pid else None)
+        energy = _rapl(self.rapl) if self.rapl else None
+        return Sample(time.monotonic(), engines, read_process(self.pid) if self.pid else None, energy)
 
     def _loop(self) -> None:
         while not self._stop.is_set():

@@ -58,6 +58,11 @@ def summarize(values: Sequence[float]) -> Summary:
     return Summary(len(values), statistics.median(values), mean, stdev, cv, outliers)
 
 
+def geomean(values: Sequence[float]) -> float:
+    """Of positive throughputs: the mean a ratio of them is taken on."""
+    return math.exp(statistics.fmean(math.log(v) for v in values))
+
+
 class Ratio(NamedTuple):
     """`other` over `base`: the ratio of geometric means, with its 95 % interval (None: too few samples)."""
 

@@ -44,7 +44,15 @@ def register(sub: Subparsers, name: str) -> None:
     p.add_argument("-n", "--n-gen", type=int, help=f"decoded tokens per test (default {defaults.workload.n_gen})")
     p.add_argument("--no-pg", action="store_true", help="leave out prefill+decode in one context (-pg)")
     p.add_argument(
-        "--reps", type=int, help=f"kept runs per CONFIG, after a discarded first (default {defaults.workload.reps})"
+        "--runs",
+        type=int,
+        help=f"llama-bench processes per CONFIG, interleaved (default {defaults.workload.runs})",
+    )
+    p.add_argument(
+        "-r",
+        "--repetitions",
+        type=int,
+        help=f"timed repetitions in each process, the first kept apart (default {defaults.workload.repetitions})",
     )
     p.add_argument("--interval", type=float, help=f"seconds between engine samples (default {defaults.interval:g})")
     p.add_argument("--timeout", type=float, help=f"seconds one run may take (default {defaults.timeout:g})")
@@ -80,7 +88,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         args.n_prompt,
         args.n_gen,
         not args.no_pg,
-        args.reps,
+        args.runs,
+        args.repetitions,
         args.interval,
         args.timeout,
         args.allow_busy,
@@ -103,7 +112,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         if meta.validity is not Validity.VALID:
             render.say(f"{meta.validity.value}: {label}: " + "; ".join(meta.evidence), "yellow")
         if meta.noisy:
-            render.warn(f"noisy: {label}: CV {meta.summary['cv'] * 100:.1f} % over {meta.summary['n']} runs")
+            render.warn(f"noisy: {label}: CV {meta.summary['cv'] * 100:.1f} % over {meta.summary['n']} samples")
+        for note in meta.notes:
+            render.say(f"note: {label}: {note}")
     for label, warnings in {r.config: r.meta.warnings for r in result.rows if r.meta}.items():
         for warning in warnings:
             render.warn(f"warning: {label}: {warning}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from buildmgr.backend import EngineReading, process_name
+from buildmgr.backend import CardFacts, EngineReading, process_name
 
 # nvml.h's clocks-event reasons that hold the clocks down under load (idle, application clocks, sync boost and the
 # display clock are left out: they are not a slowdown of a busy GPU).
@@ -22,7 +22,6 @@ SLOWDOWNS = {
 
 def nvml_reading(raw: Mapping[str, object]) -> EngineReading:
     """One GPU's raw NVML values (what `NvmlEngines.raw` reads; recorded readings replay through here) as a reading."""
-    from buildmgr.devices import normalize_pci
 
     def number(key: str) -> float | None:
         value = raw.get(key)
@@ -31,12 +30,33 @@ def nvml_reading(raw: Mapping[str, object]) -> EngineReading:
     used, power, reasons = number("memory_used_bytes"), number("power_mw"), raw.get("clocks_event_reasons")
     clock = number("sm_clock_mhz")
     return EngineReading(
-        normalize_pci(str(raw.get("bus_id", ""))) or str(raw.get("bus_id", "")).lower(),
+        _pci(raw),
         number("gpu_util"),
         int(used) >> 20 if used is not None else None,
         int(clock) if clock is not None else None,
         power / 1000 if power is not None else None,
         tuple(name for bit, name in SLOWDOWNS.items() if isinstance(reasons, int) and reasons & bit),
+        number("energy_mj"),
+    )
+
+
+def _pci(raw: Mapping[str, object]) -> str:
+    from buildmgr.devices import normalize_pci
+
+    return normalize_pci(str(raw.get("bus_id", ""))) or str(raw.get("bus_id", "")).lower()
+
+
+def card_facts(raw: Mapping[str, object]) -> CardFacts:
+    """A card's model, driver and peak memory bandwidth: NVML's highest memory clock (MHz) × 2 transfers per clock ×
+    the bus width (bits) / 8 (an H200: 3201 MHz × 2 × 6144 / 8 = 4.92 TB/s; NVIDIA states 4.8)."""
+    clock, width = raw.get("max_memory_clock_mhz"), raw.get("memory_bus_width_bits")
+    known = isinstance(clock, int) and isinstance(width, int) and clock > 0 and width > 0
+    return CardFacts(
+        _pci(raw),
+        str(raw.get("name") or "NVIDIA GPU"),
+        str(raw["driver"]) if raw.get("driver") else None,
+        round(clock * 2 * width / 8 / 1000, 1) if known else None,  # type: ignore[operator]
+        "NVML: max memory clock × 2 × bus width" if known else "NVML states no memory clock or bus width",
     )
 
 
@@ -92,6 +112,21 @@ class NvmlEngines:
             "clocks_event_reasons": self._try(reasons_call, handle),
             "power_limit_mw": self._try(nvml.nvmlDeviceGetPowerManagementLimit, handle),
             "power_default_limit_mw": self._try(nvml.nvmlDeviceGetPowerManagementDefaultLimit, handle),
+            "energy_mj": self._try(nvml.nvmlDeviceGetTotalEnergyConsumption, handle),
+        }
+
+    def facts(self, handle: Any) -> dict[str, object]:
+        """What does not change while the host runs: name, driver, the memory's highest clock and bus width."""
+        nvml = self.nvml
+        name, driver = self._try(nvml.nvmlDeviceGetName, handle), self._try(nvml.nvmlSystemGetDriverVersion)
+        pci = self._try(nvml.nvmlDeviceGetPciInfo, handle)
+        bus = getattr(pci, "busId", b"") if pci is not None else b""
+        return {
+            "bus_id": bus.decode() if isinstance(bus, bytes) else str(bus),
+            "name": name.decode() if isinstance(name, bytes) else name,
+            "driver": driver.decode() if isinstance(driver, bytes) else driver,
+            "max_memory_clock_mhz": self._try(nvml.nvmlDeviceGetMaxClockInfo, handle, nvml.NVML_CLOCK_MEM),
+            "memory_bus_width_bits": self._try(nvml.nvmlDeviceGetMemoryBusWidth, handle),
         }
 
     def read(self) -> list[EngineReading]:
@@ -110,6 +145,9 @@ class NvmlEngines:
 
     def limits(self) -> list[str]:
         return [note for h in self.handles if (note := power_limit_note(self.raw(h)))]
+
+    def cards(self) -> list[CardFacts]:
+        return [card_facts(self.facts(h)) for h in self.handles]
 
     def close(self) -> None:
         self._try(self.nvml.nvmlShutdown)

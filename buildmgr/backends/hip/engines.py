@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from buildmgr.backend import EngineReading, process_name, read_file
+from buildmgr.backend import CardFacts, EngineReading, process_name, read_file
 from buildmgr.backends.hip import AMD_VENDOR
 
 
@@ -22,22 +22,29 @@ def _hwmon(device: Path, name: str) -> int | None:
 def amd_reading(device: Path) -> EngineReading | None:
     """One card's `/sys/class/drm/cardN/device`: gpu_busy_percent, mem_info_vram_used (bytes), the current sclk
     (the `*` line of pp_dpm_sclk) and hwmon's power1_average (µW; power1_input on newer kernels)."""
-    from buildmgr.devices import normalize_pci
-
     if read_file(device / "vendor") != AMD_VENDOR:
         return None
-    uevent = dict(line.split("=", 1) for line in (read_file(device / "uevent") or "").splitlines() if "=" in line)
     clock = re.search(r"(\d+)\s*mhz\s*\*", (read_file(device / "pp_dpm_sclk") or "").lower())
     used = _int(device / "mem_info_vram_used")
     power = _hwmon(device, "power1_average") or _hwmon(device, "power1_input")
     busy = _int(device / "gpu_busy_percent")
+    energy = _hwmon(device, "energy1_input")  # µJ, where the kernel has it
     return EngineReading(
-        normalize_pci(uevent.get("PCI_SLOT_NAME")) or uevent.get("PCI_SLOT_NAME", ""),
+        _pci(device),
         float(busy) if busy is not None else None,
         used >> 20 if used is not None else None,
         int(clock.group(1)) if clock else None,
         power / 1e6 if power is not None else None,
+        (),
+        energy / 1000 if energy is not None else None,
     )
+
+
+def _pci(device: Path) -> str:
+    from buildmgr.devices import normalize_pci
+
+    uevent = dict(line.split("=", 1) for line in (read_file(device / "uevent") or "").splitlines() if "=" in line)
+    return normalize_pci(uevent.get("PCI_SLOT_NAME")) or uevent.get("PCI_SLOT_NAME", "")
 
 
 class SysfsEngines:
@@ -71,6 +78,19 @@ class SysfsEngines:
                     f"GPU {device.resolve().name}: power cap {cap / 1e6:.0f} W is below its default {default / 1e6:.0f} W"
                 )
         return notes
+
+    def cards(self) -> list[CardFacts]:
+        """amdgpu's sysfs names the card's PCI id and its VRAM vendor, but states no memory bus width: no peak."""
+        return [
+            CardFacts(
+                _pci(d),
+                (read_file(d / "product_name") or "AMD GPU").strip(),
+                (read_file(self.root / "module" / "amdgpu" / "version") or "").strip() or None,
+                None,
+                "amdgpu's sysfs states no memory bus width",
+            )
+            for d in self.devices
+        ]
 
     def close(self) -> None:
         pass

@@ -1,0 +1,162 @@
+"""How far a decode is from the physical limit, and what it cost: each device's share of the weights (the load
+log's model buffers), the bytes it reads per generated token (what it holds, less the token-embedding table only
+looked up, plus its KV cache at the depth), the memory-bandwidth bound those bytes give at each device's peak, and
+each device's energy per token in each timed phase (a counter that only grows: NVML's, amdgpu's, RAPL's). Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from buildmgr.bench.logs import LoadLog, Phase
+from buildmgr.bench.sampling import Sample
+
+CPU = "CPU"  # every CPU-side buffer (CPU, CPU_Mapped, CPU_REPACK, CUDA_Host …) and the CPU's energy
+MIB = 1.048576  # MB
+# NVML's energy counter moves in steps of its update period (tens of ms): readings inside the phases must span this
+# much before their difference is a rate rather than a step.
+MIN_ENERGY_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class Holding:
+    """A device's share of the weights, from the load log's model buffers (`CPU`: every CPU-side buffer)."""
+
+    device: str
+    weights_mib: float
+    share: float
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A decode row's memory-bandwidth bound: each device reads what it holds and its KV cache at the depth, once
+    per token, at its peak bandwidth; the devices of a layer split take turns, so their times add."""
+
+    limit_ts: float | None
+    percent: float | None  # of the limit the median reached
+    read_mb: dict[str, float]  # device → MB read per token
+    bandwidth_gbs: dict[str, float | None]
+    unknown: str | None = None  # why there is no limit
+
+
+@dataclass(frozen=True)
+class Energy:
+    """One device's energy in one kind of timed phase over the kept runs (None: unreadable, and why)."""
+
+    device: str
+    phase: str  # prompt | generation
+    basis: str  # where the joules come from
+    joules: float | None
+    seconds: float  # of the phases' time the readings covered
+    j_per_token: float | None
+    unknown: str | None = None
+
+
+def device_of(buffer: str, devices: Sequence[str]) -> str:
+    """The device a buffer type belongs to: CUDA0 and CUDA0_Split are CUDA0's; the rest is the CPU's."""
+    return next((d for d in devices if buffer == d or buffer.startswith(f"{d}_")), CPU)
+
+
+def holdings(load: LoadLog, devices: Sequence[str]) -> tuple[Holding, ...]:
+    """Each device's weights and share (the CPU last, where it holds any)."""
+    mib: dict[str, float] = dict.fromkeys(devices, 0.0)
+    for buffer, size in load.weights().items():
+        owner = device_of(buffer, devices)
+        mib[owner] = mib.get(owner, 0.0) + size
+    total = sum(mib.values())
+    if not total:
+        return ()
+    return tuple(Holding(d, round(m, 2), round(m / total, 4)) for d, m in mib.items() if d != CPU or m)
+
+
+def read_per_token(
+    held: Sequence[Holding], load: LoadLog, test: int, n_depth: int, n_gen: int, looked_up_mib: float
+) -> dict[str, float]:
+    """MB each device reads per generated token: its weights (the CPU's less the token embeddings, of which a token
+    reads one row) and its KV cache's share of the cells a token attends to on average (the depth and half the
+    tokens generated), from the test's own context."""
+    devices = [h.device for h in held if h.device != CPU]
+    read = {h.device: h.weights_mib - (looked_up_mib if h.device == CPU else 0.0) for h in held}
+    cells = load.cells.get(test)
+    for buffer, size in load.kv.get(test, {}).items() if cells else ():
+        owner = device_of(buffer, devices)
+        assert cells is not None
+        read[owner] = read.get(owner, 0.0) + size * min((n_depth + n_gen / 2) / cells, 1.0)
+    return {d: round(max(v, 0.0) * MIB, 2) for d, v in read.items()}
+
+
+def decode_limit(
+    read_mb: Mapping[str, float], bandwidth: Mapping[str, tuple[float | None, str]], median: float | None
+) -> Limit:
+    """tokens/s if every device read its bytes at its peak bandwidth, one after another; and the median's share."""
+    gbs = {d: bandwidth.get(d, (None, "no bandwidth known"))[0] for d in read_mb}
+    lacking = [d for d, mb in read_mb.items() if mb > 0 and gbs[d] is None]
+    if lacking:
+        why = "; ".join(f"{d}: {bandwidth.get(d, (None, 'no bandwidth known'))[1]}" for d in lacking)
+        return Limit(None, None, dict(read_mb), gbs, f"no peak bandwidth for {why}")
+    seconds = sum(mb / 1000 / g for d, mb in read_mb.items() if mb > 0 and (g := gbs[d]))
+    if not seconds:
+        return Limit(None, None, dict(read_mb), gbs, "no bytes read per token were found in the load log")
+    limit = 1 / seconds
+    percent = round(median / limit * 100, 1) if median else None
+    return Limit(round(limit, 2), percent, dict(read_mb), gbs)
+
+
+def time_shares(read_mb: Mapping[str, float], bandwidth: Mapping[str, tuple[float | None, str]]) -> dict[str, float]:
+    """Each device's expected share of a token's time at the bandwidth bound (empty where a bandwidth is unknown)."""
+    times = {}
+    for device, mb in read_mb.items():
+        gbs = bandwidth.get(device, (None, ""))[0]
+        if gbs is None:
+            return {}
+        times[device] = mb / gbs
+    total = sum(times.values())
+    return {d: t / total for d, t in times.items()} if total else {}
+
+
+def _counter(sample: Sample, pci: str | None) -> tuple[float | None, float | None]:
+    """(energy counter in mJ, power in W) of one device in one sample; `pci` None: the CPU's packages."""
+    if pci is None:
+        return sample.cpu_energy_mj, None
+    reading = next((r for r in sample.engines if r.pci_bus_id == pci), None)
+    return (reading.energy_mj, reading.power_w) if reading else (None, None)
+
+
+def energy(
+    phases: Sequence[Phase], samples: Sequence[Sample], devices: Mapping[str, str | None], tokens: Mapping[str, int]
+) -> tuple[Energy, ...]:
+    """Per device and kind of phase: the mean power over the readings inside the phases (the counter's difference
+    over their time, or, with no counter, the power readings' mean) times the phases' time, per token."""
+    found = []
+    for device, pci in devices.items():
+        for kind in dict.fromkeys(p.kind for p in phases):
+            mine = [p for p in phases if p.kind == kind]
+            total = sum(p.end - p.start for p in mine)
+            used, covered, watts = 0.0, 0.0, []
+            for phase in mine:
+                inside = [(s.at, *_counter(s, pci)) for s in samples if phase.start <= s.at <= phase.end]
+                counted = [(at, e) for at, e, _ in inside if e is not None]
+                if len(counted) >= 2 and counted[-1][1] >= counted[0][1]:  # a counter that wrapped is left out
+                    used += counted[-1][1] - counted[0][1]
+                    covered += counted[-1][0] - counted[0][0]
+                watts += [w for _, _, w in inside if w is not None]
+            count = tokens.get(kind, 0) * len(mine)
+            if covered >= MIN_ENERGY_SECONDS:
+                joules = used / 1000 / covered * total
+                basis = "RAPL package counters" if pci is None else "energy counter"
+            elif watts and len(watts) >= 2 and total >= MIN_ENERGY_SECONDS:
+                joules, basis = sum(watts) / len(watts) * total, "power readings × time"
+            else:
+                why = (
+                    f"the readings inside the {kind} phases span {covered:.2f} s of {total:.2f} s: under "
+                    f"{MIN_ENERGY_SECONDS} s the counter's update period swamps the difference"
+                )
+                found.append(Energy(device, kind, "energy counter", None, round(covered, 3), None, why))
+                continue
+            per_token = joules / count if count else None
+            found.append(
+                Energy(
+                    device, kind, basis, round(joules, 3), round(covered, 3), round(per_token, 5) if per_token else None
+                )
+            )
+    return tuple(found)

@@ -1,0 +1,88 @@
+"""The CPU's side of the decode limit: its memory read bandwidth, measured here once (every core summing its own
+slice of an array far larger than the caches, best of a few passes) and kept per host in `<cache>/bench-host.json`;
+and its energy, from the kernel's RAPL counters where they can be read. No library or file states a CPU's bandwidth
+reliably, so it is measured rather than looked up."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+from buildmgr.fsutil import atomic_write_text, locked
+
+ARRAY_MIB = 1024  # far beyond any last-level cache: the sum reads memory
+PASSES = 3
+FILE = "bench-host.json"
+RAPL = Path("/sys/class/powercap")
+
+
+class Bandwidth(NamedTuple):
+    gbs: float | None
+    basis: str  # how it was found, or why it is unknown
+
+
+def _host_key(hostname: str, cpu: str) -> str:
+    try:
+        total = next(ln for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal"))
+    except (OSError, StopIteration):
+        total = "?"
+    return f"{hostname}|{cpu}|{total.split()[1] if total != '?' else total}"
+
+
+def measure() -> Bandwidth:
+    """Every usable core reads its own slice of one ARRAY_MIB array with numpy (which releases the GIL in the
+    sum); the fastest of PASSES passes."""
+    try:
+        import numpy as np  # gguf's dependency, so always here with buildmgr
+    except ImportError:
+        return Bandwidth(None, "numpy is not importable, so the CPU's bandwidth was not measured")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    data = np.ones(ARRAY_MIB << 17, dtype=np.float64)  # 8 bytes each
+    slices = np.array_split(data, cores)
+    best = 0.0
+    for _ in range(PASSES):
+        threads = [threading.Thread(target=np.add.reduce, args=(part,)) for part in slices]
+        start = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        best = max(best, data.nbytes / (time.perf_counter() - start) / 1e9)
+    return Bandwidth(round(best, 1), f"measured here: {cores} threads summing {ARRAY_MIB} MiB, best of {PASSES}")
+
+
+def cpu_bandwidth(cache: Path, hostname: str, cpu: str) -> Bandwidth:
+    """The kept measurement of this host, else a new one (about a second), kept."""
+    path = cache / FILE
+    key = _host_key(hostname, cpu)
+    with locked(cache / f"{FILE}.lock"):
+        try:
+            kept = json.loads(path.read_text())
+        except (OSError, ValueError):
+            kept = {}
+        found = kept.get(key) if isinstance(kept, dict) else None
+        if isinstance(found, dict) and isinstance(found.get("gbs"), (int, float)):
+            return Bandwidth(float(found["gbs"]), str(found.get("basis", "measured here")))
+        made = measure()
+        if made.gbs is not None:
+            kept = kept if isinstance(kept, dict) else {}
+            kept[key] = {"gbs": made.gbs, "basis": made.basis, "at": time.strftime("%Y-%m-%d")}
+            atomic_write_text(path, json.dumps(kept, indent=2, sort_keys=True) + "\n")
+        return made
+
+
+def rapl_files(root: Path = RAPL) -> list[Path]:
+    """Each CPU package's energy counter (µJ): intel-rapl:N/energy_uj, readable (often root only since 2020)."""
+    found = sorted(root.glob("intel-rapl:[0-9]*/energy_uj")) if root.is_dir() else []
+    return [f for f in found if ":" not in f.parent.name.split(":", 1)[1] and os.access(f, os.R_OK)]
+
+
+def rapl_unreadable(root: Path = RAPL) -> str:
+    """Why there is no CPU energy: no powercap zone, or counters only root may read."""
+    if not root.is_dir() or not list(root.glob("intel-rapl:[0-9]*")):
+        return "no RAPL energy counters here (/sys/class/powercap)"
+    return "RAPL's energy counters are not readable by this user (root only since Linux 5.10)"
