@@ -647,3 +647,51 @@ def test_the_cpu_bandwidth_is_measured_once_per_host_and_kept(tmp_path):
     kept[key]["gbs"] = 12345.0
     (tmp_path / membw.FILE).write_text(json.dumps(kept))
     assert membw.cpu_bandwidth(tmp_path, "h", "cpu").gbs == 12345.0  # read back, not measured again
+
+
+H200_31 = FIXTURES / "h200" / "bench31"  # bench/gpu-bench-steady.sh, 2026-12-02 (issue #31)
+
+
+def test_the_recorded_h200_partial_offload_is_unproven_by_its_share_and_ngl_0_a_fallback():
+    """-dev CUDA0 -ngl 4 and -ngl 0 on the H200, replayed: the same near-idle CUDA0 readings are no evidence of a
+    fallback when the card holds 4 of 17 layers, and they are when it holds none."""
+    from buildmgr.bench import limit
+
+    with gzip.open(H200_31 / "samples-partial.jsonl.gz", "rt") as handle:
+        runs = [json.loads(line) for line in handle]
+    recorded = {json.loads(line)["buildmgr"]["config"]: json.loads(line) for line in
+                (H200_31 / "rows-partial.jsonl").read_text().splitlines() if json.loads(line)["n_gen"]}  # fmt: skip
+    judged = {}
+    for run in runs:
+        row = recorded[run["config"]]["buildmgr"]
+        samples = [
+            Sample(
+                s["t"], tuple(EngineReading(**(e | {"slowdowns": tuple(e["slowdowns"])})) for e in s["engines"]), None
+            )
+            for s in run["samples"]
+        ]
+        decode = [logs.Phase(**p) for p in run["phases"] if p["kind"] == "generation"]
+        load = logs.LoadLog(offloaded=tuple(row["host_memory"]["load_log"]["layers_offloaded"]))
+        read = {h["device"]: h["weights_mib"] for h in row["holds"]}
+        host = row["host"]
+        bandwidth = {"CUDA0": (host["cards"][0]["peak_gbs"], ""), "CPU": (host["cpu_gbs"], "")}
+        shares = limit.time_shares(read, bandwidth)
+        found = judge(decode, samples, [Role("CUDA0", H200_PCI)], 0.1, load, expected=shares)
+        judged.setdefault(run["config"], set()).add(found.validity)
+        if run["config"] == "ngl4":
+            assert found.evidence[0].startswith("CUDA0 holds 4/17 layers: idle readings during generation")
+            assert judge(decode, samples, [Role("CUDA0", H200_PCI)], 0.1).validity is Validity.FALLBACK  # the old rule
+    assert judged["ngl4"] == {Validity.UNPROVEN} and judged["ngl0"] == {Validity.FALLBACK}
+    assert Validity.FALLBACK not in judged["all"]  # all 17 layers on CUDA0: short decodes, never idle
+
+
+def test_the_recorded_h200_rows_keep_steady_state_first_repetitions_limit_and_energy_apart():
+    found = rows.read_rows([H200_31 / "rows.jsonl"])
+    cuda_pp = next(r for r in found if r.config == "cuda0" and rows.test_name(r.fields) == "pp512 @ d0")
+    assert cuda_pp.meta.notes == ("first repetition 0.47× of steady state: warm-up inside the process",)
+    hand = [json.loads(line) for line in (H200_31 / "CUDA0-r5.jsonl").read_text().splitlines()]
+    assert hand[0]["samples_ts"][0] < 0.6 * min(hand[0]["samples_ts"][1:])  # llama-bench's own first repetition
+    for row in found:
+        assert len(row.meta.runs_ts) == 3 and len(row.meta.first_ts) == 3
+        if row.fields["n_gen"]:
+            assert 0 < row.meta.limit_percent < 100 and row.meta.j_per_token > 0
