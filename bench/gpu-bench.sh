@@ -50,12 +50,12 @@ log "busy"
 busy_pid=$!
 sleep 3
 record_nvml 3 "$out/nvml-busy.json"
-bm bench -m /tmp/dense.gguf 'cuda+vulkan -dev CUDA0' --reps 1 >"$out/busy.txt" 2>&1
+bm bench -m /tmp/dense.gguf 'cuda+vulkan -dev CUDA0' --runs 1 >"$out/busy.txt" 2>&1
 echo "exit $?" >>"$out/busy.txt"
 kill "$busy_pid"; wait "$busy_pid" 2>/dev/null
 sleep 2
 
-common=(--depth 0,4096 --reps "${REPS:-3}")
+common=(--depth 0,4096 --runs "${REPS:-3}")
 log "bench 1"
 start=$(date +%s)
 bm bench -m /tmp/dense.gguf "${common[@]}" --plot "$out/bench.png" --json \
@@ -73,7 +73,7 @@ echo "exit $? wall seconds: $(( $(date +%s) - start ))" >>"$out/bench.txt"
 for pinned in "" --allow-pinned; do
     log "bench 2 $pinned"
     name=moe-cpu-experts-no-mmap${pinned:+-pinned}
-    bm bench -m /tmp/moe.gguf --depth 0 --reps 2 $pinned --json \
+    bm bench -m /tmp/moe.gguf --depth 0 --runs 2 $pinned --json \
         "$name=cuda+vulkan -dev CUDA0 -ot exps=CPU -lm none" >"$out/bench-$name.json" 2>"$out/bench-$name.txt"
     echo "exit $?" >>"$out/bench-$name.txt"
 done
