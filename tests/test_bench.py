@@ -334,7 +334,7 @@ def test_llama_bench_s_own_json_and_jsonl_are_read(tmp_path):
         ("tg128 @ d512", "devices=auto", 50.0),
     ]
     csv = rows.render(table, "devices", "csv").splitlines()
-    assert csv[0] == "test,devices,median t/s,cv,n,vs baseline,validity" and len(csv) == 4
+    assert csv[0] == "test,devices,median t/s,cv,n,vs baseline,J/token,validity" and len(csv) == 4
     (tmp_path / "c.txt").write_text("hello")
     with pytest.raises(UserError, match="neither JSON nor JSONL"):
         rows.read_rows([tmp_path / "c.txt"])
@@ -424,7 +424,30 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path):
     assert_user_error(buildmgr(env, "bench", "-m", str(not_gguf), "cpu --bogus 1"), "--bogus is not")
     assert_user_error(buildmgr(env, "bench", "--compare", str(not_gguf)), "neither JSON nor JSONL")
     assert_user_error(buildmgr(env, "bench", "--compare", str(H200 / "rows.jsonl"), "--by", "colour"), "--by 'colour'")
+    assert_user_error(buildmgr(env, "bench", "-m", str(not_gguf), "-r", "1", "cpu"), "-r 1: at least 2")
+    assert_user_error(buildmgr(env, "bench", "-m", str(not_gguf), "--runs", "0", "cpu"), "--runs 0: at least 1")
+    assert_user_error(buildmgr(env, "bench", "-m", str(not_gguf), "--rank", "ts", "cpu"), "--rank: only with")
     assert not (tmp_path / "data").exists()
+
+
+def test_compare_ranks_by_energy_per_token_as_well_as_throughput():
+    found = rows.read_rows([H200_31 / "rows.jsonl"])
+    as_read = [(e.test, e.value) for e in rows.compare(found, "config")]
+    by_ts = [(e.test, e.value) for e in rows.compare(found, "config", rank="ts")]
+    by_energy = {e.test: e for e in rows.compare(found, "config", rank="j_per_token") if e.value == "vk0"}
+    assert as_read[:4] == [
+        ("pp512 @ d0", "cuda0"),
+        ("pp512 @ d0", "vk0"),
+        ("tg128 @ d0", "cuda0"),
+        ("tg128 @ d0", "vk0"),
+    ]
+    # on the H200 at d4096, Vulkan0 decoded faster (695 vs 515 t/s) and for less energy (0.57 vs 0.86 J/token);
+    # at d0 CUDA0 decoded faster (780 vs 761) but Vulkan0 spent less (0.43 vs 0.49 J/token)
+    assert by_ts.index(("tg128 @ d0", "cuda0")) < by_ts.index(("tg128 @ d0", "vk0"))
+    ranked = [(e.test, e.value) for e in rows.compare(found, "config", rank="j_per_token")]
+    assert ranked.index(("tg128 @ d0", "vk0")) < ranked.index(("tg128 @ d0", "cuda0"))
+    assert by_energy["tg128 @ d4096"].j_per_token == pytest.approx(0.57044)
+    assert by_energy["pp512 @ d0"].j_per_token is None  # no row of it could read its energy: ranked last, not zero
 
 
 def test_a_plot_without_matplotlib_is_refused_before_anything_runs(tmp_path):

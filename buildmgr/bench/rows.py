@@ -65,6 +65,8 @@ AXES: dict[str, tuple[str, ...]] = {
     HOST: (f"{KEY}.host", "cpu_info", "gpu_info"),
 }
 RANKED = (Validity.VALID, Validity.UNPROVEN)  # rows a comparison may rank; a fallback never wins
+# What `--rank` orders each group by, best first: throughput (higher is better) or energy per token (lower is).
+RANKS = ("ts", "j_per_token")
 DEFAULTS = ("0.00", 0, "none", False)  # llama-bench's spelling of a field left at its default: not shown in a label
 
 
@@ -297,12 +299,14 @@ class Compared:
     vs_baseline: Ratio | None
     validity: Validity | None  # the worst of its rows; None: llama-bench's own
     rows: int
+    j_per_token: float | None = None  # the median of its rows' (None: no row could read its energy)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "test": self.test,
             self.axis: self.value,
             "median_ts": self.summary_median,
+            "j_per_token": self.j_per_token,
             "cv": self.cv,
             "n": self.n,
             "baseline": self.baseline,
@@ -319,9 +323,10 @@ def _key(row: Row, axis: str) -> tuple[tuple[str, str], ...]:
     return tuple((f, json.dumps(field_of(row, f), sort_keys=True)) for f in fields) + host
 
 
-def compare(rows: Sequence[Row], axis: str, baseline: str | None = None) -> list[Compared]:
+def compare(rows: Sequence[Row], axis: str, baseline: str | None = None, rank: str | None = None) -> list[Compared]:
     """Rows grouped by everything but the axis; within a group, each value of the axis against the first (or the
-    `baseline` value) with its ratio and 95 % interval. Rows marked invalid are shown and never a baseline."""
+    `baseline` value) with its ratio and 95 % interval, and with `rank` ordered best first by that measure (rows
+    marked invalid and values without it last). Rows marked invalid are shown and never a baseline."""
     if axis not in AXES and not any(axis in r.fields or field_of(r, axis) is not None for r in rows):
         raise UserError(f"--by {axis!r}: one of {', '.join(AXES)}, or a field of the rows")
     groups: dict[tuple[tuple[str, str], ...], dict[str, list[Row]]] = {}
@@ -332,17 +337,19 @@ def compare(rows: Sequence[Row], axis: str, baseline: str | None = None) -> list
         raise UserError(
             f"--baseline {baseline!r} is no value of --by {axis} in these rows: {', '.join(sorted(values_seen))}"
         )
-    table = []
+    table: list[Compared] = []
     for members in groups.values():
         values = {value: [s for r in rs for s in samples(r)] for value, rs in members.items()}
         independent = {value: [u for r in rs for u in units(r)] for value, rs in members.items()}
         validity = {value: _validity(rs) for value, rs in members.items()}
         usable = [v for v in members if validity[v] is None or validity[v] in RANKED]  # None: llama-bench's own
         base = baseline if baseline in usable else (usable[0] if usable else None)
+        group = []
         for value, rs in members.items():
             summary = summarize(values[value])
             r = ratio(independent[base], independent[value]) if base is not None and value != base else None
-            table.append(
+            energies = [r.meta.j_per_token for r in rs if r.meta is not None and r.meta.j_per_token is not None]
+            group.append(
                 Compared(
                     test_name(rs[0].fields),
                     axis,
@@ -354,9 +361,24 @@ def compare(rows: Sequence[Row], axis: str, baseline: str | None = None) -> list
                     r,
                     validity[value],
                     len(rs),
+                    statistics.median(energies) if energies else None,
                 )
             )
+        table += sorted(group, key=_ranking(rank)) if rank is not None else group
     return table
+
+
+def _ranking(rank: str) -> Callable[[Compared], tuple[bool, float]]:
+    """The sort key of `rank`: usable entries with the measure first, best first."""
+
+    def key(entry: Compared) -> tuple[bool, float]:
+        measure = entry.j_per_token if rank == "j_per_token" else entry.summary_median
+        usable = entry.validity is None or entry.validity in RANKED
+        if measure is None or not usable:
+            return (True, 0.0)
+        return (False, measure if rank == "j_per_token" else -measure)
+
+    return key
 
 
 def _validity(rows: Sequence[Row]) -> Validity | None:
@@ -367,7 +389,7 @@ def _validity(rows: Sequence[Row]) -> Validity | None:
 
 # --- exporters: one per format, over the one typed table ---------------------------------------------------------
 
-COLUMNS = ("test", "median t/s", "cv", "n", "vs baseline", "validity")
+COLUMNS = ("test", "median t/s", "cv", "n", "vs baseline", "J/token", "validity")
 
 
 def _cells(entry: Compared) -> list[str]:
@@ -381,8 +403,9 @@ def _cells(entry: Compared) -> list[str]:
     )
     median = f"{entry.summary_median:.2f}" if entry.summary_median is not None else "—"
     cv = f"{entry.cv * 100:.1f} %" if entry.cv is not None else "—"
+    joules = f"{entry.j_per_token:.4g}" if entry.j_per_token is not None else "—"
     state = entry.validity.value if entry.validity is not None else "—"
-    return [entry.test, entry.value, median, cv, str(entry.n), shown, state]
+    return [entry.test, entry.value, median, cv, str(entry.n), shown, joules, state]
 
 
 def _columns(axis: str) -> list[str]:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from buildmgr import backends
 from buildmgr.bench.config import DEFAULT_REQUEST, Workload
-from buildmgr.bench.rows import FORMATS
+from buildmgr.bench.rows import FORMATS, RANKS
 from buildmgr.cli import command, render
 from buildmgr.config import Context
 from buildmgr.errors import UserError
@@ -67,15 +67,25 @@ def register(sub: Subparsers, name: str) -> None:
     p.add_argument("--plot", type=Path, metavar="PNG", help="tokens/s against depth (needs buildmgr[plot])")
     p.add_argument("--compare", type=Path, nargs="+", metavar="FILE", help="compare rows of these files instead")
     p.add_argument(
-        "--by", default="config", help="with --compare: the axis (config, build, devices, split_mode, overrides, depth)"
+        "--by",
+        help="with --compare: the axis (config, build, devices, split_mode, overrides, depth, host; default config)",
     )
     p.add_argument("--baseline", help="with --compare: the value of the axis the others are compared with")
-    p.add_argument("--format", choices=FORMATS, default=FORMATS[0], help=f"with --compare (default {FORMATS[0]})")
+    p.add_argument(
+        "--rank",
+        choices=RANKS,
+        help="with --compare: order each test's values best first by t/s or by J/token (default: as read)",
+    )
+    p.add_argument("--format", choices=FORMATS, help=f"with --compare (default {FORMATS[0]})")
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     if args.compare:
         return compare(args)
+    # options of --compare alone are refused here rather than ignored: the user asked for something not done
+    stray = [f"--{name}" for name in ("by", "baseline", "rank", "format") if getattr(args, name) is not None]
+    if stray:
+        raise UserError(f"{', '.join(stray)}: only with bench --compare FILE… (leave out, or add --compare)")
     from buildmgr.bench import config as cfg
     from buildmgr.bench import plot, rows, runner
     from buildmgr.bench.judge import Validity
@@ -158,8 +168,9 @@ def compare(args: argparse.Namespace) -> int:
     if args.plot:
         plot.require(args.plot)
     found = rows.read_rows(args.compare)
-    table = rows.compare(found, args.by, args.baseline)
-    print(rows.render(table, args.by, "json" if args.json else args.format))
+    axis = args.by or "config"
+    table = rows.compare(found, axis, args.baseline, args.rank)
+    print(rows.render(table, axis, "json" if args.json else args.format or FORMATS[0]))
     if args.plot:
         plot.plot(found, args.plot)
     return 0
