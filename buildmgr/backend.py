@@ -130,6 +130,10 @@ class DeviceCode(NamedTuple):
     key: str  # its name in `package --json` and in messages
     findings: Callable[[Sequence[str], Mapping[str, str]], list[Finding]]  # codes, environ → per visible GPU
     schema_1: tuple[str, ...] = ()  # the receipt fields (schema 1) that held these codes
+    # the GPUs here as this code must serve them (CUDA's compute capabilities, HIP's gfx targets), read once; and
+    # what those make of the codes: `findings` in two steps, so that `install --from` reads the host once for all
+    targets: Callable[[Mapping[str, str]], list[str]] = lambda environ: []
+    fits: Callable[[Sequence[str], list[str]], list[Finding]] = lambda codes, targets: []
 
 
 class LogDevice(NamedTuple):

@@ -34,3 +34,10 @@ class CannotRunHere(BuildmgrError):
     built, nothing was installed."""
 
     exit_code = 1
+
+
+class RepositoryFault(BuildmgrError):
+    """A binary repository that cannot be read, or whose files are not what its index and signatures say (a changed
+    blob, a missing file, a bad signature): nothing was installed."""
+
+    exit_code = 1

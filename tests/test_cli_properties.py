@@ -25,12 +25,13 @@ EXAMPLES = settings(
 )
 COMMANDS = [
     "build", "list", "which", "run", "check", "remove", "gc", "recipes", "doctor", "devices", "source", "verify",
-    "cache", "matrix", "package", "install-artifact",
+    "cache", "matrix", "package", "install-artifact", "key", "publish", "repo", "install",
 ]  # fmt: skip
 OPTIONS = [
     "--", "--archive", "--check", "--cold", "--cpu-arch", "--format", "--gfx", "--jobs", "--json", "--os",
     "--output", "--parse", "--prefer", "--rebuild", "--refresh", "--source", "--sm", "-D", "-j", "-o", "sync", "cpu",
-    "cuda+vulkan", "universal+vulkan", "llama-cli", "--configure-only", "--vulkaninfo", "--help",
+    "cuda+vulkan", "universal+vulkan", "llama-cli", "--configure-only", "--vulkaninfo", "--help", "--to", "--sign",
+    "--from", "--dry-run", "--allow-unsigned", "generate", "trust", "list",
 ]  # fmt: skip
 
 

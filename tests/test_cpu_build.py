@@ -430,6 +430,61 @@ def test_matrix_then_package_then_install_artifact_into_a_fresh_data_dir(env, fi
     assert receipt_of(fresh)["installed_from"]["sha256"] == packages[0]["sha256"]
 
 
+def test_publish_signed_then_install_from_the_repository_over_http_into_a_fresh_host(env, first_build, tmp_path):
+    """The fleet workflow: a CI job packages and publishes signed; a host that trusts the key installs over http what
+    fits it, checked and smoke-run; another host from the directory itself."""
+    packaged = json.loads(buildmgr(env, "package", "cpu", "-o", str(tmp_path / "dist"), "--json").stdout)
+    ci = make_env(tmp_path / "ci")
+    public = buildmgr(ci, "key", "generate", "ci").stdout.splitlines()[-1]
+    repo = tmp_path / "repo"
+    published = buildmgr(ci, "publish", packaged["archive"], "--to", str(repo), "--sign", "ci")
+    assert published.returncode == 0, published.stderr
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "-d", str(repo)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(url + "index.json", timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        host = make_env(tmp_path / "host")
+        assert buildmgr(host, "key", "trust", public).returncode == 0
+        dry = json.loads(buildmgr(host, "install", "--from", url, "--dry-run", "--json").stdout)
+        assert [(c["recipe"], c["tier"], c["fits"]) for c in dry["candidates"]] == [("cpu", "cpu", True)]
+        assert not (tmp_path / "host" / "data").exists() and not (tmp_path / "host" / "cache").exists()
+        installed = buildmgr(host, "install", "cpu", "--from", url, "--json")
+    finally:
+        server.terminate()
+        server.wait()
+    assert installed.returncode == 0, installed.stderr
+    result = json.loads(installed.stdout)
+    assert result["id"] == packaged["id"] and result["attempts"][0]["outcome"] == "installed"
+    assert result["attempts"][0]["signed_by"] == public_id(public)
+    receipt = json.loads((Path(result["prefix"]) / "buildmgr-receipt.json").read_text())
+    assert receipt["installed_from"]["sha256"] == packaged["sha256"] and receipt["installed_from"]["smoke"]["passed"]
+    version = buildmgr(host, "run", "cpu", "--", "llama-cli", "--version")
+    assert f"(build 11312, commit {COMMIT})" in version.stdout + version.stderr
+    other = make_env(tmp_path / "other")
+    assert buildmgr(other, "key", "trust", public).returncode == 0
+    again = buildmgr(other, "install", "--from", str(repo))
+    assert again.returncode == 0, again.stderr
+    assert [b["id"] for b in json.loads(buildmgr(other, "list", "--json").stdout)["builds"]] == [packaged["id"]]
+
+
+def public_id(line: str) -> str:
+    from buildmgr import signing
+
+    return signing.read_public(line).id
+
+
 def test_no_path_of_this_host_is_in_the_binaries(env, first_build):
     prefix = Path(buildmgr(env, "which", "cpu").stdout.strip())
     for library in (prefix / "lib").glob("*.so.*"):

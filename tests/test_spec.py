@@ -84,3 +84,11 @@ def test_every_field_of_the_typed_inventory_is_documented():
     for record in (Inventory, BuildEntry, ProbeRecord, Card):
         missing = {f.name for f in fields(record)} - set(re.findall(r"\w+", section))
         assert not missing, (record.__name__, missing)
+
+
+def test_every_field_of_the_repository_index_is_documented():
+    from buildmgr.artifacts.index import Entry, Index, Summary
+
+    section = SPEC.split("## Binary repositories")[1].split("\n## ")[0]
+    quoted = set(re.findall(r'"(\w+)"', section))
+    assert {f.name for record in (Index, Entry, Summary) for f in fields(record)} <= quoted

@@ -159,6 +159,7 @@ class Artifact:
     top: str
     receipt: Receipt
     members: tuple[tarfile.TarInfo, ...]
+    receipt_sha256: str  # of the receipt's bytes in the archive: what a signature's provenance names
 
 
 def _bad(path: Path, why: str) -> UserError:
@@ -248,7 +249,7 @@ def open_artifact(path: Path) -> Artifact:
     if contents != receipt.files:
         differ = sorted(set(contents.items()) ^ set(receipt.files.items()))
         raise _bad(path, f"its files do not match its receipt ({', '.join(sorted({n for n, _ in differ})[:5])})")
-    return Artifact(path, actual, top, receipt, tuple(members))
+    return Artifact(path, actual, top, receipt, tuple(members), hashes[RECEIPT])
 
 
 def prefix_for(builds_dir: Path, receipt: Receipt) -> Path:

@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping
 
 from buildmgr import backends, kits
+from buildmgr.artifacts.index import Summary, summary_of
 from buildmgr.artifacts.names import cpu_arch_of
 from buildmgr.config import Dirs
 from buildmgr.errors import CannotRunHere
@@ -16,21 +17,31 @@ from buildmgr.receipt import Receipt
 _DL_MODULE = re.compile(r"(^|/)libggml-(?!base|cpu)[a-z0-9]+\.so$")
 
 
-def _only_loadable_modules(receipt: Receipt, users: tuple[str, ...]) -> bool:
+def _only_loadable_modules(summary: Summary, users: tuple[str, ...]) -> bool:
     """True when every file that needs a library is a backend module a DL build loads only if it can."""
-    dl = receipt.recipe.define("GGML_BACKEND_DL") == "ON"
-    return dl and all(_DL_MODULE.search(user) for user in users)
+    return summary.dl and all(_DL_MODULE.search(user) for user in users)
 
 
 def host_findings(receipt: Receipt, environ: Mapping[str, str], machine: str, dirs: Dirs) -> list[Finding]:
     """Everything that would stop the build from running here; errors block the install."""
+    return summary_findings(summary_of(receipt, ""), environ, machine, dirs)
+
+
+def summary_findings(
+    summary: Summary,
+    environ: Mapping[str, str],
+    machine: str,
+    dirs: Dirs,
+    targets: Mapping[str, list[str]] | None = None,
+) -> list[Finding]:
+    """`host_findings` from an artifact's summary, as a repository's index holds it; `targets`: the GPUs here
+    (`backends.gpu_targets`), read once by a caller that judges many artifacts."""
     from packaging.version import Version
 
     from buildmgr import runtime
 
-    needs = receipt.runtime
-    assert needs is not None, "an artifact's receipt has its runtime needs (checked when it was opened)"
-    built_on = receipt.host.machine.lower()
+    needs = summary.runtime
+    built_on = summary.machine.lower()
     if cpu_arch_of(built_on) != cpu_arch_of(machine):
         return [Finding(Severity.ERROR, "", f"built for {built_on}, and this host is {machine}")]
     findings: list[Finding] = []
@@ -53,14 +64,14 @@ def host_findings(receipt: Receipt, environ: Mapping[str, str], machine: str, di
             )
         )
     # a build made with an added toolchain searches <data>/toolchains (its RPATH): the ones here count
-    libraries = runtime.host_libraries(environ, machine, kits.runtime_dirs(dirs, receipt.toolchains))
+    libraries = runtime.host_libraries(environ, machine, kits.runtime_dirs(dirs, summary.toolchains))
     for library, users in needs.needed.items():
         if libraries.find(library) is not None:
             continue
         more = f" and {len(users) - 1} more" if len(users) > 1 else ""
-        severity = Severity.WARNING if _only_loadable_modules(receipt, users) else Severity.ERROR
+        severity = Severity.WARNING if _only_loadable_modules(summary, users) else Severity.ERROR
         effect = "that backend will not load" if severity is Severity.WARNING else "nothing runs without it"
-        offer = kits.runtime_offer(receipt.toolchains, library)
+        offer = kits.runtime_offer(summary.toolchains, library)
         source = f"'{offer}' adds it" if offer else f"it comes from {backends.library_source(library)}"
         findings.append(
             Finding(
@@ -80,8 +91,11 @@ def host_findings(receipt: Receipt, environ: Mapping[str, str], machine: str, di
                     "install a newer libstdc++6, or use an artifact built on an older distro",
                 )
             )
-    findings += backends.kernel_findings(needs.device_code, environ)
-    if receipt.recipe.define("GGML_NATIVE") == "ON":
+    if targets is None:
+        findings += backends.kernel_findings(needs.device_code, environ)
+    else:
+        findings += [f for found in backends.code_fits(needs.device_code, targets).values() for f in found]
+    if summary.native_cpu:
         findings.append(
             Finding(
                 Severity.WARNING,

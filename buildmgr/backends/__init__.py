@@ -128,6 +128,20 @@ def runtime_of_schema_1(runtime: Mapping[str, Any]) -> dict[str, Any]:
     return kept | {"device_code": found}
 
 
+def gpu_targets(environ: Mapping[str, str]) -> dict[str, list[str]]:
+    """Per backend with GPU code, the GPUs here as its code must serve them (compute capabilities, gfx targets)."""
+    return {name: code.targets(environ) for name, code in device_codes()}
+
+
+def code_fits(device_code: Mapping[str, Sequence[str]], targets: Mapping[str, list[str]]) -> dict[str, list[Finding]]:
+    """Per backend with GPU code in a build, a finding for each of these GPUs that cannot run it natively."""
+    return {
+        name: code.fits(device_code[name], targets.get(name, []))
+        for name, code in device_codes()
+        if device_code.get(name)
+    }
+
+
 def kernel_findings(device_code: Mapping[str, Sequence[str]], environ: Mapping[str, str]) -> list[Finding]:
     """Per backend with GPU code in a build, a finding for each GPU here that cannot run it."""
     return [

@@ -39,6 +39,10 @@ COMMANDS = {
     "matrix": "artifacts",
     "package": "artifacts",
     "install-artifact": "artifacts",
+    "key": "repos",
+    "publish": "repos",
+    "repo": "repos",
+    "install": "repos",
 }
 TAKES_A_TOOL = ("run", "check")  # `-- TOOL ARGS…` after buildmgr's own arguments
 

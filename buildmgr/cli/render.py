@@ -143,3 +143,44 @@ def devices_table(
 
 def device_names(devices: Iterable[Device]) -> str:
     return ", ".join(d.name for d in devices) or "(none besides the CPU)"
+
+
+class Download:
+    """A download's progress: a bar in a terminal; elsewhere (CI logs, pipes) a line at each quarter, so a long one
+    is seen to move without filling the log."""
+
+    def __init__(self) -> None:
+        self._bar: object | None = None
+        self._task: object | None = None
+        self._quarter = -1
+
+    def __enter__(self) -> Download:
+        if err().is_terminal:
+            from rich.progress import DownloadColumn, Progress, TransferSpeedColumn
+
+            bar = Progress(*Progress.get_default_columns(), DownloadColumn(), TransferSpeedColumn(), console=err())
+            bar.start()
+            self._bar = bar
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            from rich.progress import Progress
+
+            assert isinstance(self._bar, Progress)
+            self._bar.stop()
+
+    def update(self, done: int, total: int) -> None:
+        if self._bar is not None:
+            from rich.progress import Progress, TaskID
+
+            assert isinstance(self._bar, Progress)
+            if self._task is None:
+                self._task = self._bar.add_task("download", total=total)
+            assert isinstance(self._task, int)
+            self._bar.update(TaskID(self._task), completed=done, total=total)
+            return
+        quarter = done * 4 // total if total else 4
+        if quarter != self._quarter:
+            self._quarter = quarter
+            say(f"  downloaded {done / 1e6:.1f} of {total / 1e6:.1f} MB")

@@ -117,6 +117,8 @@ DEVICE_CODE = DeviceCode(
     "cuda",
     lazy(f"{__name__}.device_code", "host_findings"),
     ("cuda_sass", "cuda_ptx"),
+    lazy(f"{__name__}.smi", "visible_capabilities"),
+    lazy(f"{__name__}.device_code", "kernel_findings"),
 )
 
 # --- toolchains from NVIDIA's PyPI wheels (`buildmgr toolchain add cuda`), laid out by kit.py --------------------

@@ -80,6 +80,8 @@ DEVICE_CODE = DeviceCode(
     "hip",
     lazy(f"{__name__}.device_code", "host_findings"),
     ("hip_targets",),
+    lazy(f"{__name__}.device_code", "visible_targets"),
+    lazy(f"{__name__}.device_code", "kernel_findings"),
 )
 
 # AMD's integrated GPUs, by the names drivers give them. A plain "AMD Radeon Graphics" is not among them: RADV gives that

@@ -1,0 +1,169 @@
+"""`install --from`: judge every artifact of a repository against this host before downloading any, then fetch the
+best into the download cache (resumed where an earlier try stopped), check its digest, signature and provenance,
+install it as install-artifact does, and prove the choice: the installed build must see a device of the backend it
+was picked for, or it is removed again and the next candidate is tried."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from buildmgr import backends, keyring, signing, store
+from buildmgr.artifacts import compat, index, select
+from buildmgr.artifacts.archive import Artifact, open_artifact
+from buildmgr.artifacts.install import Installed, install
+from buildmgr.artifacts.repo import Progress, Repo, RepoError
+from buildmgr.config import Dirs
+from buildmgr.errors import BuildFailed
+from buildmgr.fsutil import atomic_write_text, locked, sha256_file
+
+if TYPE_CHECKING:
+    from buildmgr.progress import Reporter
+
+
+def downloads(dirs: Dirs) -> Path:
+    return dirs.cache / "downloads"
+
+
+def untrusted(entry: index.Entry, trusted: Mapping[str, signing.PublicKey], allow_unsigned: bool) -> str | None:
+    """Why the index's word on its signature keeps it out (checked again, on the bytes, after download)."""
+    if allow_unsigned:
+        return None
+    if entry.signed_by is None:
+        return "unsigned: --allow-unsigned installs it anyway"
+    if entry.signed_by not in trusted:
+        return f"signed by {entry.signed_by}, which this host does not trust ('buildmgr key trust FILE')"
+    return None
+
+
+def candidates(
+    repo: Repo, what: str | None, environ: Mapping[str, str], machine: str, dirs: Dirs, allow_unsigned: bool
+) -> list[select.Candidate]:
+    """Every artifact the request names, judged against this host (read once) and ranked; nothing downloaded."""
+    entries = select.wanted(repo.index().artifacts, what)
+    targets = backends.gpu_targets(environ)
+    trusted = keyring.trusted(dirs)
+    judged = [
+        select.judge(
+            entry,
+            compat.summary_findings(entry.summary, environ, machine, dirs, targets),
+            targets,
+            untrusted(entry, trusted, allow_unsigned),
+        )
+        for entry in entries
+    ]
+    return select.rank(judged)
+
+
+@dataclass(frozen=True)
+class Verified:
+    artifact: Artifact
+    signed_by: str | None  # None: unsigned, accepted with --allow-unsigned
+
+
+def fetch(repo: Repo, entry: index.Entry, dirs: Dirs, progress: Progress | None = None) -> Path:
+    """The archive in `<cache>/downloads/<sha256>/`, its digest checked (a wrong one is deleted, never kept)."""
+    folder = downloads(dirs) / entry.sha256
+    archive = folder / entry.name
+    with locked(folder / ".lock"):
+        if not (archive.is_file() and sha256_file(archive) == entry.sha256):
+            archive.unlink(missing_ok=True)
+            repo.fetch(entry.path, archive, entry.size, progress)
+            actual = sha256_file(archive)
+            if actual != entry.sha256:
+                archive.unlink()
+                raise RepoError(
+                    f"{entry.name} from {repo.text} has sha256 {actual[:12]}…, and the index says "
+                    f"{entry.sha256[:12]}…: it was changed after it was published; nothing was installed"
+                )
+        atomic_write_text(archive.with_name(archive.name + ".sha256"), f"{entry.sha256}  {entry.name}\n")
+    return archive
+
+
+def verify(repo: Repo, entry: index.Entry, archive: Path, dirs: Dirs, allow_unsigned: bool) -> Verified:
+    """The archive's .minisig and attestation against this host's trusted keys, and its receipt against the index."""
+    artifact = open_artifact(archive)
+    if index.summary_of(artifact.receipt, artifact.receipt_sha256) != entry.summary:
+        raise RepoError(f"{entry.name}: its receipt is not what {repo.text}'s index says of it; nothing was installed")
+    minisig = repo.read(entry.path + index.MINISIG)
+    attestation = repo.read(entry.path + index.ATTESTATION)
+    if minisig is None or attestation is None:
+        if entry.signed_by is not None:
+            raise RepoError(
+                f"{entry.name}: the index says it is signed by {entry.signed_by}, and its signature is missing"
+            )
+        if not allow_unsigned:
+            raise RepoError(f"{entry.name}: its signature files are missing; nothing was installed")
+        return Verified(artifact, None)
+    trusted = keyring.trusted(dirs)
+    try:
+        signed = signing.verify(archive.read_bytes(), minisig.decode("utf-8", "replace"), trusted)
+        key_id, statement = signing.open_envelope(json.loads(attestation), trusted)
+    except signing.Untrusted as err:
+        if allow_unsigned:
+            return Verified(artifact, None)
+        raise RepoError(f"{entry.name}: {err}, though its index says it is signed by a trusted key") from None
+    except (signing.SignatureError, ValueError) as err:
+        raise RepoError(f"{entry.name}: {err}; nothing was installed") from None
+    if key_id != signed.key_id:
+        raise RepoError(f"{entry.name}: its .minisig is by {signed.key_id} and its attestation by {key_id}")
+    if index.attested_digest(statement, entry.name) != entry.sha256:
+        raise RepoError(f"{entry.name}: its attestation is about another archive; nothing was installed")
+    return Verified(artifact, signed.key_id)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    candidate: select.Candidate
+    outcome: str  # "installed", "already installed", or why it was passed over after download
+    installed: Installed | None = None
+    signed_by: str | None = None
+    devices: tuple[str, ...] = ()
+
+
+def install_best(
+    repo: Repo,
+    ranked: list[select.Candidate],
+    dirs: Dirs,
+    environ: Mapping[str, str],
+    machine: str,
+    reporter: Reporter,
+    allow_unsigned: bool,
+    probe: Callable[[store.Build], list[tuple[str, str]]],  # the build's devices as (name, backend)
+    progress: Progress | None = None,
+) -> list[Attempt]:
+    """Try the fitting candidates best first until one installs and sees what it was picked for."""
+    attempts: list[Attempt] = []
+    for candidate in (c for c in ranked if c.fits):
+        entry = candidate.entry
+        archive = fetch(repo, entry, dirs, progress)
+        verified = verify(repo, entry, archive, dirs, allow_unsigned)
+        findings = compat.host_findings(verified.artifact.receipt, environ, machine, dirs)
+        compat.require_runnable(findings, entry.name)
+        try:
+            done = install(dirs, verified.artifact, findings, reporter, environ)
+        except BuildFailed as err:  # the smoke run failed here: the next candidate may run
+            attempts.append(Attempt(candidate, f"its smoke run failed here ({err})", None, verified.signed_by))
+            continue
+        seen = probe(done.build)
+        missing = [b for b in candidate.proves if not any(backend == b for _, backend in seen)]
+        if missing:
+            if not done.already:
+                store.remove(dirs, done.build)
+            attempts.append(
+                Attempt(
+                    candidate,
+                    f"installed, but it sees no {', '.join(missing)} device here: removed again",
+                    None,
+                    verified.signed_by,
+                    tuple(name for name, _ in seen),
+                )
+            )
+            continue
+        outcome = "already installed" if done.already else "installed"
+        attempts.append(Attempt(candidate, outcome, done, verified.signed_by, tuple(name for name, _ in seen)))
+        return attempts
+    return attempts

@@ -1,0 +1,152 @@
+"""A binary repository's index, typed: each artifact's digest, where its files lie, who signed it, and its
+`Summary` (what a host must know to say whether it fits, before anything is downloaded). The in-toto Statement a
+signature attests is made here too. Pure."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from buildmgr import jsonshape
+from buildmgr.jsonshape import OMIT_IF_EMPTY, OMIT_IF_NONE
+from buildmgr.receipt import Receipt, RuntimeNeeds, ToolchainRef
+
+INDEX = "index.json"
+SCHEMA = 1
+BLOBS = "blobs/sha256"  # <repo>/blobs/sha256/<hex>/<archive name>, its .sha256, .minisig and .intoto.json
+MINISIG = ".minisig"
+ATTESTATION = ".intoto.json"
+SLSA_PROVENANCE = "https://slsa.dev/provenance/v1"
+STATEMENT = "https://in-toto.io/Statement/v1"
+BUILD_TYPE = "https://github.com/buildmgr/buildmgr/build/v1"
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+_NAME = re.compile(r"llama-[A-Za-z0-9._+-]+\.tar\.gz")
+
+
+@dataclass(frozen=True)
+class Summary:
+    """An artifact as a host judges it: what it was built from and for, and what it needs at run time."""
+
+    id: str
+    recipe: str
+    arch: str  # the GPU arch label ("" without one)
+    backends: tuple[str, ...]
+    build_number: int
+    commit: str | None
+    system: str
+    machine: str
+    finished: str
+    runtime: RuntimeNeeds
+    dl: bool  # GGML_BACKEND_DL: backend modules are loaded only if they can be
+    native_cpu: bool  # GGML_NATIVE=ON: it may use CPU instructions of its build host only
+    receipt_sha256: str
+    toolchains: tuple[ToolchainRef, ...] = field(default=(), metadata=OMIT_IF_EMPTY)
+
+
+def summary_of(receipt: Receipt, receipt_sha256: str) -> Summary:
+    assert receipt.runtime is not None, "an artifact's receipt has its runtime needs (checked when it was opened)"
+    return Summary(
+        receipt.id,
+        receipt.recipe.name,
+        receipt.recipe.arch,
+        receipt.backends,
+        receipt.source.build_number,
+        receipt.source.commit,
+        receipt.host.system,
+        receipt.host.machine,
+        receipt.finished,
+        receipt.runtime,
+        receipt.recipe.define("GGML_BACKEND_DL") == "ON",
+        receipt.recipe.define("GGML_NATIVE") == "ON",
+        receipt_sha256,
+        receipt.toolchains,
+    )
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One archive in a repository: its files lie under `blobs/sha256/<sha256>/`, so two archives of one name
+    (the same recipe built on two hosts) never collide."""
+
+    name: str
+    sha256: str
+    size: int
+    published: str
+    summary: Summary
+    signed_by: str | None = field(default=None, metadata=OMIT_IF_NONE)  # the key id of its .minisig and attestation
+
+    @property
+    def path(self) -> str:
+        return f"{BLOBS}/{self.sha256}/{self.name}"
+
+    def check(self) -> None:
+        """Names and digests that become paths are checked: an index cannot point outside its repository."""
+        if not _DIGEST.fullmatch(self.sha256):
+            raise jsonshape.ShapeError(f"{self.name}: sha256 {self.sha256!r} is not 64 hex digits")
+        if not _NAME.fullmatch(self.name):
+            raise jsonshape.ShapeError(f"artifact name {self.name!r} is not llama-….tar.gz")
+
+
+@dataclass(frozen=True)
+class Index(jsonshape.Record):
+    VERSION = SCHEMA
+
+    schema: int
+    artifacts: tuple[Entry, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: object) -> Index:
+        index = super().from_json(data)
+        for entry in index.artifacts:
+            entry.check()
+        return index
+
+    def find(self, sha256: str) -> Entry | None:
+        return next((e for e in self.artifacts if e.sha256 == sha256), None)
+
+    def with_entry(self, entry: Entry) -> Index:
+        """This index with `entry` in place of any entry of the same digest, sorted by name, then digest."""
+        kept = [e for e in self.artifacts if e.sha256 != entry.sha256]
+        return Index(SCHEMA, tuple(sorted([*kept, entry], key=lambda e: (e.name, e.sha256))))
+
+
+EMPTY = Index(SCHEMA, ())
+
+
+def statement(name: str, sha256: str, receipt: Receipt, receipt_sha256: str, builder: str) -> dict[str, Any]:
+    """An in-toto Statement about the archive: SLSA provenance v1, with the source and the receipt it came from."""
+    source = receipt.source
+    dependency: dict[str, Any] = {"uri": source.origin, "annotations": {"build_number": source.build_number}}
+    if source.commit:
+        dependency["digest"] = {"gitCommit": source.commit}
+    return {
+        "_type": STATEMENT,
+        "subject": [{"name": name, "digest": {"sha256": sha256}}],
+        "predicateType": SLSA_PROVENANCE,
+        "predicate": {
+            "buildDefinition": {
+                "buildType": BUILD_TYPE,
+                "externalParameters": {"recipe": receipt.recipe.name, "arch": receipt.recipe.arch},
+                "internalParameters": {"resolved_defines": receipt.recipe.resolved_defines},
+                "resolvedDependencies": [dependency],
+            },
+            "runDetails": {
+                "builder": {"id": builder, "version": {"buildmgr": receipt.buildmgr}},
+                "metadata": {"invocationId": receipt.id, "startedOn": receipt.started, "finishedOn": receipt.finished},
+                "byproducts": [{"name": "buildmgr-receipt.json", "digest": {"sha256": receipt_sha256}}],
+            },
+        },
+    }
+
+
+def attested_digest(statement_: dict[str, Any], name: str) -> str | None:
+    """The sha256 the Statement attests for the archive of this name (None: it says nothing of it)."""
+    subjects = statement_.get("subject")
+    if statement_.get("_type") != STATEMENT or not isinstance(subjects, list):
+        return None
+    for subject in subjects:
+        if isinstance(subject, dict) and subject.get("name") == name and isinstance(subject.get("digest"), dict):
+            digest = subject["digest"].get("sha256")
+            return digest if isinstance(digest, str) else None
+    return None

@@ -1,0 +1,253 @@
+"""The binary repository: `key generate|trust|list`, `publish`, `repo list` and `install --from`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from buildmgr.cli import command, render
+from buildmgr.config import Context, ensure_writable
+from buildmgr.errors import CannotRunHere, UserError
+
+if TYPE_CHECKING:
+    from buildmgr.artifacts.deliver import Attempt
+    from buildmgr.artifacts.index import Entry
+    from buildmgr.artifacts.select import Candidate
+    from buildmgr.cli import Subparsers
+
+
+def register(sub: Subparsers, name: str) -> None:
+    if name == "key":
+        p = command(sub, "key", key, "signing keys: generate one, trust a publisher's, list them", json=True)
+        p.add_argument("action", choices=("generate", "trust", "list"))
+        p.add_argument("what", nargs="?", help="generate: NAME (default buildmgr); trust: a .pub FILE or its KEY line")
+    elif name == "publish":
+        p = command(sub, "publish", publish, "put artifacts (signed with --sign) into a binary repository", json=True)
+        p.add_argument("files", type=Path, nargs="+", metavar="ARTIFACT", help="llama-…-bin-….tar.gz (.sha256 beside)")
+        p.add_argument("--to", required=True, metavar="REPO", help="a directory (created if absent)")
+        p.add_argument("--sign", metavar="NAME", help="sign with this key of 'buildmgr key generate NAME'")
+        p.add_argument("--builder", help="who built it, for the provenance (default: this user@host)")
+    elif name == "repo":
+        p = command(sub, "repo", repo_list, "what a binary repository holds", json=True)
+        p.add_argument("action", choices=("list",))
+        p.add_argument("repo", metavar="REPO", help="a directory, or an http(s):// URL serving one")
+    elif name == "install":
+        help = "install the artifact of a repository that fits this host best, and prove it sees its device"
+        p = command(sub, "install", install_from, help, json=True)
+        p.add_argument("what", nargs="?", metavar="RECIPE|BUILD_NUMBER", help="only this recipe, or build (b8000)")
+        p.add_argument("--from", dest="source", required=True, metavar="REPO", help="a directory or an http(s):// URL")
+        p.add_argument("--dry-run", action="store_true", help="print the table of candidates and stop")
+        p.add_argument("--allow-unsigned", action="store_true", help="accept artifacts no trusted key signed")
+
+
+# --- key ----------------------------------------------------------------------------------------------------------
+
+
+def key(args: argparse.Namespace, ctx: Context) -> int:
+    from buildmgr import keyring
+
+    if args.action == "generate":
+        name = keyring.check_name(args.what or keyring.DEFAULT_NAME)  # before anything is written
+        ensure_writable(ctx.dirs.config, "set XDG_CONFIG_HOME to a writable directory")
+        made = keyring.generate(ctx.dirs, name)
+        if args.json:
+            print(json.dumps({"name": made.name, "id": made.public.id, "secret_key": str(made.path),
+                              "public_key": str(made.path.with_suffix(".pub")), "key": made.public.line()}, indent=2))  # fmt: skip
+            return 0
+        render.say(f"secret key {made.path} (mode 0600: keep it there, or in CI's secrets)")
+        render.say(f"public key {made.path.with_suffix('.pub')}: on each host, 'buildmgr key trust' it")
+        render.say(f"minisign checks a signature without buildmgr: minisign -Vm FILE -P {made.public.line()}")
+        print(made.public.line())
+        return 0
+    if args.action == "trust":
+        if not args.what:
+            raise UserError("key trust needs a .pub FILE or its KEY line, e.g. buildmgr key trust ci.pub")
+        public = keyring.read_key_argument(args.what)
+        ensure_writable(ctx.dirs.config, "set XDG_CONFIG_HOME to a writable directory")
+        path, new = keyring.trust(ctx.dirs, public)
+        if args.json:
+            print(json.dumps({"id": public.id, "path": str(path), "new": new}, indent=2))
+        else:
+            render.say(f"{'trusting' if new else 'already trusted:'} key {public.id} ({path})")
+        return 0
+    if args.what:
+        raise UserError("key list takes no argument")
+    own = keyring.own_keys(ctx.dirs)
+    trusted = keyring.trusted(ctx.dirs)
+    if args.json:
+        print(json.dumps({"own": [{"name": k.name, "id": k.public.id, "secret_key": str(k.path)} for k in own],
+                          "trusted": [{"id": i, "key": k.line()} for i, k in trusted.items()]}, indent=2))  # fmt: skip
+        return 0
+    for k in own:
+        render.say(f"own      {k.public.id}  {k.name} ({k.path})")
+    for i in trusted:
+        render.say(f"trusted  {i}")
+    if not own and not trusted:
+        render.say("no keys: 'buildmgr key generate' makes one, 'buildmgr key trust FILE' trusts a publisher's")
+    return 0
+
+
+# --- publish and list ---------------------------------------------------------------------------------------------
+
+
+def publish(args: argparse.Namespace, ctx: Context) -> int:
+    import getpass
+    import socket
+
+    from buildmgr import keyring
+    from buildmgr.artifacts import archive, repo
+
+    target = repo.Repo.parse(args.to)
+    secret = keyring.own(ctx.dirs, args.sign) if args.sign else None
+    opened = [archive.open_artifact(path) for path in args.files]  # every one checked before any is published
+    builder = args.builder or f"{getpass.getuser()}@{socket.gethostname()}"
+    done = []
+    for artifact in opened:
+        published = repo.publish(target, artifact, secret, builder)
+        done.append(published)
+        if not args.json:
+            signed = f", signed by {published.entry.signed_by}" if published.entry.signed_by else ", unsigned"
+            verb = "already in" if published.already else "published to"
+            render.say(f"{artifact.path.name} {verb} {args.to} (sha256 {artifact.sha256[:12]}…{signed})")
+    if secret is None and not args.json:
+        ctx.warn("note: unsigned: hosts install these only with --allow-unsigned (publish --sign NAME signs them)")
+    if args.json:
+        print(json.dumps([_entry_json(p.entry) | {"already": p.already} for p in done], indent=2))
+    return 0
+
+
+def _entry_json(entry: Entry) -> dict[str, Any]:
+    s = entry.summary
+    return {
+        "name": entry.name,
+        "sha256": entry.sha256,
+        "size": entry.size,
+        "path": entry.path,
+        "published": entry.published,
+        "signed_by": entry.signed_by,
+        "id": s.id,
+        "recipe": s.recipe,
+        "backends": list(s.backends),
+        "build_number": s.build_number,
+        "commit": s.commit,
+        "machine": s.machine,
+        "glibc": s.runtime.glibc,
+        "device_code": {k: list(v) for k, v in s.runtime.device_code.items()},
+        "needed": sorted(s.runtime.needed),
+    }
+
+
+def repo_list(args: argparse.Namespace, ctx: Context) -> int:
+    from buildmgr.artifacts import repo
+
+    entries = repo.Repo.parse(args.repo).index().artifacts
+    if args.json:
+        print(json.dumps([_entry_json(e) for e in entries], indent=2))
+        return 0
+    table = render.table("artifact", "build", "backends", "GPU code", "glibc", "MB", "signed by")
+    for e in entries:
+        s = e.summary
+        code = " ".join(c for codes in s.runtime.device_code.values() for c in codes) or "—"
+        table.add_row(
+            render.escape(e.name), f"b{s.build_number}", "+".join(s.backends), code, s.runtime.glibc or "—",
+            f"{e.size / 1e6:.1f}", e.signed_by or "unsigned",
+        )  # fmt: skip
+    render.out().print(table)
+    if not entries:
+        render.say(f"{args.repo} holds nothing yet")
+    return 0
+
+
+# --- install --from -----------------------------------------------------------------------------------------------
+
+
+def _candidate_json(c: Candidate) -> dict[str, Any]:
+    return {
+        "name": c.entry.name,
+        "sha256": c.entry.sha256,
+        "recipe": c.entry.summary.recipe,
+        "build_number": c.entry.summary.build_number,
+        "fits": c.fits,
+        "tier": c.tier.name.lower() if c.tier is not None else None,
+        "reasons": list(c.reasons),
+        "proves": list(c.proves),
+    }
+
+
+def _attempt_json(a: Attempt) -> dict[str, Any]:
+    return {"name": a.candidate.entry.name, "outcome": a.outcome, "signed_by": a.signed_by, "devices": list(a.devices)}
+
+
+def _show(ranked: list[Candidate]) -> None:
+    """Each candidate on its own line, best first, with its reasons indented below: readable at any width."""
+    for number, c in enumerate(ranked, 1):
+        verdict = c.tier.text if c.tier is not None else "does not fit"
+        render.say(f"{number if c.fits else '—':>2}  {c.entry.name}  {verdict}", None if c.fits else "red")
+        for reason in c.reasons:
+            render.say(f"      {reason}")
+    if not ranked:
+        render.say("the repository holds no artifact")
+
+
+def install_from(args: argparse.Namespace, ctx: Context) -> int:
+    from buildmgr import hostfacts
+    from buildmgr.artifacts import deliver, repo
+    from buildmgr.progress import Reporter
+
+    source = repo.Repo.parse(args.source)
+    machine = hostfacts.read().machine
+    ranked = deliver.candidates(source, args.what, ctx.environ, machine, ctx.dirs, args.allow_unsigned)
+    if not args.json or args.dry_run:
+        _show(ranked)
+    fitting = [c for c in ranked if c.fits]
+    if args.dry_run:
+        if args.json:
+            print(json.dumps({"candidates": [_candidate_json(c) for c in ranked], "attempts": []}, indent=2))
+        return 0 if fitting else 1
+    if not fitting:
+        if args.json:
+            print(json.dumps({"candidates": [_candidate_json(c) for c in ranked], "attempts": []}, indent=2))
+        raise CannotRunHere(f"no artifact of {args.source} fits this host (the table says why); nothing was installed")
+    ensure_writable(ctx.dirs.data, "set XDG_DATA_HOME to a writable directory")
+    ensure_writable(ctx.dirs.cache, "set XDG_CACHE_HOME to a writable directory")
+
+    def probe(build: Any) -> list[tuple[str, str]]:  # recorded in the inventory, as after a build
+        from buildmgr import inventory
+
+        entry = inventory.refresh(ctx.dirs, [build], ctx.environ, ctx.warn).builds[build.id]
+        return [(d.name, d.backend) for d in entry.probe.devices]
+
+    with render.Download() as progress:
+        attempts = deliver.install_best(
+            source,
+            ranked,
+            ctx.dirs,
+            ctx.environ,
+            machine,
+            Reporter.for_environment(ctx.environ),
+            args.allow_unsigned,
+            probe,
+            progress.update,
+        )
+    for attempt in attempts:
+        if attempt.installed is None:
+            ctx.warn(f"passed over {attempt.candidate.entry.name}: {attempt.outcome}")
+    last = attempts[-1] if attempts else None
+    if args.json:
+        print(
+            json.dumps(
+                {"candidates": [_candidate_json(c) for c in ranked], "attempts": [_attempt_json(a) for a in attempts]}
+                | ({"id": last.installed.build.id, "prefix": str(last.installed.build.prefix)} if last and last.installed else {}),
+                indent=2,
+            )
+        )  # fmt: skip
+    if last is None or last.installed is None:
+        raise CannotRunHere(f"no artifact of {args.source} proved itself here (see above); nothing was installed")
+    build = last.installed.build
+    signed = f"signed by {last.signed_by}" if last.signed_by else "unsigned (--allow-unsigned)"
+    render.say(
+        f"{last.outcome} {build.id} → {build.prefix} ({signed}); devices it sees: {', '.join(last.devices) or 'none besides the CPU'}"
+    )
+    return 0

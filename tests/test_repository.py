@@ -1,0 +1,440 @@
+"""The binary repository: keys in minisign's format (checked by the real minisign), publishing into a directory
+under a lock (two publishers at once, for real), the index, the choice of an artifact for a host, and every fault
+`install --from` must refuse with nothing installed: a changed blob, a wrong or untrusted signature, an unsigned
+artifact, an index that names a missing blob, a truncated download (resumed, then verified) and a server that goes
+away mid-download. The archives are buildmgr's own packages of small prefixes (test_artifacts.fake_build); a real
+cpu artifact is published, installed with --from and smoke-run in test_cpu_build."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from conftest import assert_user_error, buildmgr, make_env
+from test_artifacts import fake_build
+
+from buildmgr import signing
+from buildmgr.artifacts import archive as archives
+from buildmgr.artifacts import deliver, index, select
+from buildmgr.artifacts.repo import Repo
+from buildmgr.config import Dirs
+from buildmgr.errors import RepositoryFault
+from buildmgr.receipt import RuntimeNeeds
+
+MINISIGN = shutil.which("minisign")
+
+
+def artifact(tmp_path: Path, tag: str = "a", **runtime_needs) -> Path:
+    """A distinct archive per tag (its tool prints the tag), all of one name: the index keeps them apart by digest."""
+    tool = f"#!/bin/sh\necho 'version: 0.5.0-dev (build 11312, commit 0c1e570) {tag}'\n"
+    return archives.package(
+        fake_build(tmp_path / f"src-{tag}", tool, **runtime_needs), tmp_path / f"dist-{tag}", {}
+    ).archive
+
+
+def keyed(tmp_path: Path, name: str = "ci") -> tuple[dict[str, str], Path]:
+    """A publisher's environment with a key NAME, and its .pub."""
+    env = make_env(tmp_path / f"publisher-{name}")
+    made = buildmgr(env, "key", "generate", name)
+    assert made.returncode == 0, made.stderr
+    return env, Path(env["XDG_CONFIG_HOME"]) / "buildmgr" / "keys" / f"{name}.pub"
+
+
+def published(tmp_path: Path, sign: bool = True, **runtime_needs) -> tuple[Path, Path | None, dict[str, str]]:
+    """(the repository, the key's .pub or None, a host that trusts it) with one artifact in it."""
+    repo = tmp_path / "repo"
+    env, pub = keyed(tmp_path)
+    result = buildmgr(
+        env, "publish", str(artifact(tmp_path, **runtime_needs)), "--to", str(repo), *(["--sign", "ci"] if sign else [])
+    )
+    assert result.returncode == 0, result.stderr
+    host = make_env(tmp_path / "host")
+    if sign:
+        assert buildmgr(host, "key", "trust", str(pub)).returncode == 0
+    return repo, pub if sign else None, host
+
+
+def the_blob(repo: Path) -> Path:
+    [entry] = index.Index.from_text((repo / index.INDEX).read_text()).artifacts
+    return repo / entry.path
+
+
+def nothing_installed(env: dict[str, str]) -> bool:
+    data = Path(env["XDG_DATA_HOME"])
+    return not data.exists() or not any(p.is_file() and p.suffix != ".lock" for p in data.rglob("*"))
+
+
+def downloaded(env: dict[str, str]) -> list[Path]:
+    cache = Path(env["XDG_CACHE_HOME"]) / "buildmgr" / "downloads"
+    return sorted(p for p in cache.rglob("*.tar.gz")) if cache.exists() else []
+
+
+# --- keys -------------------------------------------------------------------------------------------------------
+
+
+def test_a_generated_key_is_0600_printed_never_and_its_public_half_is_the_last_line(tmp_path):
+    env = make_env(tmp_path)
+    result = buildmgr(env, "key", "generate", "ci")
+    assert result.returncode == 0, result.stderr
+    keys = Path(env["XDG_CONFIG_HOME"]) / "buildmgr" / "keys"
+    secret = (keys / "ci.key").read_text()
+    assert (keys / "ci.key").stat().st_mode & 0o777 == 0o600
+    assert secret.splitlines()[1] not in result.stdout + result.stderr
+    public = signing.read_public((keys / "ci.pub").read_text())
+    assert result.stdout.splitlines()[-1] == public.line()
+    assert_user_error(buildmgr(env, "key", "generate", "ci"), "a key named 'ci' exists")
+    fresh = make_env(tmp_path / "fresh")
+    assert_user_error(buildmgr(fresh, "key", "generate", "../x"), "key name '../x'")
+    assert_user_error(buildmgr(fresh, "key", "trust", "not a key"), "not base64")
+    assert not (tmp_path / "fresh").exists()  # a user error writes nothing, not even the config dir
+    assert json.loads(buildmgr(env, "key", "list", "--json").stdout) == {
+        "own": [{"name": "ci", "id": public.id, "secret_key": str(keys / "ci.key")}],
+        "trusted": [],  # a host trusts no key until told, its own included
+    }
+
+
+@pytest.mark.skipif(MINISIGN is None, reason="minisign (Debian's package) is installed by ci/test.sh")
+def test_minisign_itself_checks_what_buildmgr_signs_and_buildmgr_reads_minisign_s_keys(tmp_path):
+    repo, pub, _ = published(tmp_path)
+    blob = the_blob(repo)
+    checked = subprocess.run([MINISIGN, "-Vm", str(blob), "-p", str(pub)], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
+    assert f"sha256:{blob.parent.name}" in checked.stdout  # the trusted comment names the digest
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 1
+    blob.write_bytes(bytes(data))
+    assert subprocess.run([MINISIGN, "-Vm", str(blob), "-p", str(pub)], capture_output=True).returncode != 0
+    # a key minisign made (unencrypted, -W) signs through buildmgr, and minisign's signature verifies in buildmgr
+    made = subprocess.run(
+        [MINISIGN, "-G", "-W", "-f", "-p", str(tmp_path / "m.pub"), "-s", str(tmp_path / "m.key")],
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+    )
+    assert made.returncode == 0, made.stderr
+    secret = signing.read_secret((tmp_path / "m.key").read_text())
+    assert secret.public == signing.read_public((tmp_path / "m.pub").read_text())
+    (tmp_path / "f").write_bytes(b"payload")
+    (tmp_path / "f.minisig").write_text(secret.sign(b"payload", "hello"))
+    assert subprocess.run([MINISIGN, "-Vm", str(tmp_path / "f"), "-p", str(tmp_path / "m.pub")]).returncode == 0
+    signed = subprocess.run(
+        [MINISIGN, "-S", "-W", "-s", str(tmp_path / "m.key"), "-m", str(tmp_path / "f"), "-t", "by minisign"],
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+    )
+    assert signed.returncode == 0, signed.stderr
+    verified = signing.verify(b"payload", (tmp_path / "f.minisig").read_text(), {secret.public.id: secret.public})
+    assert verified.trusted_comment == "by minisign"
+
+
+def test_a_signature_fails_on_a_changed_file_comment_or_key():
+    key, other = signing.SecretKey.generate(), signing.SecretKey.generate()
+    sig = key.sign(b"data", "c")
+    trusted = {key.public.id: key.public}
+    assert signing.verify(b"data", sig, trusted).key_id == key.public.id
+    with pytest.raises(signing.SignatureError, match="does not match"):
+        signing.verify(b"datA", sig, trusted)
+    lines = sig.splitlines()
+    with pytest.raises(signing.SignatureError, match="does not match"):
+        signing.verify(b"data", "\n".join([*lines[:2], "trusted comment: d", lines[3]]), trusted)
+    with pytest.raises(signing.Untrusted):
+        signing.verify(b"data", other.sign(b"data", "c"), trusted)
+    envelope = signing.envelope({"_type": index.STATEMENT, "subject": []}, key)
+    assert signing.open_envelope(envelope, trusted)[0] == key.public.id
+    swapped = envelope | {"payload": signing.envelope({"_type": "x"}, key)["payload"]}
+    with pytest.raises(signing.SignatureError, match="does not match its payload"):
+        signing.open_envelope(swapped, trusted)
+
+
+# --- publishing -------------------------------------------------------------------------------------------------
+
+
+def test_publish_then_list_then_again_is_a_no_op_and_the_attestation_names_the_archive(tmp_path):
+    repo, pub, _ = published(tmp_path)
+    before = (repo / index.INDEX).read_text()
+    env = make_env(tmp_path / "publisher-ci")
+    [same] = (tmp_path / "dist-a").glob("*.tar.gz")
+    again = buildmgr(env, "publish", str(same), "--to", str(repo), "--sign", "ci", "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)[0]["already"] and (repo / index.INDEX).read_text() == before
+    [row] = json.loads(buildmgr(make_env(tmp_path / "any"), "repo", "list", str(repo), "--json").stdout)
+    blob = the_blob(repo)
+    assert row["sha256"] == blob.parent.name == archives.sha256_file(blob) and row["recipe"] == "cpu"
+    key = signing.read_public(pub.read_text())
+    assert row["signed_by"] == key.id
+    envelope = json.loads(blob.with_name(blob.name + index.ATTESTATION).read_text())
+    _, statement = signing.open_envelope(envelope, {key.id: key})
+    assert index.attested_digest(statement, blob.name) == blob.parent.name
+    assert statement["predicateType"] == index.SLSA_PROVENANCE
+    receipt_digest = statement["predicate"]["runDetails"]["byproducts"][0]["digest"]["sha256"]
+    assert receipt_digest == archives.open_artifact(blob).receipt_sha256
+
+
+def test_two_publishers_at_once_lose_nothing(tmp_path):
+    """Eight processes publish eight archives of one name into one repository at the same moment: the index must
+    hold all eight (without the lock, read-modify-write of the index drops some)."""
+    repo = tmp_path / "repo"
+    archives_ = [artifact(tmp_path, f"t{n}") for n in range(8)]
+    env = make_env(tmp_path / "p")
+    go = tmp_path / "go"
+    script = (
+        "import os, sys, time\n"
+        f"while not os.path.exists({str(go)!r}): time.sleep(0.001)\n"
+        "from buildmgr.cli import main\n"
+        "sys.exit(main())\n"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, "publish", str(a), "--to", str(repo)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for a in archives_
+    ]
+    go.write_text("")
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    held = index.Index.from_text((repo / index.INDEX).read_text()).artifacts
+    assert sorted(e.sha256 for e in held) == sorted(archives.sha256_file(a) for a in archives_)
+    assert {e.name for e in held} == {archives_[0].name}  # one name, eight digests: none overwrote another
+
+
+def test_bad_publish_input_is_one_line_and_nothing_written(tmp_path):
+    env = make_env(tmp_path)
+    good = artifact(tmp_path)
+    assert_user_error(
+        buildmgr(env, "publish", str(good), "--to", str(tmp_path / "r"), "--sign", "nope"), "no key named 'nope'"
+    )
+    assert_user_error(
+        buildmgr(env, "publish", str(tmp_path / "none.tar.gz"), "--to", str(tmp_path / "r")), "no such artifact"
+    )
+    assert_user_error(
+        buildmgr(env, "publish", str(good), "--to", "oci://127.0.0.1:5000/a/b"), "OCI registries are not supported"
+    )
+    assert_user_error(buildmgr(env, "publish", str(good), "--to", "http://127.0.0.1:1/"), "read-only")
+    assert not (tmp_path / "r").exists()
+
+
+# --- choosing for a host -----------------------------------------------------------------------------------------
+
+
+def entry(
+    recipe: str,
+    backends: tuple[str, ...],
+    code: dict[str, tuple[str, ...]] | None = None,
+    number: int = 11312,
+    dl: bool = False,
+) -> index.Entry:
+    needs = RuntimeNeeds(1, "2.34", "bin/llama-cli", None, None, {}, dict(code or {}))
+    summary = index.Summary(
+        f"{recipe}-x",
+        recipe,
+        "",
+        backends,
+        number,
+        "0c1e570",
+        "Linux",
+        "x86_64",
+        "2026-12-03T00:00:00+00:00",
+        needs,
+        dl,
+        False,
+        "0" * 64,
+    )
+    return index.Entry(f"llama-b{number}-bin-linux-{recipe}-x64.tar.gz", f"{number:064d}"[-64:], 1, "", summary)
+
+
+def test_native_code_beats_jit_beats_portable_beats_the_cpu_and_the_newest_wins_among_equals():
+    h200 = {"CUDA": ["9.0"], "ROCm": []}
+    sm90 = entry("cuda-sm90", ("CPU", "CUDA"), {"CUDA": ("sm_90",)})
+    sm80 = entry("cuda-sm80", ("CPU", "CUDA"), {"CUDA": ("sm_80", "compute_80")})
+    sm86 = entry("cuda-sm86", ("CPU", "CUDA"), {"CUDA": ("sm_86",)})
+    vulkan, cpu, newer_cpu = (
+        entry("vulkan", ("CPU", "Vulkan")),
+        entry("cpu", ("CPU",)),
+        entry("cpu", ("CPU",), number=11400),
+    )
+    from buildmgr import backends
+
+    judged = [
+        select.judge(
+            e, [f for fs in backends.code_fits(e.summary.runtime.device_code, h200).values() for f in fs], h200
+        )
+        for e in (cpu, vulkan, sm80, newer_cpu, sm86, sm90)
+    ]
+    ranked = select.rank(judged)
+    assert [(c.entry.summary.recipe, c.entry.summary.build_number, c.tier) for c in ranked] == [
+        ("cuda-sm90", 11312, select.Tier.NATIVE),
+        ("cuda-sm80", 11312, select.Tier.JIT),
+        ("vulkan", 11312, select.Tier.PORTABLE),
+        ("cpu", 11400, select.Tier.CPU),
+        ("cpu", 11312, select.Tier.CPU),
+        ("cuda-sm86", 11312, None),  # sm_86 SASS and no PTX: 'no kernel image is available' on a 9.0 card
+    ]
+    assert ranked[0].proves == ("CUDA",) and ranked[2].proves == ("Vulkan",)
+    assert "compute_80 PTX" in " ".join(ranked[1].reasons)
+    assert "no kernel image" in " ".join(ranked[-1].reasons)
+    hidden = {"CUDA": [], "ROCm": []}  # CUDA_VISIBLE_DEVICES= : no GPU a CUDA build could use
+    [cuda_hidden] = [select.judge(sm90, [], hidden)]
+    assert not cuda_hidden.fits and "none is visible here: it would run on the CPU" in cuda_hidden.reasons[0]
+    universal = select.judge(entry("universal", ("CPU", "CUDA", "Vulkan"), {"CUDA": ("sm_90",)}, dl=True), [], hidden)
+    assert universal.tier is select.Tier.PORTABLE and universal.proves == ("Vulkan",)
+
+
+def test_a_host_that_fits_nothing_gets_the_table_exit_1_and_nothing_is_written(tmp_path):
+    repo, _, host = published(tmp_path, glibc="9.99", glibc_file="bin/llama-cli")
+    result = buildmgr(host, "install", "--from", str(repo))
+    assert result.returncode == 1, result.stderr
+    assert "does not fit" in result.stderr and "needs GLIBC_9.99" in result.stderr
+    assert "no artifact of" in result.stderr.splitlines()[-1]
+    assert nothing_installed(host) and downloaded(host) == []
+    dry = buildmgr(host, "install", "--from", str(repo), "--dry-run", "--json")
+    assert dry.returncode == 1 and json.loads(dry.stdout)["candidates"][0]["fits"] is False
+    assert_user_error(
+        buildmgr(host, "install", "cuda", "--from", str(repo)), "no 'cuda' artifact in this repository (it has cpu)"
+    )
+    assert_user_error(
+        buildmgr(host, "install", "b42", "--from", str(repo)), "no build b42 in this repository (it has b11312)"
+    )
+    assert_user_error(buildmgr(host, "install", "--from", str(tmp_path / "empty")), "no index.json")
+
+
+# --- faults: each refused with nothing installed ----------------------------------------------------------------
+
+
+def refused(host: dict[str, str], repo: Path | str, *fragments: str, extra: tuple[str, ...] = ()) -> None:
+    result = buildmgr(host, "install", "--from", str(repo), *extra)
+    assert result.returncode == 1, result.stderr
+    for fragment in fragments:
+        assert fragment in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert nothing_installed(host)
+
+
+def test_unsigned_and_untrusted_artifacts_are_refused_before_any_download(tmp_path):
+    repo, _, host = published(tmp_path / "u", sign=False)
+    refused(host, repo, "unsigned: --allow-unsigned installs it anyway")
+    assert downloaded(host) == []
+    signed, _, _ = published(tmp_path / "s")
+    stranger = make_env(tmp_path / "stranger")
+    refused(stranger, signed, "which this host does not trust ('buildmgr key trust FILE')")
+    assert downloaded(stranger) == []
+
+
+def test_a_changed_blob_is_refused_and_its_download_deleted(tmp_path):
+    repo, _, host = published(tmp_path)
+    blob = the_blob(repo)
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 1
+    blob.write_bytes(bytes(data))
+    refused(host, repo, "it was changed after it was published")
+    assert downloaded(host) == []
+
+
+def test_a_signature_by_another_key_than_the_index_says_is_refused(tmp_path):
+    repo, _, host = published(tmp_path)
+    _, other_pub = keyed(tmp_path, "other")
+    assert buildmgr(host, "key", "trust", str(other_pub)).returncode == 0
+    blob = the_blob(repo)
+    other = signing.read_secret(other_pub.with_suffix(".key").read_text())
+    blob.with_name(blob.name + index.MINISIG).write_text(other.sign(blob.read_bytes(), "swapped"))
+    refused(host, repo, f"its .minisig is by {other.public.id} and its attestation by")
+    # the index's word alone lets nothing in: a .minisig by a key the host does not trust, the index claiming a trusted one
+    stranger = signing.SecretKey.generate()
+    blob.with_name(blob.name + index.MINISIG).write_text(stranger.sign(blob.read_bytes(), "x"))
+    refused(host, repo, f"signed by key {stranger.public.id}, which this host does not trust")
+    blob.with_name(blob.name + index.MINISIG).unlink()
+    refused(host, repo, "the index says it is signed by")
+
+
+def test_an_index_that_names_a_missing_blob_is_refused(tmp_path):
+    repo, _, host = published(tmp_path)
+    the_blob(repo).unlink()
+    refused(host, repo, "is in the index but not in the repository")
+
+
+def test_an_index_that_lies_about_the_receipt_is_refused(tmp_path):
+    repo, _, host = published(tmp_path)
+    text = (repo / index.INDEX).read_text()
+    data = json.loads(text)
+    data["artifacts"][0]["summary"]["runtime"]["glibc"] = "2.17"  # claims to fit older hosts than it does
+    (repo / index.INDEX).write_text(json.dumps(data))
+    refused(host, repo, "its receipt is not what")
+
+
+# --- downloads: resumed, and never trusted before the digest -------------------------------------------------------
+
+
+class _Ranged(http.server.SimpleHTTPRequestHandler):
+    """A static server that honours `Range: bytes=N-` (206), and that can die half-way through a body."""
+
+    cut: float | None = None  # send this share of a blob's body, then drop the connection
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        path = Path(self.translate_path(self.path))
+        if not path.is_file():
+            self.send_error(404)
+            return
+        data = path.read_bytes()
+        start = int(self.headers["Range"].split("=")[1].rstrip("-")) if self.headers.get("Range") else 0
+        self.send_response(206 if start else 200)
+        self.send_header("Content-Length", str(len(data) - start))
+        self.end_headers()
+        body = data[start:]
+        if self.cut is not None and path.name.endswith(".tar.gz"):
+            self.wfile.write(body[: int(len(body) * self.cut)])
+            self.wfile.flush()
+            self.connection.shutdown(2)
+            return
+        self.wfile.write(body)
+
+
+def serve(root: Path, cut: float | None = None) -> tuple[http.server.ThreadingHTTPServer, str]:
+    handler = type("H", (_Ranged,), {"cut": cut})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: handler(*a, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/"
+
+
+def test_a_server_that_goes_away_mid_download_leaves_a_part_the_next_try_resumes_and_verifies(tmp_path):
+    repo, _, host = published(tmp_path)
+    dirs = Dirs(
+        Path(host["XDG_DATA_HOME"]) / "buildmgr",
+        Path(host["XDG_CACHE_HOME"]) / "buildmgr",
+        Path(host["XDG_CONFIG_HOME"]) / "buildmgr",
+    )
+    [held] = Repo.parse(str(repo)).index().artifacts
+    dying, url = serve(repo, cut=0.5)
+    try:
+        with pytest.raises(RepositoryFault, match="they are kept and the next try resumes"):
+            deliver.fetch(Repo.parse(url), held, dirs)
+    finally:
+        dying.shutdown()
+    part = deliver.downloads(dirs) / held.sha256 / f"{held.name}.part"
+    assert 0 < part.stat().st_size < held.size
+    seen: list[int] = []
+    server, url = serve(repo)
+    try:
+        archive = deliver.fetch(Repo.parse(url), held, dirs, lambda done, total: seen.append(done))
+    finally:
+        server.shutdown()
+    assert archives.sha256_file(archive) == held.sha256 and not part.exists()
+    assert seen[0] >= held.size // 2  # resumed: the first progress report already counts the kept half
+    # a .part of wrong bytes is never trusted: the digest fails, the file goes, the next try starts clean
+    archive.unlink()
+    part.write_bytes(b"\0" * (held.size // 2))
+    with pytest.raises(RepositoryFault, match="changed after it was published"):
+        deliver.fetch(Repo.parse(str(repo)), held, dirs)
+    assert not part.exists() and not archive.exists()
+    assert archives.sha256_file(deliver.fetch(Repo.parse(str(repo)), held, dirs)) == held.sha256
