@@ -251,3 +251,56 @@ def redis_keys(url: str) -> int:
 def captured(nvidia=(), vulkan=()) -> dict[str, list]:
     """The vendor tools' captures as identity and the inventory take them: per backend name."""
     return {"CUDA": list(nvidia), "Vulkan": list(vulkan)}
+
+
+class Registry:
+    """Debian's docker-registry (the reference OCI distribution server) on 127.0.0.1, its storage under `root`:
+    started and stopped by the tests, and stoppable mid-test (a registry that goes away)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.port = free_port()
+        self.storage = root / "storage"
+        self.config = root / "config.yml"
+        root.mkdir(parents=True, exist_ok=True)
+        self.config.write_text(
+            "version: 0.1\nlog:\n  level: error\n"
+            f"storage:\n  filesystem:\n    rootdirectory: {self.storage}\n"
+            f"http:\n  addr: 127.0.0.1:{self.port}\n"
+        )
+        self.process: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def url(self, name: str = "llama/builds") -> str:
+        return f"oci://127.0.0.1:{self.port}/{name}"
+
+    def start(self) -> None:
+        server = shutil.which("docker-registry") or "/usr/bin/docker-registry"
+        self.process = subprocess.Popen(
+            [server, "serve", str(self.config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("docker-registry did not start")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+            self.process = None
+
+    def blob_file(self, sha256: str) -> Path:
+        """Where the filesystem driver keeps a blob's bytes (to change them behind the registry's back)."""
+        return self.storage / "docker" / "registry" / "v2" / "blobs" / "sha256" / sha256[:2] / sha256 / "data"
+
+
+@pytest.fixture
+def registry(tmp_path):
+    server = Registry(tmp_path / "registry")
+    yield server
+    server.stop()

@@ -225,6 +225,27 @@ def test_the_vulkan_artifact_installs_into_a_fresh_data_dir_and_runs_on_lavapipe
     assert receipt["installed_from"]["smoke"]["devices"] == ["Vulkan0"] and receipt["installed_from"]["smoke"]["passed"]
 
 
+def test_install_from_proves_the_pick_sees_its_device_and_removes_one_that_does_not(root, built, tmp_path):
+    """Without GGML_VK_VISIBLE_DEVICES, llama.cpp skips lavapipe: the Vulkan artifact installs and smoke-runs (on the
+    CPU), and its proof finds no Vulkan device, so it is removed again: never a silent CPU run."""
+    packaged = json.loads(buildmgr(env_with(root), "package", "vulkan", "-o", str(tmp_path / "dist"), "--json").stdout)
+    repo = tmp_path / "repo"
+    assert buildmgr(env_with(root), "publish", packaged["archive"], "--to", str(repo)).returncode == 0
+    blind = env_with(tmp_path / "blind")
+    dry = json.loads(buildmgr(blind, "install", "--from", str(repo), "--allow-unsigned", "--dry-run", "--json").stdout)
+    assert [(c["tier"], c["proves"]) for c in dry["candidates"]] == [("portable", ["Vulkan"])]
+    refused = buildmgr(blind, "install", "--from", str(repo), "--allow-unsigned", "--json")
+    assert refused.returncode == 1, refused.stderr
+    [attempt] = json.loads(refused.stdout)["attempts"]
+    assert attempt["outcome"] == "installed, but it sees no Vulkan device here: removed again"
+    assert json.loads(buildmgr(blind, "list", "--json").stdout)["builds"] == []
+    seeing = env_with(tmp_path / "seeing", GGML_VK_VISIBLE_DEVICES="0")
+    installed = buildmgr(seeing, "install", "--from", str(repo), "--allow-unsigned", "--json")
+    assert installed.returncode == 0, installed.stderr
+    [attempt] = json.loads(installed.stdout)["attempts"]
+    assert attempt["outcome"] == "installed" and attempt["devices"] == ["Vulkan0"] and attempt["signed_by"] is None
+
+
 def test_a_fresh_build_tree_takes_every_shader_from_the_shader_cache(root, built):
     """The first build compiled each shader variant and stored it, or found it stored (the suite keeps one shader
     cache, like its ccache, in ~/.cache/buildmgr-tests: a cold machine compiles them all, a warm one none); either

@@ -43,7 +43,7 @@ def candidates(
     repo: Repo, what: str | None, environ: Mapping[str, str], machine: str, dirs: Dirs, allow_unsigned: bool
 ) -> list[select.Candidate]:
     """Every artifact the request names, judged against this host (read once) and ranked; nothing downloaded."""
-    entries = select.wanted(repo.index().artifacts, what)
+    entries = select.wanted(repo.listing().artifacts, what)
     targets = backends.gpu_targets(environ)
     trusted = keyring.trusted(dirs)
     judged = [
@@ -71,7 +71,7 @@ def fetch(repo: Repo, entry: index.Entry, dirs: Dirs, progress: Progress | None 
     with locked(folder / ".lock"):
         if not (archive.is_file() and sha256_file(archive) == entry.sha256):
             archive.unlink(missing_ok=True)
-            repo.fetch(entry.path, archive, entry.size, progress)
+            repo.fetch(entry, archive, progress)
             actual = sha256_file(archive)
             if actual != entry.sha256:
                 archive.unlink()
@@ -88,8 +88,8 @@ def verify(repo: Repo, entry: index.Entry, archive: Path, dirs: Dirs, allow_unsi
     artifact = open_artifact(archive)
     if index.summary_of(artifact.receipt, artifact.receipt_sha256) != entry.summary:
         raise RepoError(f"{entry.name}: its receipt is not what {repo.text}'s index says of it; nothing was installed")
-    minisig = repo.read(entry.path + index.MINISIG)
-    attestation = repo.read(entry.path + index.ATTESTATION)
+    found = repo.signatures(entry)
+    minisig, attestation = found.get(index.MINISIG), found.get(index.ATTESTATION)
     if minisig is None or attestation is None:
         if entry.signed_by is not None:
             raise RepoError(

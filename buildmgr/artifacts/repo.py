@@ -1,7 +1,9 @@
-"""Binary repositories: a directory (a shared file system, or anything a static web server serves) written by
-`publish` under a lock, and the same layout read over http(s). `index.json` lists every archive (`index.Entry`); an
-archive's files lie under `blobs/sha256/<digest>/`. Nothing a reader sees is ever half written: each blob is
-copied to a temporary name, checked and renamed, and the index replaced atomically, last."""
+"""Binary repositories, three kinds behind one interface (`Repo`): a directory (a shared file system, or anything a
+static web server serves) written under a lock; the same layout read over http(s); and an OCI registry through the
+`oras` SDK, where each archive is its own manifest tagged `sha256-<digest>` (so two publishers at once never write the
+same thing, and the index is the registry's list of those tags). Nothing a reader sees is ever half written: a
+blob is copied to a temporary name, checked and renamed, the index replaced atomically, last; a registry makes a
+manifest visible only once its blobs are in."""
 
 from __future__ import annotations
 
@@ -9,158 +11,222 @@ import http.client
 import json
 import os
 import shutil
+import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
 
-from buildmgr import signing
+from buildmgr import jsonshape, signing
 from buildmgr.artifacts import index
 from buildmgr.artifacts.archive import Artifact
-from buildmgr.errors import RepositoryFault, UserError
+from buildmgr.errors import BuildmgrError, RepositoryFault, UserError
 from buildmgr.fsutil import atomic_write_text, fsync_file, locked, sha256_file
 from buildmgr.jsonshape import NewerSchema, ShapeError
 
+if TYPE_CHECKING:
+    from oras.provider import Registry
+
 LOCK = ".lock"
 _BLOCK = 1 << 20
-HTTP_TIMEOUT_S = 30.0
+TIMEOUT_S = 30.0
+OCI_TAG = "sha256-"  # an archive's manifest is tagged sha256-<its digest>
+ENTRY_MEDIA_TYPE = "application/vnd.buildmgr.entry.v1+json"  # the manifest's config: the archive's index entry
+MEDIA_TYPES = {
+    "": "application/vnd.buildmgr.archive.v1.tar+gzip",
+    index.MINISIG: "application/vnd.buildmgr.minisig.v1",
+    index.ATTESTATION: "application/vnd.dsse.envelope.v1+json",
+}
+_LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 
 Progress = Callable[[int, int], None]  # (bytes so far, bytes in all)
-
-
 RepoError = RepositoryFault
-
-
-@dataclass(frozen=True)
-class Repo:
-    """Where a repository is: a directory, or an http(s) URL (read-only)."""
-
-    text: str
-    path: Path | None = None
-    url: str | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> Repo:
-        scheme = urllib.parse.urlsplit(text).scheme
-        if scheme in ("http", "https"):
-            return cls(text, url=text if text.endswith("/") else text + "/")
-        if scheme == "oci":
-            raise UserError(
-                f"{text}: OCI registries are not supported by this buildmgr yet; use a directory, or http(s):// "
-                "for one a web server serves"
-            )
-        if scheme == "file":
-            return cls(text, path=Path(urllib.parse.unquote(urllib.parse.urlsplit(text).path)))
-        if scheme and len(scheme) > 1:
-            raise UserError(f"{text}: a repository is a directory, or an http(s):// URL")
-        return cls(text, path=Path(text))
-
-    # --- reading ------------------------------------------------------------------------------------------
-
-    def read(self, relative: str) -> bytes | None:
-        """A small file of the repository (None: not there)."""
-        if self.path is not None:
-            try:
-                return (self.path / relative).read_bytes()
-            except FileNotFoundError:
-                return None
-            except OSError as err:
-                raise RepoError(f"cannot read {self.path / relative}: {err.strerror}") from None
-        assert self.url is not None
-        try:
-            with urllib.request.urlopen(self.url + relative, timeout=HTTP_TIMEOUT_S) as response:
-                data: bytes = response.read()
-                return data
-        except urllib.error.HTTPError as err:
-            if err.code == 404:
-                return None
-            raise RepoError(f"{self.url + relative}: HTTP {err.code} {err.reason}") from None
-        except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
-            raise RepoError(f"cannot reach {self.url + relative}: {getattr(err, 'reason', err)}") from None
-
-    def index(self) -> index.Index:
-        data = self.read(index.INDEX)
-        if data is None:
-            raise UserError(f"{self.text}: no {index.INDEX} here (not a buildmgr repository, or nothing published)")
-        try:
-            return index.Index.from_text(data)
-        except NewerSchema as err:
-            raise RepoError(f"{self.text}/{index.INDEX}: {err}: upgrade buildmgr") from None
-        except ShapeError as err:
-            raise RepoError(f"{self.text}/{index.INDEX} is not a buildmgr index ({err})") from None
-
-    def fetch(self, relative: str, dest: Path, size: int, progress: Progress | None = None) -> None:
-        """`relative` into `dest`, resuming a `dest.part` an earlier attempt left; `dest` appears only complete."""
-        part = dest.with_name(dest.name + ".part")
-        part.parent.mkdir(parents=True, exist_ok=True)
-        have = part.stat().st_size if part.exists() else 0
-        if have > size:
-            part.unlink()
-            have = 0
-        try:
-            if self.path is not None:
-                self._copy(self.path / relative, part, have, size, progress)
-            else:
-                self._download(relative, part, have, size, progress)
-        except FileNotFoundError:
-            raise RepoError(f"{self.text}: {relative} is in the index but not in the repository") from None
-        except (OSError, http.client.HTTPException) as err:
-            raise RepoError(
-                f"reading {relative} from {self.text} failed ({getattr(err, 'reason', None) or err}); "
-                f"{part.stat().st_size if part.exists() else 0} of {size} bytes are kept and the next try resumes"
-            ) from None
-        got = part.stat().st_size
-        if got < size:
-            raise RepoError(
-                f"reading {relative} from {self.text} stopped after {got} of {size} bytes; they are kept and the "
-                "next try resumes"
-            )
-        if got > size:
-            part.unlink()
-            raise RepoError(f"{self.text}: {relative} has {got} bytes, and its index says {size}")
-        fsync_file(part)
-        os.replace(part, dest)
-
-    @staticmethod
-    def _copy(source: Path, part: Path, have: int, size: int, progress: Progress | None) -> None:
-        with open(source, "rb") as src, open(part, "ab") as out:
-            src.seek(have)
-            while block := src.read(_BLOCK):
-                out.write(block)
-                have += len(block)
-                if progress:
-                    progress(have, size)
-
-    def _download(self, relative: str, part: Path, have: int, size: int, progress: Progress | None) -> None:
-        assert self.url is not None
-        request = urllib.request.Request(self.url + relative, headers={"Range": f"bytes={have}-"} if have else {})
-        try:
-            response = urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S)
-        except urllib.error.HTTPError as err:
-            if err.code == 404:
-                raise FileNotFoundError(relative) from None
-            if err.code == 416 and have == size:  # everything is here already
-                return
-            raise
-        with response, open(part, "ab" if response.status == 206 else "wb") as out:
-            have = have if response.status == 206 else 0
-            while block := response.read(_BLOCK):
-                out.write(block)
-                have += len(block)
-                if progress:
-                    progress(have, size)
-
-
-# --- publishing into a directory ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Published:
     entry: index.Entry
     already: bool  # the same archive (and signature) was there: nothing was written
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _statement_files(artifact: Artifact, key: signing.SecretKey, builder: str) -> dict[str, bytes]:
+    """The .minisig and the DSSE attestation of a checked archive."""
+    name, digest = artifact.path.name, artifact.sha256
+    comment = f"file:{name} sha256:{digest} build:{artifact.receipt.id}"
+    statement = index.statement(name, digest, artifact.receipt, artifact.receipt_sha256, builder)
+    return {
+        index.MINISIG: key.sign(artifact.path.read_bytes(), comment).encode(),
+        index.ATTESTATION: (json.dumps(signing.envelope(statement, key), indent=2) + "\n").encode(),
+    }
+
+
+def _entry(artifact: Artifact, key: signing.SecretKey | None, known: index.Entry | None) -> index.Entry:
+    return index.Entry(
+        artifact.path.name,
+        artifact.sha256,
+        artifact.path.stat().st_size,
+        _now(),
+        index.summary_of(artifact.receipt, artifact.receipt_sha256),
+        key.public.id if key is not None else (known.signed_by if known is not None else None),
+    )
+
+
+def _is_known(known: index.Entry | None, artifact: Artifact, key: signing.SecretKey | None) -> bool:
+    """Publishing it again changes nothing: the same archive, and no new signature asked for."""
+    return known is not None and known.name == artifact.path.name and (key is None or known.signed_by == key.public.id)
+
+
+def _append(response: IO[bytes], part: Path, mode: str, have: int, size: int, progress: Progress | None) -> None:
+    if progress:
+        progress(have, size)  # where it starts: a resumed download says what it kept
+    with open(part, mode) as out:
+        while block := response.read(_BLOCK):
+            out.write(block)
+            have += len(block)
+            if progress:
+                progress(have, size)
+
+
+class Repo(ABC):
+    """Where a repository is, and how its index, archives and signature files are read (and, where it can be,
+    written)."""
+
+    text: str
+
+    @abstractmethod
+    def listing(self) -> index.Index: ...
+
+    @abstractmethod
+    def signatures(self, entry: index.Entry) -> dict[str, bytes]:
+        """The entry's `.minisig` and attestation that are there, by suffix."""
+
+    @abstractmethod
+    def _download(self, entry: index.Entry, part: Path, have: int, progress: Progress | None) -> None:
+        """Append the archive's bytes from `have` on to `part` (or rewrite it from the start)."""
+
+    def publish(self, artifact: Artifact, key: signing.SecretKey | None, builder: str) -> Published:
+        raise UserError(f"{self.text}: an http(s) repository is read-only; publish to its directory")
+
+    def fetch(self, entry: index.Entry, dest: Path, progress: Progress | None = None) -> None:
+        """The archive into `dest`, resuming a `dest.part` an earlier try left; `dest` appears only complete."""
+        part = dest.with_name(dest.name + ".part")
+        part.parent.mkdir(parents=True, exist_ok=True)
+        have = part.stat().st_size if part.exists() else 0
+        if have > entry.size:
+            part.unlink()
+            have = 0
+        try:
+            self._download(entry, part, have, progress)
+        except FileNotFoundError:
+            raise RepoError(f"{self.text}: {entry.name} is in the index but not in the repository") from None
+        except (OSError, http.client.HTTPException, _requests_errors()) as err:
+            raise RepoError(
+                f"reading {entry.name} from {self.text} failed ({getattr(err, 'reason', None) or err}); "
+                f"{part.stat().st_size if part.exists() else 0} of {entry.size} bytes are kept and the next try resumes"
+            ) from None
+        got = part.stat().st_size if part.exists() else 0
+        if got < entry.size:
+            raise RepoError(
+                f"reading {entry.name} from {self.text} stopped after {got} of {entry.size} bytes; they are kept and "
+                "the next try resumes"
+            )
+        if got > entry.size:
+            part.unlink()
+            raise RepoError(f"{self.text}: {entry.name} has {got} bytes, and its index says {entry.size}")
+        fsync_file(part)
+        os.replace(part, dest)
+
+
+def open_repo(text: str) -> Repo:
+    """A directory, `file://`, `http(s)://` (read-only) or `oci://HOST[:PORT]/NAMESPACE/NAME`."""
+    parts = urllib.parse.urlsplit(text)
+    if parts.scheme in ("http", "https"):
+        return HttpRepo(text, text if text.endswith("/") else text + "/")
+    if parts.scheme == "oci":
+        return OciRepo.parse(text)
+    if parts.scheme == "file":
+        return DirRepo(text, Path(urllib.parse.unquote(parts.path)))
+    if parts.scheme and len(parts.scheme) > 1:
+        raise UserError(f"{text}: a repository is a directory, an http(s):// URL or oci://HOST/NAMESPACE/NAME")
+    return DirRepo(text, Path(text))
+
+
+def _parse_index(text: str, data: bytes | None) -> index.Index:
+    if data is None:
+        raise UserError(f"{text}: no {index.INDEX} here (not a buildmgr repository, or nothing published)")
+    try:
+        return index.Index.from_text(data)
+    except NewerSchema as err:
+        raise RepoError(f"{text}/{index.INDEX}: {err}: upgrade buildmgr") from None
+    except ShapeError as err:
+        raise RepoError(f"{text}/{index.INDEX} is not a buildmgr index ({err})") from None
+
+
+class _Layout(Repo):
+    """index.json and blobs/sha256/<digest>/<name>{,.sha256,.minisig,.intoto.json}: a directory's layout."""
+
+    @abstractmethod
+    def read(self, relative: str) -> bytes | None:
+        """A small file of the repository (None: not there)."""
+
+    def listing(self) -> index.Index:
+        return _parse_index(self.text, self.read(index.INDEX))
+
+    def signatures(self, entry: index.Entry) -> dict[str, bytes]:
+        found = {suffix: self.read(entry.path + suffix) for suffix in (index.MINISIG, index.ATTESTATION)}
+        return {suffix: data for suffix, data in found.items() if data is not None}
+
+
+@dataclass(frozen=True)
+class DirRepo(_Layout):
+    text: str
+    path: Path
+
+    def read(self, relative: str) -> bytes | None:
+        try:
+            return (self.path / relative).read_bytes()
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as err:
+            raise RepoError(f"cannot read {self.path / relative}: {getattr(err, 'strerror', None) or err}") from None
+
+    def _download(self, entry: index.Entry, part: Path, have: int, progress: Progress | None) -> None:
+        with open(self.path / entry.path, "rb") as src:
+            src.seek(have)
+            _append(src, part, "ab", have, entry.size, progress)
+
+    def publish(self, artifact: Artifact, key: signing.SecretKey | None, builder: str) -> Published:
+        """Put a checked artifact, its checksum and (with `key`) its signature files in, then the index, under the
+        repository's lock: two publishers at once lose nothing."""
+        root = self.path
+        if root.exists() and not root.is_dir():
+            raise UserError(f"--to {self.text}: not a directory")
+        root.mkdir(parents=True, exist_ok=True)
+        name, digest = artifact.path.name, artifact.sha256
+        with locked(root / LOCK):
+            current = self.listing() if (root / index.INDEX).exists() else index.EMPTY
+            known = current.find(digest)
+            if _is_known(known, artifact, key):
+                assert known is not None
+                return Published(known, True)
+            blob = root / index.BLOBS / digest
+            blob.mkdir(parents=True, exist_ok=True)
+            _place(artifact.path, blob / name, digest)
+            atomic_write_text(blob / f"{name}.sha256", f"{digest}  {name}\n")
+            for suffix, data in (_statement_files(artifact, key, builder) if key is not None else {}).items():
+                atomic_write_text(blob / f"{name}{suffix}", data.decode())
+            entry = _entry(artifact, key, known)
+            atomic_write_text(root / index.INDEX, current.with_entry(entry).to_text())
+        return Published(entry, False)
 
 
 def _place(source: Path, dest: Path, sha256: str) -> None:
@@ -178,41 +244,217 @@ def _place(source: Path, dest: Path, sha256: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def publish(repo: Repo, artifact: Artifact, key: signing.SecretKey | None, builder: str) -> Published:
-    """Put a checked artifact, its checksum and (with `key`) its .minisig and attestation into a directory
-    repository, then the index. Under the repository's lock: two publishers at once lose nothing."""
-    if repo.path is None:
-        raise UserError(f"{repo.text}: an http(s) repository is read-only; publish to its directory")
-    root = repo.path
-    if root.exists() and not root.is_dir():
-        raise UserError(f"--to {repo.text}: not a directory")
-    root.mkdir(parents=True, exist_ok=True)
-    name, digest = artifact.path.name, artifact.sha256
-    summary = index.summary_of(artifact.receipt, artifact.receipt_sha256)
-    with locked(root / LOCK):
-        current = repo.index() if (root / index.INDEX).exists() else index.EMPTY
-        known = current.find(digest)
-        signed_by = key.public.id if key is not None else None
-        if known is not None and known.name == name and (key is None or known.signed_by == signed_by):
-            return Published(known, True)
-        blob = root / index.BLOBS / digest
-        blob.mkdir(parents=True, exist_ok=True)
-        _place(artifact.path, blob / name, digest)
-        atomic_write_text(blob / f"{name}.sha256", f"{digest}  {name}\n")
-        if key is not None:
-            comment = f"file:{name} sha256:{digest} build:{summary.id}"
-            atomic_write_text(blob / f"{name}{index.MINISIG}", key.sign((blob / name).read_bytes(), comment))
-            statement = index.statement(name, digest, artifact.receipt, artifact.receipt_sha256, builder)
-            atomic_write_text(
-                blob / f"{name}{index.ATTESTATION}", json.dumps(signing.envelope(statement, key), indent=2) + "\n"
-            )
-        entry = index.Entry(
-            name,
-            digest,
-            artifact.path.stat().st_size,
-            datetime.now(UTC).isoformat(timespec="seconds"),
-            summary,
-            signed_by if key is not None else (known.signed_by if known is not None else None),
+@dataclass(frozen=True)
+class HttpRepo(_Layout):
+    text: str
+    url: str
+
+    def read(self, relative: str) -> bytes | None:
+        try:
+            with urllib.request.urlopen(self.url + relative, timeout=TIMEOUT_S) as response:
+                data: bytes = response.read()
+                return data
+        except urllib.error.HTTPError as err:
+            if err.code == 404:
+                return None
+            raise RepoError(f"{self.url + relative}: HTTP {err.code} {err.reason}") from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
+            raise RepoError(f"cannot reach {self.url + relative}: {getattr(err, 'reason', err)}") from None
+
+    def _download(self, entry: index.Entry, part: Path, have: int, progress: Progress | None) -> None:
+        headers = {"Range": f"bytes={have}-"} if have else {}
+        request = urllib.request.Request(self.url + entry.path, headers=headers)
+        try:
+            response = urllib.request.urlopen(request, timeout=TIMEOUT_S)
+        except urllib.error.HTTPError as err:
+            if err.code == 404:
+                raise FileNotFoundError(entry.path) from None
+            if err.code == 416 and have == entry.size:  # everything is here already
+                return
+            raise
+        with response:  # a server that ignores Range sends it all again (200): start over
+            resumed = response.status == 206
+            _append(response, part, "ab" if resumed else "wb", have if resumed else 0, entry.size, progress)
+
+
+# --- OCI registries ------------------------------------------------------------------------------------------------
+
+
+def _requests_errors() -> type[Exception]:
+    """requests' own error, without importing requests (and oras) for a directory repository."""
+    import sys
+
+    module = sys.modules.get("requests")
+    found: type[Exception] = module.RequestException if module is not None else OSError
+    return found
+
+
+def _client(insecure: bool) -> Registry:
+    """oras' registry client without its own retries (five, sleeping up to 83 s between them): a registry that is
+    down is said at once, and `install` resumes the download when it is back."""
+    try:
+        from oras.provider import Registry
+    except ImportError:
+        raise UserError("oci:// repositories need the oras package: pip install oras") from None
+
+    class Client(Registry):  # type: ignore[misc]
+        do_request = Registry.do_request.__wrapped__
+
+    client: Registry = Client(insecure=insecure)
+    return client
+
+
+@dataclass(frozen=True)
+class OciRepo(Repo):
+    text: str
+    registry: str  # HOST[:PORT]
+    name: str  # NAMESPACE/NAME
+
+    @classmethod
+    def parse(cls, text: str) -> OciRepo:
+        parts = urllib.parse.urlsplit(text)
+        name = parts.path.strip("/")
+        if not parts.netloc or "/" not in name or parts.query or parts.fragment or ":" in name or "@" in name:
+            raise UserError(f"{text}: an OCI repository is oci://HOST[:PORT]/NAMESPACE/NAME (no tag)")
+        return cls(text, parts.netloc, name)
+
+    @property
+    def insecure(self) -> bool:
+        """Plain http for a registry on this machine only, as docker does; https everywhere else."""
+        host = self.registry.split("]")[0] + "]" if self.registry.startswith("[") else self.registry.rsplit(":", 1)[0]
+        return host in _LOOPBACK
+
+    def _container(self, tag: str | None = None) -> str:
+        return f"{self.registry}/{self.name}" + (f":{tag}" if tag else "")
+
+    def _call(self, what: str, action: Callable[[Registry], Any]) -> Any:
+        client = _client(self.insecure)
+        try:
+            return action(client)
+        except BuildmgrError:
+            raise
+        except Exception as err:  # oras raises requests', jsonschema's and its own errors, and ValueError
+            shown = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise RepoError(f"{self.text}: {what} failed ({shown})") from None
+
+    def _manifest(self, client: Registry, tag: str) -> dict[str, Any] | None:
+        response = client.do_request(
+            f"{client.prefix}://{self.registry}/v2/{self.name}/manifests/{tag}",
+            "GET",
+            headers={"Accept": "application/vnd.oci.image.manifest.v1+json"},
         )
-        atomic_write_text(root / index.INDEX, current.with_entry(entry).to_text())
-    return Published(entry, False)
+        if response.status_code == 404:
+            return None
+        response.raise_for_status()
+        found: dict[str, Any] = response.json()
+        return found
+
+    def _blob(self, client: Registry, digest: str) -> bytes:
+        response = client.do_request(f"{client.prefix}://{self.registry}/v2/{self.name}/blobs/{digest}", "GET")
+        response.raise_for_status()
+        data: bytes = response.content
+        return data
+
+    def _tags(self, client: Registry) -> list[str]:
+        response = client.do_request(f"{client.prefix}://{self.registry}/v2/{self.name}/tags/list", "GET")
+        if response.status_code == 404:  # nothing pushed to this name yet
+            return []
+        response.raise_for_status()
+        tags = response.json().get("tags") or []
+        return [t for t in tags if isinstance(t, str) and t.startswith(OCI_TAG)]
+
+    def _entry_of(self, client: Registry, manifest: dict[str, Any]) -> index.Entry:
+        entry: index.Entry = jsonshape.load(index.Entry, json.loads(self._blob(client, manifest["config"]["digest"])))
+        entry.check()
+        return entry
+
+    def listing(self) -> index.Index:
+        def read(client: Registry) -> index.Index:
+            entries = []
+            for tag in self._tags(client):
+                manifest = self._manifest(client, tag)
+                if manifest is None:
+                    continue
+                entry = self._entry_of(client, manifest)
+                if tag != f"{OCI_TAG}{entry.sha256}":
+                    raise RepoError(f"{self.text}: the manifest tagged {tag} describes {entry.sha256[:12]}…")
+                entries.append(entry)
+            return index.Index(index.SCHEMA, tuple(sorted(entries, key=lambda e: (e.name, e.sha256))))
+
+        try:
+            found: index.Index = self._call("reading its tags", read)
+        except ShapeError as err:
+            raise RepoError(f"{self.text}: an archive's entry is not a buildmgr one ({err})") from None
+        return found
+
+    def _layers(self, client: Registry, entry: index.Entry) -> dict[str, dict[str, Any]]:
+        """The manifest's layers by their title's suffix after the archive's name ("" the archive itself)."""
+        manifest = self._manifest(client, f"{OCI_TAG}{entry.sha256}")
+        if manifest is None:
+            raise FileNotFoundError(entry.name)
+        found = {}
+        for layer in manifest.get("layers", []):
+            title = layer.get("annotations", {}).get("org.opencontainers.image.title", "")
+            if title.startswith(entry.name):
+                found[title[len(entry.name) :]] = layer
+        return found
+
+    def signatures(self, entry: index.Entry) -> dict[str, bytes]:
+        def read(client: Registry) -> dict[str, bytes]:
+            layers = self._layers(client, entry)
+            wanted = (index.MINISIG, index.ATTESTATION)
+            return {s: self._blob(client, layers[s]["digest"]) for s in wanted if s in layers}
+
+        found: dict[str, bytes] = self._call(f"reading {entry.name}'s signatures", read)
+        return found
+
+    def _download(self, entry: index.Entry, part: Path, have: int, progress: Progress | None) -> None:
+        client = _client(self.insecure)
+        layer = self._layers(client, entry).get("")
+        if layer is None or layer.get("digest") != f"sha256:{entry.sha256}":
+            raise FileNotFoundError(entry.name)
+        headers = {"Range": f"bytes={have}-"} if have else {}
+        url = f"{client.prefix}://{self.registry}/v2/{self.name}/blobs/sha256:{entry.sha256}"
+        with client.do_request(url, "GET", headers=headers, stream=True) as response:
+            if response.status_code == 404:
+                raise FileNotFoundError(entry.name)
+            response.raise_for_status()
+            resumed = response.status_code == 206
+            response.raw.decode_content = False
+            _append(response.raw, part, "ab" if resumed else "wb", have if resumed else 0, entry.size, progress)
+
+    def publish(self, artifact: Artifact, key: signing.SecretKey | None, builder: str) -> Published:
+        """One manifest per archive, tagged by its digest: its blobs first, the manifest last (what makes it seen)."""
+
+        def push(client: Registry) -> Published:
+            tag = f"{OCI_TAG}{artifact.sha256}"
+            manifest = self._manifest(client, tag)
+            known = self._entry_of(client, manifest) if manifest is not None else None
+            if _is_known(known, artifact, key):
+                assert known is not None
+                return Published(known, True)
+            entry = _entry(artifact, key, known)
+            with tempfile.TemporaryDirectory(prefix="buildmgr-oci-") as scratch:
+                files = [f"{artifact.path}:{MEDIA_TYPES['']}"]
+                for suffix, data in (_statement_files(artifact, key, builder) if key is not None else {}).items():
+                    path = Path(scratch) / f"{artifact.path.name}{suffix}"
+                    path.write_bytes(data)
+                    files.append(f"{path}:{MEDIA_TYPES[suffix]}")
+                config = Path(scratch) / "entry.json"
+                config.write_text(json.dumps(jsonshape.dump(entry), sort_keys=True))
+                annotations = {
+                    "org.opencontainers.image.title": artifact.path.name,
+                    "org.opencontainers.image.created": entry.published,
+                }
+                client.push(
+                    target=self._container(tag),
+                    files=files,
+                    manifest_config=f"{config}:{ENTRY_MEDIA_TYPE}",
+                    manifest_annotations=annotations,
+                    disable_path_validation=True,
+                    quiet=True,
+                )
+            return Published(entry, False)
+
+        found: Published = self._call(f"pushing {artifact.path.name}", push)
+        return found

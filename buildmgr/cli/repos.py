@@ -26,18 +26,23 @@ def register(sub: Subparsers, name: str) -> None:
     elif name == "publish":
         p = command(sub, "publish", publish, "put artifacts (signed with --sign) into a binary repository", json=True)
         p.add_argument("files", type=Path, nargs="+", metavar="ARTIFACT", help="llama-…-bin-….tar.gz (.sha256 beside)")
-        p.add_argument("--to", required=True, metavar="REPO", help="a directory (created if absent)")
+        p.add_argument(
+            "--to",
+            required=True,
+            metavar="REPO",
+            help="a directory (created if absent), or oci://HOST[:PORT]/NAMESPACE/NAME",
+        )
         p.add_argument("--sign", metavar="NAME", help="sign with this key of 'buildmgr key generate NAME'")
         p.add_argument("--builder", help="who built it, for the provenance (default: this user@host)")
     elif name == "repo":
         p = command(sub, "repo", repo_list, "what a binary repository holds", json=True)
         p.add_argument("action", choices=("list",))
-        p.add_argument("repo", metavar="REPO", help="a directory, or an http(s):// URL serving one")
+        p.add_argument("repo", metavar="REPO", help="a directory, an http(s):// URL serving one, or oci://…")
     elif name == "install":
         help = "install the artifact of a repository that fits this host best, and prove it sees its device"
         p = command(sub, "install", install_from, help, json=True)
         p.add_argument("what", nargs="?", metavar="RECIPE|BUILD_NUMBER", help="only this recipe, or build (b8000)")
-        p.add_argument("--from", dest="source", required=True, metavar="REPO", help="a directory or an http(s):// URL")
+        p.add_argument("--from", dest="source", required=True, metavar="REPO", help="a directory, http(s):// or oci://")
         p.add_argument("--dry-run", action="store_true", help="print the table of candidates and stop")
         p.add_argument("--allow-unsigned", action="store_true", help="accept artifacts no trusted key signed")
 
@@ -99,13 +104,13 @@ def publish(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr import keyring
     from buildmgr.artifacts import archive, repo
 
-    target = repo.Repo.parse(args.to)
+    target = repo.open_repo(args.to)
     secret = keyring.own(ctx.dirs, args.sign) if args.sign else None
     opened = [archive.open_artifact(path) for path in args.files]  # every one checked before any is published
     builder = args.builder or f"{getpass.getuser()}@{socket.gethostname()}"
     done = []
     for artifact in opened:
-        published = repo.publish(target, artifact, secret, builder)
+        published = target.publish(artifact, secret, builder)
         done.append(published)
         if not args.json:
             signed = f", signed by {published.entry.signed_by}" if published.entry.signed_by else ", unsigned"
@@ -142,7 +147,7 @@ def _entry_json(entry: Entry) -> dict[str, Any]:
 def repo_list(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr.artifacts import repo
 
-    entries = repo.Repo.parse(args.repo).index().artifacts
+    entries = repo.open_repo(args.repo).listing().artifacts
     if args.json:
         print(json.dumps([_entry_json(e) for e in entries], indent=2))
         return 0
@@ -196,7 +201,7 @@ def install_from(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr.artifacts import deliver, repo
     from buildmgr.progress import Reporter
 
-    source = repo.Repo.parse(args.source)
+    source = repo.open_repo(args.source)
     machine = hostfacts.read().machine
     ranked = deliver.candidates(source, args.what, ctx.environ, machine, ctx.dirs, args.allow_unsigned)
     if not args.json or args.dry_run:
