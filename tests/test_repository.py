@@ -10,9 +10,11 @@ from __future__ import annotations
 import http.server
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -374,6 +376,7 @@ class _Ranged(http.server.SimpleHTTPRequestHandler):
     """A static server that honours `Range: bytes=N-` (206), and that can die half-way through a body."""
 
     cut: float | None = None  # send this share of a blob's body, then drop the connection
+    pace: float = 0.0  # seconds between chunks of 64 bytes of a blob: a slow link, to kill a download in the middle
 
     def log_message(self, *args: object) -> None:
         pass
@@ -394,11 +397,17 @@ class _Ranged(http.server.SimpleHTTPRequestHandler):
             self.wfile.flush()
             self.connection.shutdown(2)
             return
+        if self.pace and path.name.endswith(".tar.gz"):
+            for at in range(0, len(body), 64):
+                self.wfile.write(body[at : at + 64])
+                self.wfile.flush()
+                time.sleep(self.pace)
+            return
         self.wfile.write(body)
 
 
-def serve(root: Path, cut: float | None = None) -> tuple[http.server.ThreadingHTTPServer, str]:
-    handler = type("H", (_Ranged,), {"cut": cut})
+def serve(root: Path, cut: float | None = None, pace: float = 0.0) -> tuple[http.server.ThreadingHTTPServer, str]:
+    handler = type("H", (_Ranged,), {"cut": cut, "pace": pace})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: handler(*a, directory=str(root)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}/"
@@ -522,3 +531,42 @@ def test_oci_bad_input_is_one_line(tmp_path):
     down = buildmgr(env, "repo", "list", "oci://127.0.0.1:1/a/b")
     assert down.returncode == 1 and "reading its tags failed" in down.stderr and "Traceback" not in down.stderr
     assert not (tmp_path / "data").exists() and not (tmp_path / "cache").exists()
+
+
+def test_install_killed_mid_download_leaves_nothing_installed_and_the_next_run_resumes(tmp_path):
+    repo, _, host = published(tmp_path)
+    [held] = open_repo(str(repo)).listing().artifacts
+    server, url = serve(repo, pace=0.05)
+    part = Path(host["XDG_CACHE_HOME"]) / "buildmgr" / "downloads" / held.sha256 / f"{held.name}.part"
+    try:
+        running = subprocess.Popen(
+            [sys.executable, "-m", "buildmgr", "install", "--from", url],
+            env=host,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while not (part.exists() and part.stat().st_size >= 128) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        running.send_signal(signal.SIGKILL)
+        running.wait()
+    finally:
+        server.shutdown()
+    kept = part.stat().st_size
+    assert 0 < kept < held.size and nothing_installed(host)
+    seen: list[int] = []
+    dirs = Dirs(
+        Path(host["XDG_DATA_HOME"]) / "buildmgr",
+        Path(host["XDG_CACHE_HOME"]) / "buildmgr",
+        Path(host["XDG_CONFIG_HOME"]) / "buildmgr",
+    )
+    server, url = serve(repo)
+    try:
+        archive = deliver.fetch(open_repo(url), held, dirs, lambda done, total: seen.append(done))
+    finally:
+        server.shutdown()
+    assert seen[0] == kept and archives.sha256_file(archive) == held.sha256
+    # the fake build's tools cannot run llama-bench: the smoke run fails, and still nothing is installed
+    result = buildmgr(host, "install", "--from", str(repo), "--json")
+    assert result.returncode == 1 and "its smoke run failed here" in json.loads(result.stdout)["attempts"][0]["outcome"]
+    assert nothing_installed(host)

@@ -88,9 +88,13 @@ def _is_known(known: index.Entry | None, artifact: Artifact, key: signing.Secret
 def _append(response: IO[bytes], part: Path, mode: str, have: int, size: int, progress: Progress | None) -> None:
     if progress:
         progress(have, size)  # where it starts: a resumed download says what it kept
+    # read1: what has arrived, up to a block (read would wait for a whole block: no progress on a slow link, and
+    # nothing kept of a download cut short inside one)
+    read = getattr(response, "read1", response.read)
     with open(part, mode) as out:
-        while block := response.read(_BLOCK):
+        while block := read(_BLOCK):
             out.write(block)
+            out.flush()  # what arrived is kept if the process is killed: the next try resumes after it
             have += len(block)
             if progress:
                 progress(have, size)

@@ -151,7 +151,11 @@ def repo_list(args: argparse.Namespace, ctx: Context) -> int:
     if args.json:
         print(json.dumps([_entry_json(e) for e in entries], indent=2))
         return 0
+    if not entries:
+        render.say(f"{args.repo} holds nothing yet")
+        return 0
     table = render.table("artifact", "build", "backends", "GPU code", "glibc", "MB", "signed by")
+    table.columns[0].overflow = "fold"  # a name cut short names another archive: fold it, at any width
     for e in entries:
         s = e.summary
         code = " ".join(c for codes in s.runtime.device_code.values() for c in codes) or "—"
@@ -160,8 +164,6 @@ def repo_list(args: argparse.Namespace, ctx: Context) -> int:
             f"{e.size / 1e6:.1f}", e.signed_by or "unsigned",
         )  # fmt: skip
     render.out().print(table)
-    if not entries:
-        render.say(f"{args.repo} holds nothing yet")
     return 0
 
 
