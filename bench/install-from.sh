@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Issue #32 on this machine: `buildmgr install --from DIR` of the cpu artifact into a fresh data dir, against the
+# same steps by hand (copy the archive and its .sha256, `sha256sum -c`, `tar x`, the smoke run: every tool's
+# --version and llama-bench -p 16 -n 8 on the tiny model), side by side, alternating, ROUNDS rounds (default 5).
+# The archive is packaged from the cpu build that `buildmgr build` made (BUILDMGR=…, default .venv/bin/buildmgr).
+# OUT gets times.txt ("name seconds") and each run's output.
+set -euo pipefail
+out=${1:?usage: install-from.sh OUT}
+mkdir -p "$out"
+here=$(cd "$(dirname "$0")" && pwd)
+bm=${BUILDMGR:-$here/../.venv/bin/buildmgr}
+python=$(dirname "$bm")/python
+stamp() { "$python" -c 'import time; print(f"{time.monotonic():.4f}")'; }
+"$bm" package cpu -o "$out/dist" >/dev/null
+archive=$(ls "$out"/dist/*.tar.gz)
+publisher=(env XDG_CONFIG_HOME="$out/publisher")
+"${publisher[@]}" "$bm" key generate ci >"$out/key.txt" 2>&1
+key=$(tail -1 "$out/key.txt")
+"${publisher[@]}" "$bm" publish "$archive" --to "$out/repo" --sign ci >/dev/null 2>&1
+model=$out/tiny.gguf
+"$python" -c "import sys; from buildmgr.smoke import write_tiny_model; from pathlib import Path; write_tiny_model(Path(sys.argv[1]))" "$model"
+blob=$(ls "$out"/repo/blobs/sha256/*/*.tar.gz)
+by_hand() {  # ROOT: what a user types: copy, check, unpack, prove it runs
+    local root=$1
+    mkdir -p "$root"
+    cp "$blob" "$blob.sha256" "$root/"
+    (cd "$root" && sha256sum -c --quiet "$(basename "$blob").sha256")
+    tar xzf "$root/$(basename "$blob")" -C "$root"
+    local bin
+    bin=$(ls -d "$root"/llama-*/bin)
+    for tool in llama-cli llama-server llama-bench llama-completion; do "$bin/$tool" --version >/dev/null 2>&1; done
+    "$bin/llama-bench" -m "$model" -p 16 -n 8 -r 1 -o json >/dev/null 2>&1
+}
+host() {  # ROOT COMMAND…: buildmgr with a fresh host's data, cache and config dirs under ROOT
+    local root=$1
+    shift
+    env XDG_DATA_HOME="$root/data" XDG_CACHE_HOME="$root/cache" XDG_CONFIG_HOME="$root/config" "$bm" "$@"
+}
+with_buildmgr() {  # ROOT: install --from, with its checks, smoke run and proof (the host trusts the key already)
+    host "$1" install --from "$out/repo" >"$1.log" 2>&1
+}
+timed() {  # NAME FUNCTION ROOT
+    local t0 t1
+    t0=$(stamp)
+    "$2" "$3"
+    t1=$(stamp)
+    echo "$1 $("$python" -c "print(round($t1 - $t0, 4))")" >>"$out/times.txt"
+}
+for round in $(seq "${ROUNDS:-5}"); do
+    timed "hand-$round" by_hand "$out/hand-$round"
+    host "$out/bm-$round" key trust "$key" >/dev/null  # once per host, not part of an install
+    timed "buildmgr-$round" with_buildmgr "$out/bm-$round"
+done
+cat "$out/times.txt"
