@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue #34 on a lent H200: ggml-cuda's virtual devices (GGML_CUDA_DEVICES=2 emulates two CUDA devices on one card).
 # Captures llama-cli --list-devices and the load log of a split over both, ggml's props through buildmgr's probe, and
-# what `buildmgr devices --env GGML_CUDA_DEVICES=2` and `check BUILD -- llama-cli -dev CUDA0,CUDA1 -sm layer` say.
+# what `buildmgr devices --env GGML_CUDA_DEVICES=2`, `check BUILD -- llama-cli -dev CUDA0,CUDA1 -sm layer` and a
+# bench of CUDA0 against the split over both say.
 # BUILD: a build id or recipe already built (default: cuda+vulkan --sm 90, FlashAttention kernels off, built here).
 # PAYLOAD as bench/gpu-payload.sh makes it.
 set -uo pipefail
@@ -32,5 +33,9 @@ unset GGML_CUDA_DEVICES
     GGML_CUDA_DEVICES=2 bm check "$build" -- llama-cli -dev CUDA0,CUDA1 -sm layer 2>&1; echo "exit $?"
     echo; echo "\$ GGML_CUDA_DEVICES=2 buildmgr check $build --verify --json -- llama-cli -dev CUDA0,CUDA1 -sm layer"
     GGML_CUDA_DEVICES=2 bm check "$build" --verify --json -- llama-cli -dev CUDA0,CUDA1 -sm layer 2>&1; echo "exit $?"
+    echo; echo "\$ GGML_CUDA_DEVICES=2 buildmgr bench -m tiny.gguf -p 64 -n 32 --depth 0 --no-pg --runs 3 'one=$build -dev CUDA0' 'split=$build -dev CUDA0,CUDA1 -sm layer'"
+    GGML_CUDA_DEVICES=2 bm bench -m "$model" -p 64 -n 32 --depth 0 --no-pg --runs 3 "one=$build -dev CUDA0" \
+        "split=$build -dev CUDA0,CUDA1 -sm layer" 2>&1
+    echo "exit $?"
 } >"$out/buildmgr-virtual.txt"
 echo done >"$out/finished"

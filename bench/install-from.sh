@@ -49,6 +49,9 @@ timed() {  # NAME FUNCTION ROOT
 for round in $(seq "${ROUNDS:-5}"); do
     timed "hand-$round" by_hand "$out/hand-$round"
     host "$out/bm-$round" key trust "$key" >/dev/null  # once per host, not part of an install
+    # the smoke run's tiny model, which the hand run is given too: written once per host, not part of an install
+    mkdir -p "$out/bm-$round/cache/buildmgr/smoke" && cp "$model" "$out/bm-$round/cache/buildmgr/smoke/$(
+        "$python" -c 'from buildmgr.smoke import MODEL_NAME; print(MODEL_NAME)')"
     timed "buildmgr-$round" with_buildmgr "$out/bm-$round"
 done
 cat "$out/times.txt"

@@ -147,6 +147,9 @@ class LogDevice(NamedTuple):
     after: str | None = None  # a header line whose `backend` group names the devices below it (ROCm, MUSA …)
     role: tuple[str, str, Role, str] | None = None  # (group, value, role, reason): the role the line itself tells
     wrapped: str | None = None  # what the rest of a line wrapped in two holds, when the first part lacks it
+    # lines after it that tell more of the same device (until its next device line): groups `total` (MiB),
+    # `total_mb` (10^6 bytes) or `total_mib` (decimal MiB), as Metal prints them, and the `role` group
+    more: tuple[str, ...] = ()
 
 
 class NameRole(NamedTuple):
@@ -163,6 +166,15 @@ class Layered(NamedTuple):
     """A driver that runs on another card and names it (Dozen: Vulkan on Direct3D 12): two names of one card."""
 
     pattern: str  # on the description; group `card` is the card's own name
+    reason: str
+    source: str
+
+
+class Virtual(NamedTuple):
+    """Devices a backend emulates on fewer physical ones (ggml-cuda's GGML_CUDA_DEVICES): several names, one card."""
+
+    description: str  # on the description; group `physical`: which of the backend's physical devices it runs on
+    device_id: str | None  # the suffix ggml's device id gains (a `-vN` after the card's PCI id); None: no id
     reason: str
     source: str
 
@@ -325,6 +337,8 @@ class Backend(NamedTuple):
     log_empty: tuple[str, ...] = ()  # lines by which it says it found no device
     name_roles: tuple[NameRole, ...] = ()  # device families of its vendor that are known from their names
     layered: tuple[Layered, ...] = ()  # its drivers that run on another card
+    virtual: tuple[Virtual, ...] = ()  # how the devices it emulates on one card are named
+    other_names: tuple[str, ...] = ()  # other prefixes its devices' names have (Metal's MTL0, ggml-cuda's MUSA0)
     kits: tuple[Kit, ...] = ()  # toolchains `buildmgr toolchain add` assembles for it
 
     @property

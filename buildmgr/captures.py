@@ -21,6 +21,9 @@ _NAME = r"(?P<backend>[A-Za-z][A-Za-z_]*?)(?P<index>\d*):\s+(?P<description>\S.*
 _DEVICE = re.compile(r"^\s{1,4}" + _NAME + r"(?:" + _MEMORY + r"|\s*$)")
 # Anywhere in a line behind some other log prefix, only with the memory group.
 _PREFIXED_DEVICE = re.compile(r"\s{2}" + _NAME + _MEMORY)
+# A device row quoted without its header (behind markdown's `> `, a comment marker, a sentence): a known backend's
+# device name, then the description and the memory, at the end of the line.
+ROWS = "device rows (no header)"
 # common's device_info block (llama-server's log at the pin): "  - CUDA0   : NVIDIA GeForce RTX 3090 (24575 MiB, …)".
 _DEVICE_INFO = re.compile(r"(?:^|\s)-\s+(?P<name>[A-Za-z][A-Za-z_]*\d*)\s+:\s+(?P<description>\S.*?)" + _MEMORY)
 # llama.cpp's load log and ggml's registry (GGML_LOG_DEBUG): ggml's own description, the free memory, the device id.
@@ -163,7 +166,9 @@ def _lines(text: str) -> list[str]:
 
 def _read_blocks(lines: list[str], reading: _Reading) -> None:
     found = next(((n, prefix) for n, line in enumerate(lines) if (prefix := _header_prefix(line)) is not None), None)
-    if found is not None:
+    if found is None:
+        _read_rows(lines, reading)
+    else:
         start, prefix = found
         for line in lines[start + 1 :]:
             bare = line[len(prefix) :] if prefix.strip() and line.startswith(prefix) else line
@@ -183,9 +188,24 @@ def _read_blocks(lines: list[str], reading: _Reading) -> None:
             )
 
 
+def _read_rows(lines: list[str], reading: _Reading) -> None:
+    """Device rows quoted without their header (in docs, chat, code comments): a row's own shape, with its memory
+    and a known backend's name, is evidence enough."""
+    names = "|".join(sorted(backends.device_prefixes(), key=len, reverse=True))
+    row = re.compile(rf"(?<![\w-])(?P<backend>{names})(?P<index>\d*):\s+(?P<description>\S.*?)" + _MEMORY)
+    for line in lines:
+        match = row.search(line)
+        if match:
+            reading.saw(ROWS)
+            reading.record(match["backend"] + match["index"], match["backend"], match["description"]).add(
+                _BLOCK, match["description"], match["total"], match["free"]
+            )
+
+
 def _read_backend_lines(lines: list[str], reading: _Reading) -> None:
     for row in backends.log_devices():
         named = None  # the backend name its `after` header gave
+        last: _Record | None = None  # the device its `more` lines tell of
         for line in lines:
             header = re.search(row.after, line) if row.after else None
             if header:
@@ -193,12 +213,26 @@ def _read_backend_lines(lines: list[str], reading: _Reading) -> None:
             for match in re.finditer(row.pattern, line):
                 groups = match.groupdict()
                 backend = groups.get("backend") or named or row.backend
-                record = reading.record(f"{backend}{groups.get('index') or ''}", backend, match["description"])
-                record.add(_INIT, match["description"], groups.get("total"), groups.get("free"), groups.get("pci"))
-                record.detail = groups.get("detail") or record.detail
-                if row.role and groups.get(row.role[0]) == row.role[1]:
-                    record.role = (row.role[2], row.role[3])
+                last = reading.record(f"{backend}{groups.get('index') or ''}", backend, match["description"])
+                last.add(_INIT, match["description"], groups.get("total"), groups.get("free"), groups.get("pci"))
+                last.detail = groups.get("detail") or last.detail
+                _told(row, groups, last)
                 reading.saw(row.shape)
+            for pattern in row.more if last is not None else ():
+                if more := re.search(pattern, line):
+                    told = more.groupdict()
+                    mb, mib = told.get("total_mb"), told.get("total_mib")
+                    total = told.get("total") or (
+                        int(float(mb) * 1e6) // MIB if mb else int(float(mib)) if mib else None
+                    )
+                    last.add(_INIT, total=total)  # type: ignore[union-attr]  # `last` is set: see the loop
+                    _told(row, told, last)  # type: ignore[arg-type]
+
+
+def _told(row: backends.LogDevice, groups: dict[str, str | None], record: _Record) -> None:
+    """The role a device's line tells, where its role group has the value that tells it."""
+    if row.role and groups.get(row.role[0]) == row.role[1]:
+        record.role = (row.role[2], row.role[3])
 
 
 def _read_load_log(lines: list[str], reading: _Reading) -> None:

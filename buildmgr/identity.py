@@ -2,6 +2,8 @@
 Pure functions.
 
 Identity, strongest first:
+0. devices a backend emulates on one card (ggml-cuda's GGML_CUDA_DEVICES: "NAME (dev p0/v1)", device id
+   "PCI-v1") are that card, by the card's own PCI id or, in text without one, by the physical device they name;
 1. the PCI bus id ggml itself reports (`device_id`, from the API probe), or a UUID / PCI bus id that
    nvidia-smi or vulkaninfo tie to exactly one device;
 2. a layered driver that names the card it runs on (Dozen: "Microsoft Direct3D12 (NAME)") and exactly one other
@@ -56,8 +58,19 @@ def enrich(devices: list[Device], captures: Captures, drm: Sequence[DrmCard] = (
     return [replace(d, kernel_driver=drivers[d.pci_bus_id]) if d.pci_bus_id in drivers else d for d in matched], notes
 
 
+def _hardware(device: Device, key: str) -> str | None:
+    """The device's hardware id of that kind: an emulated device's is its card's."""
+    value: str | None = getattr(device, key)
+    return backends.physical_pci(device.backend, value) if key == "pci_bus_id" else value
+
+
+def card_pci(device: Device) -> str | None:
+    """The PCI id of the card the device is (an emulated device's card's)."""
+    return _hardware(device, "pci_bus_id")
+
+
 def _keys(device: Device) -> set[str]:
-    return {f"{k}:{getattr(device, k)}" for k in _HARDWARE_KEYS if getattr(device, k)}
+    return {f"{k}:{_hardware(device, k)}" for k in _HARDWARE_KEYS if getattr(device, k)}
 
 
 def _alike(a: Device, b: Device) -> bool:
@@ -86,11 +99,11 @@ def assign_physical_ids(devices: list[Device]) -> tuple[list[Device], list[str]]
         parent[root(b.name)] = root(a.name)
         return True
 
+    notes = _group_virtual(devices, join)
     for a in devices:  # 1. hardware ids
         for b in devices:
             if a.backend != b.backend and _keys(a) & _keys(b):
                 join(a, b)
-    notes = []
     pairable = [d for d in devices if d.backend not in NOT_A_CARD]
     for a in pairable:  # 2. description and memory, unambiguous both ways, where hardware ids cannot decide
         for backend in sorted({d.backend for d in pairable} - {a.backend}):
@@ -112,16 +125,38 @@ def assign_physical_ids(devices: list[Device]) -> tuple[list[Device], list[str]]
         members = sorted((d for d in devices if root(d.name) == root(device.name)), key=lambda d: d.name)
         keyed = next(
             (
-                hardware_id(k.removesuffix("_bus_id"), getattr(m, k))
+                hardware_id(k.removesuffix("_bus_id"), value)
                 for k in _HARDWARE_KEYS
                 for m in members
-                if getattr(m, k)
+                if (value := _hardware(m, k))
             ),
             None,
         )
         ids[device.name] = keyed or (matched_id(m.name for m in members) if len(members) > 1 else alone_id(device.name))
     result = [replace(d, physical_id=ids[d.name]) for d in devices]
     return _share_roles(result), sorted(set(notes))
+
+
+def _group_virtual(devices: list[Device], join: Callable[..., bool]) -> list[str]:
+    """A backend's emulated devices on one physical device join: the one pairing within a backend that its own
+    names prove (two real cards of one model are never joined)."""
+    cards: dict[tuple[str, str], list[Device]] = {}
+    for device in devices:
+        tag = backends.virtual_tag(device.backend, device.description)
+        if tag is not None:
+            cards.setdefault((device.backend, tag[0]), []).append(device)
+    notes = []
+    for (backend, physical), members in cards.items():
+        for other in members[1:]:
+            join(members[0], other, within_backend=True)
+        if len(members) > 1:
+            pcis = {_hardware(m, "pci_bus_id") for m in members}
+            card = (
+                f"pci:{pcis.pop()}" if len(pcis) == 1 and None not in pcis else f"{backend} physical device {physical}"
+            )
+            reason = backends.virtual_tag(backend, members[0].description)[1].reason  # type: ignore[index]
+            notes.append(f"{', '.join(m.name for m in members)} are virtual devices of one card ({card}): {reason}")
+    return notes
 
 
 def _group_layered(devices: list[Device], root: Callable[[str], str], join: Callable[..., bool]) -> list[str]:
@@ -209,8 +244,12 @@ def role_notes(devices: list[Device]) -> list[str]:
     ]
     notes += [f"{d.name}: {d.type} from the log: {d.role_reason}" for d in devices if d.role_basis == RoleBasis.LOG]
     for backend in sorted({d.backend for d in devices}):
-        cards = [d for d in devices if d.backend == backend and d.type == Role.GPU]
-        if len(cards) > 1 or (cards and len([d for d in devices if d.backend == backend]) > 1):
+        first: dict[str, Device] = {}  # one name per card: virtual devices of one card are not cards of their own
+        for d in devices:
+            if d.backend == backend and d.type == Role.GPU:
+                first.setdefault(d.physical_id, d)
+        cards = list(first.values())
+        if len(cards) > 1 or (cards and len({d.physical_id for d in devices if d.backend == backend}) > 1):
             largest = max(d.memory_total_mib or 0 for d in cards)
             top = [d.name for d in cards if (d.memory_total_mib or 0) == largest]
             notes.append(

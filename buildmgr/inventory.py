@@ -151,14 +151,15 @@ def cards(
 ) -> tuple[Card, ...]:
     """One row per physical card: its names in each build, and the one each build uses when no -dev is given."""
     rows: dict[str, dict[str, Any]] = {}
+    shares: dict[tuple[str, str], int] = {}  # (card, backend) → the memory of its virtual devices, which share it
     for device in devices:
         row = rows.setdefault(
             device.physical_id,
             {
                 "physical_id": device.physical_id,
-                "description": device.description,
+                "description": backends.card_description(device.backend, device.description),
                 "role": device.type,
-                "pci_bus_id": device.pci_bus_id,
+                "pci_bus_id": identity.card_pci(device),
                 "uuid": device.uuid,
                 "kernel_driver": device.kernel_driver,
                 "memory_total_mib": {},
@@ -168,9 +169,13 @@ def cards(
             },
         )
         row["members"] = (*row["members"], device.name)
-        row["pci_bus_id"] = row["pci_bus_id"] or device.pci_bus_id
+        row["pci_bus_id"] = row["pci_bus_id"] or identity.card_pci(device)
         row["uuid"] = row["uuid"] or device.uuid
-        if device.memory_total_mib is not None or device.backend not in row["memory_total_mib"]:
+        if backends.virtual_tag(device.backend, device.description) and device.memory_total_mib is not None:
+            key = (device.physical_id, device.backend)
+            shares[key] = shares.get(key, 0) + device.memory_total_mib
+            row["memory_total_mib"][device.backend] = shares[key]
+        elif device.memory_total_mib is not None or device.backend not in row["memory_total_mib"]:
             row["memory_total_mib"][device.backend] = device.memory_total_mib
     by_name = {d.name: d for d in devices}
     for build_id, entry in builds.items():
@@ -181,8 +186,9 @@ def cards(
             row = rows[known.physical_id]
             row["names"][build_id] = (*row["names"].get(build_id, ()), listed.name)
             selection = selections.get(build_id, {}).get(listed.name)
-            if selection is not None and selection.used:
-                row["default"][build_id] = listed.name
+            if selection is not None and selection.used:  # several: the virtual devices of one card
+                used = row["default"].get(build_id)
+                row["default"][build_id] = f"{used},{listed.name}" if used else listed.name
     return tuple(Card(**row) for row in rows.values())
 
 
@@ -309,9 +315,17 @@ def placement_view(dirs: Dirs, build: store.Build, environ: Mapping[str, str]) -
         return View(tuple(devices), identity.default_selection(devices), {}, False)
     result = probe_build(build.prefix, environ)
     devices, _ = identity.assign_physical_ids(list(result.devices))
-    moved = {
+    return View(tuple(devices), identity.default_selection(devices), moved_names(stored, devices), True)
+
+
+def moved_names(stored: Mapping[str, Device], devices: Sequence[Device]) -> dict[str, str]:
+    """Name → the card it meant at the stored probe, for each name that now means another card (by the card's own
+    PCI id: a virtual device of the card it was is still that card)."""
+    return {
         d.name: stored[d.name].physical_id
         for d in devices
-        if d.name in stored and d.pci_bus_id and stored[d.name].pci_bus_id and stored[d.name].pci_bus_id != d.pci_bus_id
+        if d.name in stored
+        and (now := identity.card_pci(d))
+        and (before := identity.card_pci(stored[d.name]))
+        and now != before
     }
-    return View(tuple(devices), identity.default_selection(devices), moved, True)

@@ -1,3 +1,4 @@
+import json
 from pathlib import Path
 
 from conftest import captured
@@ -133,3 +134,51 @@ def test_twins_with_one_ambiguous_vulkaninfo_row_never_share_an_id():
     )
     devices, _ = resolve(cuda, captured(nvidia))
     assert devices[0].physical_id != devices[1].physical_id and devices[0].uuid is None
+
+
+# --- ggml-cuda's virtual devices (GGML_CUDA_DEVICES=2 on one H200, captured there: fixtures/h200/virtual34) ---
+VIRTUAL = FIXTURES / "h200" / "virtual34"
+
+
+def test_virtual_cuda_devices_from_ggml_s_api_are_one_card_with_the_vulkan_name_of_it():
+    from buildmgr.devices import Device
+
+    stored = json.loads((VIRTUAL / "devices-virtual.json").read_text())["builds"]
+    cuda = [Device.from_json(d) for d in stored["cuda-sm90-fb9bbb95"]["probe"]["devices"]]
+    vulkan = [Device.from_json(d) for d in stored["vulkan-920b84e2"]["probe"]["devices"]]
+    devices, notes = resolve(cuda + vulkan, {})
+    d = by_name(devices)
+    assert d["CUDA0"].physical_id == d["CUDA1"].physical_id == d["Vulkan0"].physical_id == "pci:0000:00:06.0"
+    assert "CUDA0, CUDA1 are virtual devices of one card (pci:0000:00:06.0)" in " ".join(notes)
+    assert not any("equal discrete cards" in n for n in notes)
+
+
+def test_virtual_cuda_devices_from_list_devices_are_one_card_by_their_tag():
+    devices, notes = resolve(parse_list_devices((VIRTUAL / "list-devices-virtual.txt").read_text()), {})
+    d = by_name(devices)
+    assert d["CUDA0"].physical_id == d["CUDA1"].physical_id != ""
+    assert "CUDA0, CUDA1 are virtual devices of one card" in " ".join(notes)
+
+
+def test_two_real_identical_cards_stay_two():
+    text = (
+        "Available devices:\n  CUDA0: NVIDIA H200 (143155 MiB, 142612 MiB free)\n"
+        "  CUDA1: NVIDIA H200 (143155 MiB, 142612 MiB free)\n"
+    )
+    d = by_name(resolve(parse_list_devices(text), {})[0])
+    assert d["CUDA0"].physical_id != d["CUDA1"].physical_id
+
+
+def test_the_h200_s_inventory_under_virtual_devices_is_one_card_of_three_names():
+    """`devices --env GGML_CUDA_DEVICES=2 --json` as the H200 printed it before virtual devices were known: read
+    again, it is one card (not three), with the card's own description, PCI id and memory."""
+    from buildmgr.inventory import summarize
+    from buildmgr.inventory_file import Inventory
+
+    inventory = summarize(Inventory.from_json(json.loads((VIRTUAL / "devices-virtual.json").read_text())), {})
+    [card] = inventory.cards
+    assert (card.description, card.pci_bus_id) == ("NVIDIA H200", "0000:00:06.0")
+    assert card.memory_total_mib == {"CUDA": 143154, "Vulkan": 143771}  # the two shares of 71577 MiB, summed
+    assert card.names["cuda-sm90-fb9bbb95"] == ("CUDA0", "CUDA1") and card.names["vulkan-920b84e2"] == ("Vulkan0",)
+    assert card.default["cuda-sm90-fb9bbb95"] == "CUDA0,CUDA1"  # llama.cpp uses both without -dev
+    assert not any("equal discrete cards" in note for note in inventory.notes)

@@ -257,3 +257,22 @@ def test_every_placement_rule_matches_a_line_llama_cpp_really_printed():
     by_id = {r.id: r for r in RULES}
     for rule_id, (_, text, values) in LINES_AT_THE_PIN.items():
         assert by_id[rule_id].signature.found_in(text % values), rule_id
+
+
+def test_two_virtual_devices_of_one_card_are_warned_about_as_one_card():
+    """GGML_CUDA_DEVICES=2 on one H200 (fixtures/h200/virtual34): -dev CUDA0,CUDA1 runs on one card."""
+    from buildmgr.inventory import moved_names
+
+    records = (Path(__file__).parent / "fixtures" / "h200" / "virtual34" / "api-virtual.json").read_text()
+    devices, _ = api_devices(Ran(0, records, "", 1.0))
+    devices, _ = assign_physical_ids(devices)
+    stored = {d.name: d for d in h200x2().devices}  # stored without the variable: CUDA0 on 0000:00:06.0 …
+    moved = moved_names(stored, devices)
+    assert moved == {"CUDA1": "pci:0000:00:07.0"}  # … and CUDA1 on another card, which it no longer is
+    here = Here(tuple(devices), default_selection(devices), PIN, moved)
+    [placement], _ = parse("llama-cli", ["-dev", "CUDA0,CUDA1", "-sm", "layer"], {})
+    moved_warning, finding = check(placement, here)  # CUDA0, still a share of its card, has not moved
+    assert "CUDA1 is pci:0000:00:06.0 under the current environment, but was pci:0000:00:07.0" in moved_warning.message
+    assert (finding.severity, finding.rule) == ("warning", "one-card-twice")
+    assert "two virtual devices of one card (pci:0000:00:06.0" in finding.message
+    assert "GGML_CUDA_DEVICES" in finding.message and finding.fix == "keep one of CUDA0 and CUDA1"

@@ -29,6 +29,8 @@ from buildmgr.config import Dirs
 from buildmgr.errors import RepositoryFault
 from buildmgr.receipt import RuntimeNeeds
 
+FIXTURES = Path(__file__).parent / "fixtures"
+
 MINISIGN = shutil.which("minisign")
 
 
@@ -570,3 +572,42 @@ def test_install_killed_mid_download_leaves_nothing_installed_and_the_next_run_r
     result = buildmgr(host, "install", "--from", str(repo), "--json")
     assert result.returncode == 1 and "its smoke run failed here" in json.loads(result.stdout)["attempts"][0]["outcome"]
     assert nothing_installed(host)
+
+
+def test_the_h200_s_own_index_ranks_as_its_installs_did():
+    """The index published on an H200 (docs/real-runs.md, less the sm_90 archive as that run removed it): its real
+    summaries, read from the ELF files there, rank sm_80 by JIT over Vulkan over the CPU for a 9.0 card, and with
+    CUDA hidden the CUDA archive does not fit and Vulkan leads: what the three installs there picked and proved."""
+    from buildmgr import backends
+
+    data = json.loads((FIXTURES / "h200" / "repository32" / "index-no-sm90.json").read_text())
+    entries = index.Index.from_json(data).artifacts
+
+    def ranked(targets):
+        return select.rank(
+            [
+                select.judge(
+                    e,
+                    [f for fs in backends.code_fits(e.summary.runtime.device_code, targets).values() for f in fs],
+                    targets,
+                )
+                for e in entries
+            ]
+        )
+
+    h200 = ranked({"CUDA": ["9.0"], "ROCm": []})
+    assert [(c.entry.summary.recipe, c.tier) for c in h200] == [
+        ("cuda", select.Tier.JIT),
+        ("vulkan", select.Tier.PORTABLE),
+        ("cpu", select.Tier.CPU),
+    ]
+    assert "compute_80 PTX" in " ".join(h200[0].reasons)
+    hidden = ranked({"CUDA": [], "ROCm": []})
+    assert [(c.entry.summary.recipe, c.tier) for c in hidden] == [
+        ("vulkan", select.Tier.PORTABLE),
+        ("cpu", select.Tier.CPU),
+        ("cuda", None),
+    ]
+    recorded = json.loads((FIXTURES / "h200" / "repository32" / "install-no-sm90.json").read_text())
+    assert [c["name"] for c in recorded["candidates"]] == [c.entry.name for c in h200]
+    assert recorded["attempts"][0]["devices"] == ["CUDA0"]

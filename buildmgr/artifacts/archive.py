@@ -203,21 +203,23 @@ def open_artifact(path: Path) -> Artifact:
     actual = sha256_file(path)
     if actual != expected:
         raise _bad(path, f"checksum mismatch (sha256 {actual[:12]}…, its .sha256 says {expected[:12]}…)")
+    hashes: dict[str, str] = {}
+    links: dict[str, str] = {}
+    texts: dict[str, bytes] = {}
+    members: list[tarfile.TarInfo] = []
+    top = ""
     try:
-        with tarfile.open(path, "r:gz") as tar:
-            members = tar.getmembers()
-            tops = {PurePosixPath(m.name).parts[0] for m in members if PurePosixPath(m.name).parts}
-            for member in members:
-                reason = unsafe_entry(member, PurePosixPath(next(iter(tops), "")))
+        # one pass over the stream (a seek back in a .tar.gz decompresses it again from the start)
+        with tarfile.open(path, "r|gz") as tar:
+            for member in tar:
+                parts = PurePosixPath(member.name).parts
+                top = top or (parts[0] if parts else "")
+                reason = unsafe_entry(member, PurePosixPath(top))
                 if reason:
                     raise _bad(path, f"unsafe entry {member.name!r} ({reason})")
-            if len(tops) != 1:
-                raise _bad(path, f"expected one top-level folder, found {len(tops)}")
-            top = tops.pop()
-            hashes: dict[str, str] = {}
-            links: dict[str, str] = {}
-            texts: dict[str, bytes] = {}
-            for member in members:
+                if not parts or parts[0] != top:
+                    raise _bad(path, f"expected one top-level folder, found more ({parts[0] if parts else '.'!r})")
+                members.append(member)
                 relative = str(PurePosixPath(member.name).relative_to(top)) if member.name != top else ""
                 if member.isfile():
                     handle = tar.extractfile(member)
@@ -268,5 +270,5 @@ def extract(artifact: Artifact, staging: Path) -> None:
             continue
         copy = member.replace(name=relative, deep=False)
         wanted.append(copy)
-    with tarfile.open(artifact.path, "r:gz") as tar:
+    with tarfile.open(artifact.path, "r|gz") as tar:  # in the archive's order: one pass over the stream
         tar.extractall(staging, members=wanted, filter="data")

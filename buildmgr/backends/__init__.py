@@ -32,6 +32,7 @@ from buildmgr.backend import (
     PipSource,
     Report,
     ShaderCache,
+    Virtual,
 )
 from buildmgr.errors import UserError
 from buildmgr.findings import Check, Finding, Signature
@@ -56,6 +57,7 @@ __all__ = [
     "NameRole",
     "PipSource",
     "Report",
+    "Virtual",
 ]
 
 
@@ -182,6 +184,34 @@ def layered_card(description: str) -> tuple[str, Layered] | None:
         if match:
             return match["card"], row
     return None
+
+
+def virtual_tag(backend: str, description: str) -> tuple[str, Virtual] | None:
+    """(which physical device, the rule) when the description is of a device its backend emulates on that one."""
+    for row in (row for b in _discovered() if b.name == backend for row in b.virtual):
+        match = re.search(row.description, description)
+        if match:
+            return match["physical"], row
+    return None
+
+
+def card_description(backend: str, description: str) -> str:
+    """The card's own description, without the tag its backend adds to an emulated device's."""
+    tag = virtual_tag(backend, description)
+    return re.sub(tag[1].description, "", description).strip() if tag else description
+
+
+def physical_pci(backend: str, pci_bus_id: str | None) -> str | None:
+    """The card's own PCI id where ggml suffixed it for an emulated device ('0000:06:00.0-v1' → '0000:06:00.0')."""
+    for row in (row for b in _discovered() if b.name == backend for row in b.virtual):
+        if pci_bus_id and row.device_id and (match := re.search(row.device_id, pci_bus_id)):
+            return pci_bus_id[: match.start()]
+    return pci_bus_id
+
+
+def device_prefixes() -> set[str]:
+    """Every prefix a device name of a known backend has (CUDA0, ROCm0, MTL0, BLAS …)."""
+    return {name for b in all_backends() for name in (b.names.device, *b.other_names)} | set(NOT_A_CARD)
 
 
 def languages() -> tuple[str, ...]:

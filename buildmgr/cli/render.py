@@ -121,7 +121,8 @@ def devices_table(
         ]
         for build_id, entry in builds.items():
             names = [
-                name + ("*" if card.default.get(build_id) == name else "") for name in card.names.get(build_id, ())
+                name + ("*" if name in card.default.get(build_id, "").split(",") else "")
+                for name in card.names.get(build_id, ())
             ]
             built = set(card.memory_total_mib) & set(entry.backends)
             row.append(", ".join(names) if names else "[yellow]built ≠ present[/]" if built else "—")

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from buildmgr import backends
 from buildmgr.devices import Device, Role, Selection
 from buildmgr.errors import UserError
 from buildmgr.findings import Finding, Severity
@@ -101,12 +102,17 @@ def check(placement: Placement, here: Here) -> list[Finding]:
                 Finding(Severity.WARNING, f"{placement.flag('devices')} {device.name}", "listed twice", "name it once")
             )
         elif device.physical_id in seen:
+            first = by_name[seen[device.physical_id]]
+            tags = [backends.virtual_tag(d.backend, d.description) for d in (first, device)]
             findings.append(
                 Finding(
                     Severity.WARNING,
                     f"{placement.flag('devices')} {seen[device.physical_id]},{device.name}",
-                    f"one physical card under two names ({device.physical_id}): its memory is counted twice and the two "
-                    "halves compete for it",
+                    f"two virtual devices of one card ({device.physical_id}; {tags[1][1].reason}): a split over them "
+                    "runs on that one card"
+                    if tags[0] is not None and tags[1] is not None and first.backend == device.backend
+                    else f"one physical card under two names ({device.physical_id}): its memory is counted twice and "
+                    "the two halves compete for it",
                     f"keep one of {seen[device.physical_id]} and {device.name}",
                     rules.ONE_CARD_TWICE,
                 )

@@ -20,6 +20,7 @@ from buildmgr.backend import (
     NameRole,
     Names,
     PipSource,
+    Virtual,
     lazy,
 )
 from buildmgr.devices import Role
@@ -65,10 +66,11 @@ BUILD_FAILURES = (
 LOG_DEVICES = (
     LogDevice(
         "ggml_cuda_init lines",
-        r"(?<![\w-])Device (?P<index>\d+): (?P<description>[^,]+?), (?:compute capability \d+\.\d+|(?P<detail>gfx\w+) \(0x[0-9a-fA-F]+\))"
+        r"(?<![\w-])Device (?P<index>\d+): (?P<description>[^,]*?), (?:compute capability \d+\.\d+|(?P<detail>gfx\w+) \(0x[0-9a-fA-F]+\))"
         r"(?:,.*?VRAM: (?P<total>\d+) MiB)?",
         NAME,
-        after=r"ggml_(?:cuda_init|init_cublas): found \d+ (?P<backend>\S+) devices",
+        # searched anywhere in the line: a paste that lost the first letters ("gml_init_cublas: found 2 ROCm …")
+        after=r"(?:cuda_init|init_cublas): found \d+ (?P<backend>\S+) devices",
     ),
 )
 LOG_EMPTY = (r"ggml_cuda_init: failed to initialize \S+: .*", r"ggml_(?:cuda_init|init_cublas): no \S+ devices found")
@@ -78,6 +80,17 @@ NAME_ROLES = (
         Role.IGPU,
         "Jetson (Orin, Xavier) and GB10 GPUs share the CPU's memory (CUDA types them integrated)",
         "https://docs.nvidia.com/cuda/cuda-for-tegra-appnote/",
+    ),
+)
+
+# GGML_CUDA_DEVICES=N emulates N devices on the physical ones, round-robin, each with a share of its card's memory:
+# "NVIDIA H200 (dev p0/v1)", device id "0000:00:06.0-v1" (ggml-cuda.cu at the pin; seen on an H200, docs/real-runs.md)
+VIRTUAL = (
+    Virtual(
+        r"\(dev p(?P<physical>\d+)/v\d+\)$",
+        r"-v\d+$",
+        "GGML_CUDA_DEVICES emulates several CUDA devices on one card, each with a share of its memory",
+        "https://github.com/ggml-org/llama.cpp/blob/master/ggml/src/ggml-cuda/ggml-cuda.cu",
     ),
 )
 
@@ -200,5 +213,7 @@ BACKEND = Backend(
     log_devices=LOG_DEVICES,
     log_empty=LOG_EMPTY,
     name_roles=NAME_ROLES,
+    virtual=VIRTUAL,
+    other_names=("MUSA",),  # ggml-musa is ggml-cuda's code built for Moore Threads cards
     kits=KITS,
 )

@@ -16,10 +16,13 @@ BACKEND = Backend(
     built=False,
     ci=None,
     log_devices=(
+        # "ggml_opencl: device: 'NAME (VERSION)'": ggml's description is the NAME alone; the default device's memory
+        # follows as "ggml_opencl: global mem size: N MB" (N in MiB: bytes/1024/1024)
         LogDevice(
             "ggml_opencl lines",
-            r"ggml_opencl: (?:device|selecting device|default device): '(?P<description>.+)'",
+            r"ggml_opencl: (?:device|selecting device|default device): '(?P<description>.+?)(?: \(OpenCL\b[^']*\))?'",
             NAMES.device,
+            more=(r"ggml_opencl: global mem size: (?P<total>\d+) MB",),
         ),
     ),
     name_roles=(

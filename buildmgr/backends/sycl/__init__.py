@@ -12,25 +12,29 @@ from buildmgr.findings import Check
 NAMES = Names("SYCL", "sycl", "SYCL", "GGML_SYCL", "ggml-sycl")
 FIX = "install Intel oneAPI Base Toolkit and `source /opt/intel/oneapi/setvars.sh` first"
 # Intel's integrated GPUs by name, under every driver: Windows ("Intel(R) UHD Graphics 770", "Intel(R) Arc(TM) 140V
-# GPU"), Mesa ANV ("Intel(R) UHD Graphics 630 (CFL GT2)", "Intel(R) Graphics (ADL GT2)", "… (MTL)") and SYCL. Discrete
-# cards are "Intel(R) Arc(TM) A770 Graphics (DG2)", B580 (BMG): never matched.
+# GPU"), Mesa ANV ("Intel(R) UHD Graphics 630 (CFL GT2)", "Intel(R) Graphics (ADL GT2)", "… (MTL)") and SYCL. Mesa names
+# discrete cards with the same words ("Intel(R) Graphics (BMG G21)", "(DG2)"): only the codename tells them apart, so
+# a bare "Intel(R) Graphics" (SYCL's "Intel(R) Graphics [0xe20b]" is a B580) is no iGPU by name, and no rule matches
+# a discrete codename (BMG, DG1, DG2: Battlemage, Iris Xe MAX, Alchemist).
+_NOT_DISCRETE = r"^(?!.*\((?:BMG|DG[12])\b)"
+_INTEGRATED = r"TGL|ADL|RPL|RKL|MTL|LNL|ARL|PTL|JSL|EHL|ICL|CML|CFL|KBL|AML|WHL|SKL|GLK|APL|BXT|BDW|HSW|BYT|CHV|IVB|SNB"
 NAME_ROLES = (
     NameRole(
-        r"Intel\(R\) (?:U?HD|Iris\(R\)(?: Xe| Plus| Pro)?) Graphics|Intel\(R\) Graphics\b",
+        _NOT_DISCRETE + r".*Intel\(R\) (?:U?HD|Iris\(R\)(?: Xe| Plus| Pro)?) Graphics",
         Role.IGPU,
-        "Intel UHD, HD, Iris and unnamed Intel Graphics are integrated",
+        "Intel UHD, HD and Iris Graphics are integrated",
         "https://gitlab.freedesktop.org/mesa/mesa/-/blob/main/include/pci_ids/iris_pci_ids.h",
     ),
     NameRole(
-        r"Intel\(R\) Arc\((?:TM|tm)\) (?:Graphics|1[34]0V)\b",
+        _NOT_DISCRETE + r".*Intel\(R\) Arc\((?:TM|tm)\) (?:Graphics|1[34]0V)\b",
         Role.IGPU,
         "Intel Arc Graphics without a model number, and Arc 130V/140V, are Core Ultra integrated GPUs",
         "https://www.intel.com/content/www/us/en/products/details/discrete-gpus/arc.html",
     ),
     NameRole(
-        r"\((?:[A-Z]{3} GT\d|MTL|LNL|ARL|PTL)\)",
+        r"\((?:" + _INTEGRATED + r")(?:-[A-Z])?(?: GT\d)?\)",
         Role.IGPU,
-        "Mesa's codename (GT1–GT3, MTL, LNL, ARL, PTL) is an integrated Intel GPU's",
+        "Mesa's codename (TGL, ADL, RPL, RKL, MTL, LNL, ARL, JSL …) is an integrated Intel GPU's",
         "https://gitlab.freedesktop.org/mesa/mesa/-/blob/main/include/pci_ids/iris_pci_ids.h",
     ),
 )
