@@ -718,3 +718,20 @@ def test_the_recorded_h200_rows_keep_steady_state_first_repetitions_limit_and_en
         assert len(row.meta.runs_ts) == 3 and len(row.meta.first_ts) == 3
         if row.fields["n_gen"]:
             assert 0 < row.meta.limit_percent < 100 and row.meta.j_per_token > 0
+
+
+def test_virtual_devices_are_judged_by_their_card_s_engines():
+    """GGML_CUDA_DEVICES=2 on one H200 (fixtures/h200/virtual34): NVML reads the card, 0000:00:06.0; the two devices
+    are 0000:00:06.0-v0 and -v1. Both must be read through the card, never 'not readable'."""
+    from buildmgr.bench.runner import roles_for
+    from buildmgr.probe import api_devices
+
+    records = (FIXTURES / "h200" / "virtual34" / "api-virtual.json").read_text()
+    devices, _ = api_devices(proc.Ran(0, records, "", 1.0))
+    assert devices is not None and [d.pci_bus_id for d in devices] == ["0000:00:06.0-v0", "0000:00:06.0-v1"]
+    roles = roles_for(["CUDA0", "CUDA1"], {d.name: d for d in devices}, False)
+    assert [r.pci_bus_id for r in roles] == [H200_PCI, H200_PCI]
+    for _, phases, samples in _recorded("cuda0"):  # the card's real NVML samples of a run on it
+        verdict = judge(phases, samples, roles, 0.1, span=(phases[0].start - 0.5, phases[-1].end))
+        assert verdict.validity is not Validity.FALLBACK and not any("not readable" in e for e in verdict.evidence)
+        break

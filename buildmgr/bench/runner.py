@@ -18,15 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from buildmgr import backends, proc
+from buildmgr import backends, identity, proc
 from buildmgr.bench import limit, logs, membw, rows
 from buildmgr.bench.config import Asked, BenchConfig, Request, parse_config, read_toml, resolve
 from buildmgr.bench.judge import BUSY_PERCENT, HOST, Judgement, Role, Validity, judge, partial, slowdowns
 from buildmgr.bench.sampling import Sample, Sampler, services
 from buildmgr.bench.stats import CV_WARN, ratio, summarize
+from buildmgr.devices import Device
 from buildmgr.devices import Role as DeviceRole
 from buildmgr.errors import UserError
-from buildmgr.findings import Finding, errors
+from buildmgr.findings import Finding, Severity, errors
 from buildmgr.placement.check import check, memory_findings, model_devices, read_gguf, weights_per_device
 from buildmgr.receipt import FILE_NAME as RECEIPT
 
@@ -152,15 +153,21 @@ def plan(dirs: Dirs, request: Request, environ: Mapping[str, str]) -> list[Plann
         by_name = {d.name: d for d in here.devices}
         # With no device the CPU runs it, judged by the process's CPU time; with -ngl 0 the devices stay the
         # roles, so that their idle decode shows as the fallback it is.
-        roles = [
-            Role(n, by_name[n].pci_bus_id, by_name[n].type == DeviceRole.CPU, config.cpu_overrides) for n in chosen
-        ] or [Role(HOST, None, True)]
+        roles = roles_for(chosen, by_name, config.cpu_overrides)
         guard = backends.pinning_guards([by_name[n].backend for n in chosen])
         env_set = guard if config.cpu_overrides and not request.allow_pinned else {}
-        devices = {n: by_name[n].pci_bus_id for n in chosen}
+        devices = {n: identity.card_pci(by_name[n]) for n in chosen}
         looked_up = _looked_up_mib(model)
         planned.append(Planned(config, build, model, tuple(roles), devices, env_set, tuple(found), guard, looked_up))
     return planned
+
+
+def roles_for(chosen: Sequence[str], by_name: Mapping[str, Device], cpu_overrides: bool) -> list[Role]:
+    """The devices a CONFIG runs on, as the judge reads them: each by its card's PCI id (a virtual device's engines
+    are its card's), the host's CPU where none is chosen."""
+    return [
+        Role(n, identity.card_pci(by_name[n]), by_name[n].type == DeviceRole.CPU, cpu_overrides) for n in chosen
+    ] or [Role(HOST, None, True)]
 
 
 def _looked_up_mib(model: Path) -> float:
@@ -554,6 +561,8 @@ def bench(
         for p in planned:
             if p.blocked is not None:
                 say(f"  not run: {p.config.label}: {p.blocked.line()}")
+            for finding in (f for f in p.findings if f.severity is Severity.WARNING and p.blocked is None):
+                say(f"  {p.config.label}: {finding.line()}")
         runnable = [p for p in planned if p.blocked is None]
         runs: dict[str, list[Run]] = {p.config.label: [] for p in planned}
         executed: list[tuple[Planned, Run]] = []  # in the order they ran
