@@ -73,11 +73,13 @@ def _keys(device: Device) -> set[str]:
     return {f"{k}:{_hardware(device, k)}" for k in _HARDWARE_KEYS if getattr(device, k)}
 
 
-def _alike(a: Device, b: Device) -> bool:
-    if plain_description(a.description) != plain_description(b.description):
+def _alike(a: Device, b: Device, memory: Callable[[Device], int | None]) -> bool:
+    """One card by description and memory (`memory`: a virtual device's is its card's, all its shares)."""
+    first, second = (backends.card_description(d.backend, d.description) for d in (a, b))
+    if plain_description(first) != plain_description(second):
         return False
-    through_two_drivers = a.description.strip().lower() != b.description.strip().lower()
-    return memory_close(a.memory_total_mib, b.memory_total_mib) or through_two_drivers
+    through_two_drivers = first.strip().lower() != second.strip().lower()
+    return memory_close(memory(a), memory(b)) or through_two_drivers
 
 
 def assign_physical_ids(devices: list[Device]) -> tuple[list[Device], list[str]]:
@@ -105,11 +107,23 @@ def assign_physical_ids(devices: list[Device]) -> tuple[list[Device], list[str]]
             if a.backend != b.backend and _keys(a) & _keys(b):
                 join(a, b)
     pairable = [d for d in devices if d.backend not in NOT_A_CARD]
+
+    def card_memory(device: Device) -> int | None:
+        if backends.virtual_tag(device.backend, device.description) is None:
+            return device.memory_total_mib
+        shares = [
+            d.memory_total_mib for d in devices if d.backend == device.backend and root(d.name) == root(device.name)
+        ]
+        return None if None in shares else sum(s for s in shares if s is not None)
+
+    def cards(group: list[Device]) -> int:  # the virtual devices of one card are one
+        return len({root(d.name) for d in group})
+
     for a in pairable:  # 2. description and memory, unambiguous both ways, where hardware ids cannot decide
         for backend in sorted({d.backend for d in pairable} - {a.backend}):
-            mine = [d for d in pairable if d.backend == backend and _alike(a, d)]
-            theirs = [d for d in pairable if d.backend == a.backend and mine and _alike(mine[0], d)]
-            if len(mine) == 1 and len(theirs) == 1:
+            mine = [d for d in pairable if d.backend == backend and _alike(a, d, card_memory)]
+            theirs = [d for d in pairable if d.backend == a.backend and mine and _alike(mine[0], d, card_memory)]
+            if cards(mine) == 1 and cards(theirs) == 1:
                 if not (_keys(a) and _keys(mine[0])) and join(a, mine[0]):
                     notes.append(f"{a.name} ≡ {mine[0].name} by description and memory only (no hardware id for both)")
             elif mine and not all(_keys(d) for d in mine + theirs):

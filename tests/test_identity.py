@@ -182,3 +182,12 @@ def test_the_h200_s_inventory_under_virtual_devices_is_one_card_of_three_names()
     assert card.names["cuda-sm90-fb9bbb95"] == ("CUDA0", "CUDA1") and card.names["vulkan-920b84e2"] == ("Vulkan0",)
     assert card.default["cuda-sm90-fb9bbb95"] == "CUDA0,CUDA1"  # llama.cpp uses both without -dev
     assert not any("equal discrete cards" in note for note in inventory.notes)
+
+
+def test_virtual_devices_and_the_vulkan_name_of_their_card_pair_by_the_card_s_memory():
+    """cuda+vulkan's --list-devices under GGML_CUDA_DEVICES=2 on the H200: two shares of 71577 MiB are the card
+    Vulkan0 reports with 143771 MiB (within 5 %); one half alone would not be."""
+    devices, notes = resolve(parse_list_devices((VIRTUAL / "list-devices-cuda-vulkan-virtual.txt").read_text()), {})
+    d = by_name(devices)
+    assert d["CUDA0"].physical_id == d["CUDA1"].physical_id == d["Vulkan0"].physical_id
+    assert not any(n.startswith("pairing unknown") for n in notes)
