@@ -107,3 +107,25 @@ def fsync_tree(root: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+# A byte-order mark says the encoding (a PowerShell redirect writes UTF-16 with one); without it, UTF-8.
+_BOMS = ((b"\xef\xbb\xbf", "utf-8-sig"), (b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16"))
+
+
+def read_user_text(path: Path) -> str:
+    """A text file a user named, in UTF-8 or the encoding its BOM says; UserError (one line) for a directory, a
+    file that cannot be read or bytes that are not text."""
+    from buildmgr.errors import UserError
+
+    if path.is_dir():
+        raise UserError(f"{path} is a directory: name a file")
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise UserError(f"cannot read {path}: {err.strerror}") from None
+    encoding = next((name for bom, name in _BOMS if data.startswith(bom)), "utf-8")
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path} is not text ({encoding}: byte {err.start} is 0x{data[err.start]:02x})") from None

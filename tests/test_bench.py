@@ -735,3 +735,31 @@ def test_virtual_devices_are_judged_by_their_card_s_engines():
         verdict = judge(phases, samples, roles, 0.1, span=(phases[0].start - 0.5, phases[-1].end))
         assert verdict.validity is not Validity.FALLBACK and not any("not readable" in e for e in verdict.evidence)
         break
+
+
+def test_compare_reads_utf16_and_bom_json_and_refuses_bytes_that_are_not_text(tmp_path):
+    """Issue #35: what a PowerShell redirect writes (UTF-16 with a BOM) and a UTF-8 BOM are llama-bench's JSON as
+    well; a binary file or one stray 0xFF byte is one line, exit 2, never a traceback."""
+    env = make_env(tmp_path)
+    real = FIXTURES / "h200" / "bench31" / "CUDA0-r5.jsonl"
+    text = real.read_text()
+    want = buildmgr(env, "bench", "--compare", str(real), "--format", "json")
+    assert want.returncode == 0, want.stderr
+    for name, data in (("utf16.jsonl", text.encode("utf-16")), ("bom.jsonl", b"\xef\xbb\xbf" + text.encode())):
+        (tmp_path / name).write_bytes(data)
+        got = buildmgr(env, "bench", "--compare", str(tmp_path / name), "--format", "json")
+        assert got.returncode == 0, got.stderr
+        assert json.loads(got.stdout) == json.loads(want.stdout)
+    (tmp_path / "binary.bin").write_bytes(bytes(range(256)) * 4)
+    (tmp_path / "ff.jsonl").write_bytes(text.encode()[:200] + b"\xff" + text.encode()[200:])
+    for name in ("binary.bin", "ff.jsonl"):
+        assert_user_error(buildmgr(env, "bench", "--compare", str(tmp_path / name)), name, "not text")
+    assert_user_error(buildmgr(env, "bench", "--compare", str(tmp_path)), "is a directory")
+    assert_user_error(
+        buildmgr(env, "bench", "-m", str(real), "--config-file", str(tmp_path / "binary.bin")), "binary.bin", "not text"
+    )
+
+
+def test_a_model_that_is_a_directory_is_named_as_one(tmp_path):
+    """Issue #35: it said 'does not exist'."""
+    assert_user_error(buildmgr(make_env(tmp_path), "bench", "-m", str(tmp_path), "cpu"), "is a directory")

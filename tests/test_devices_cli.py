@@ -94,3 +94,30 @@ def test_parse_of_a_pasted_log_groups_dozen_with_its_card(tmp_env):
     shown = json.loads(buildmgr(tmp_env, "devices", "--parse", str(capture), "--json").stdout)
     assert len({d["physical_id"] for d in shown["devices"]}) == 1 and shown["shapes"] == ["ggml_vulkan lines"]
     assert any("grouped by name" in note for note in shown["notes"])
+
+
+def test_parse_reads_stdin_and_refuses_a_directory_and_stray_options(tmp_path, tmp_env):
+    """Issue #35: `--parse -` is stdin; options that need another one are refused, never ignored."""
+    import subprocess
+    import sys
+
+    text = (H200 / "list-devices.txt").read_text()
+    piped = subprocess.run(
+        [sys.executable, "-m", "buildmgr", "devices", "--parse", "-", "--json"],
+        input=text,
+        env=tmp_env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert piped.returncode == 0, piped.stderr
+    assert [d["name"] for d in json.loads(piped.stdout)["devices"]] == ["CUDA0", "Vulkan0"]
+    assert_user_error(buildmgr(tmp_env, "devices", "--parse", str(tmp_path)), "is a directory")
+    assert_user_error(buildmgr(tmp_env, "devices", "--nvidia-smi", str(H200 / "nvidia-smi.csv")), "goes with --parse")
+    assert_user_error(buildmgr(tmp_env, "devices", "--prefer", "igpu"), "--prefer goes with --suggest")
+
+
+def test_abbreviated_flags_are_refused(tmp_env):
+    """Issue #35: argparse's prefix matching made `build --reb` a --rebuild."""
+    assert_user_error(buildmgr(tmp_env, "build", "--reb"), "--reb")
+    assert_user_error(buildmgr(tmp_env, "devices", "--ref"), "--ref")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from buildmgr.errors import UserError
+from buildmgr.fsutil import read_user_text
 from buildmgr.placement.check import FFN_EXPS, cpu_overrides
 from buildmgr.placement.syntax import BY_FLAG, Placement, bench_args, parse_common
 
@@ -155,9 +156,7 @@ def from_words(label: str, build: str, words: list[str], text: str) -> BenchConf
 def read_toml(path: Path) -> list[BenchConfig]:
     """`[[config]]` tables, each `build = "…"`, optional `label = "…"` and `flags = "-dev CUDA0 …"` (or a list)."""
     try:
-        data = tomllib.loads(path.read_text())
-    except OSError as err:
-        raise UserError(f"cannot read {path}: {err.strerror}") from None
+        data = tomllib.loads(read_user_text(path))
     except tomllib.TOMLDecodeError as err:
         raise UserError(f"{path} is not valid TOML: {err}") from None
     tables = data.get("config")

@@ -19,6 +19,7 @@ from buildmgr.bench.judge import Validity
 from buildmgr.bench.limit import Energy, Holding, Limit
 from buildmgr.bench.stats import Ratio, compared, geomean, ratio, summarize
 from buildmgr.errors import UserError
+from buildmgr.fsutil import read_user_text
 from buildmgr.jsonshape import OMIT_IF_EMPTY, OMIT_IF_NONE, ShapeError, dump, load
 
 KEY = "buildmgr"
@@ -260,10 +261,7 @@ def read_rows(paths: Iterable[Path]) -> list[Row]:
     """buildmgr's JSONL, or llama-bench's `-o jsonl` (a row per line) or `-o json` (one array)."""
     found: list[Row] = []
     for path in paths:
-        try:
-            text = path.read_text()
-        except OSError as err:
-            raise UserError(f"cannot read {path}: {err.strerror}") from None
+        text = read_user_text(path)
         try:
             data = (
                 json.loads(text)

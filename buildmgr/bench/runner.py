@@ -124,6 +124,8 @@ def prepare(asked: Asked, before_models: Callable[[], None] = lambda: None) -> t
 
 def model_context(model: Path) -> int | None:
     """The model's trained context from its GGUF header (no weights read); UserError if it is not a GGUF."""
+    if model.is_dir():
+        raise UserError(f"model {model} is a directory: name the GGUF file")
     if not model.is_file():
         raise UserError(f"model {model} does not exist")
     reader = read_gguf(model)

@@ -9,7 +9,7 @@ import importlib
 import os
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from buildmgr import __version__
 from buildmgr.errors import BuildFailed, BuildmgrError, UserError
@@ -48,6 +48,10 @@ TAKES_A_TOOL = ("run", "check")  # `-- TOOL ARGS…` after buildmgr's own argume
 
 
 class Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)  # exact flags only: `build --reb` must not be --rebuild
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:  # one line, exit 2, like every other user error
         raise UserError(f"{message} (see '{self.prog} --help')")
 

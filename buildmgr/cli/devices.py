@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,7 +36,7 @@ def register(sub: Subparsers, name: str) -> None:
         action="store_true",
         help="a -dev string per build that uses each physical card once (and -ts by free memory)",
     )
-    p.add_argument("--prefer", choices=("dgpu", "all", "igpu"), default="dgpu", help="with --suggest: which cards")
+    p.add_argument("--prefer", choices=("dgpu", "all", "igpu"), help="with --suggest: which cards (default dgpu)")
     p.add_argument("--parse", type=Path, metavar="FILE", help="parse a captured --list-devices output instead")
     for _, capture in backends.captures():
         p.add_argument(capture.option, type=Path, metavar="FILE", help=capture.help)
@@ -43,12 +44,27 @@ def register(sub: Subparsers, name: str) -> None:
 
 
 def _read_capture(path: Path | None, what: str) -> str:
+    """A pasted text, from a file or `-` (stdin); odd bytes in a log are replaced, never fatal."""
     if path is None:
         return ""
+    if str(path) == "-":
+        return sys.stdin.buffer.read().decode("utf-8", errors="replace")
+    if path.is_dir():
+        raise UserError(f"{what} {path} is a directory: name the file that holds the capture")
     try:
         return path.read_text(encoding="utf-8", errors="replace")
     except OSError as err:
         raise UserError(f"cannot read {what} file {path}: {err.strerror or err}") from None
+
+
+def _refuse_stray(args: argparse.Namespace) -> None:
+    """Options that only mean something with another one are refused without it, never ignored."""
+    if args.parse is None:
+        for _, capture in backends.captures():
+            if getattr(args, capture.dest) is not None:
+                raise UserError(f"{capture.option} goes with --parse (a live `devices` asks the tool itself)")
+    if args.prefer is not None and not args.suggest:
+        raise UserError("--prefer goes with --suggest")
 
 
 def _env_assignments(items: list[str]) -> dict[str, str]:
@@ -88,6 +104,7 @@ def _parse(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr import inventory, store
 
+    _refuse_stray(args)
     if args.parse is not None:
         return _parse(args)
     if args.env:
@@ -104,7 +121,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         for change in inventory.environment_changes(data.builds, ctx.environ):
             ctx.warn(change)
     if args.suggest:
-        return _suggest(data, args.prefer, args.json)
+        return _suggest(data, args.prefer or "dgpu", args.json)
     if args.json:
         print(json.dumps(data.to_json(), indent=2, sort_keys=True))
     else:

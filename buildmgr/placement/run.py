@@ -117,6 +117,8 @@ def run_check(
 
     placements, notes = parse(command[0], command[1:], dict(environ))
     user_model = model or next((Path(p.model) for p in placements if p.model), None)
+    if user_model is not None and user_model.is_dir():
+        raise UserError(f"model {user_model} is a directory: name the GGUF file")
     if user_model is not None and not user_model.is_file():
         raise UserError(f"model {user_model} does not exist")
     here, fresh = here_for(dirs, build, environ)
