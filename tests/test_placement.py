@@ -142,11 +142,17 @@ def test_llama_bench_reads_commas_as_tests_and_slashes_as_devices_together():
         (["-ts", "3,x"], "every entry must be a number"),
         (["-sm", "rows"], "one of none, layer, row, tensor"),
         (["-mg", "first"], "must be a whole number"),
+        (["-ngl", "abc"], "a number, 'auto' or 'all'"),  # issue #35: was 'placement ok'; llama.cpp fails (stoi)
     ],
 )
 def test_malformed_values_are_user_errors(args, message):
     with pytest.raises(UserError, match=message):
         parse_common(args, {})
+
+
+@pytest.mark.parametrize("value", ["99", "-1", "0", "auto", "all", "12abc"])  # stoi reads "12abc" as 12
+def test_gpu_layers_llama_cpp_takes_are_taken(value):
+    assert parse_common(["-ngl", value], {})[0].gpu_layers == value
 
 
 def test_captured_failures_are_classified():

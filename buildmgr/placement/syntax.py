@@ -135,6 +135,11 @@ def _apply(values: dict[str, Any], key: str, value: str, flag: str) -> None:
         values[key] = values.get(key, ()) + _overrides(value, flag, COMMON.overrides)  # env and command line both apply
     elif key == "cpu_moe":
         values[key] = True
+    elif key == "gpu_layers":
+        # common/arg.cpp at the pin: 'auto', 'all', else std::stoi (leading digits; anything else throws)
+        if value not in ("auto", "all") and not re.match(r"\s*[+-]?\d", value):
+            raise UserError(f"{flag} {value!r}: a number, 'auto' or 'all' (llama.cpp fails on it: stoi)")
+        values[key] = value
     else:
         values[key] = value
 
