@@ -19,6 +19,7 @@ from buildmgr.recipes import Recipe
 class RecipeState:
     recipe: Recipe
     missing: tuple[str, ...]  # one line per missing tool or failed check; empty: buildable here
+    toolchains: tuple[str, ...] = ()  # the added toolchains `build` would take for it by itself
 
     @property
     def buildable(self) -> bool:
@@ -44,12 +45,27 @@ class Report:
 def recipes(
     dirs: Dirs, environ: Mapping[str, str], settings: Settings, warn: Callable[[str], None]
 ) -> list[RecipeState]:
+    from buildmgr.errors import UserError
+    from buildmgr.memo import Memo
+    from buildmgr.options import pick_toolchains
+
     host = backend_host(environ, ccache=settings.ccache)
+    memo = Memo.load(dirs.preflight_cache)
     states = []
     for recipe in all_recipes(dirs, warn=warn).values():
         report = backends.inspect(recipe.backends, host, deep=False)
-        missing = toolchain.problems(host.toolchain, recipe.tools, environ) + [c.line() for c in report.failures]
-        states.append(RecipeState(recipe, tuple(missing)))
+        picked: tuple[kits.Added, ...] = ()
+        failures = [c.line() for c in report.failures]
+        if report.failures:  # as `build` does: the one added toolchain of a backend this host lacks
+            try:
+                picked = pick_toolchains(dirs, report, memo)
+            except UserError as err:
+                failures.append(str(err))
+            if picked:
+                overlaid = dataclasses.replace(host, environ=kits.overlay(environ, picked))
+                failures = [c.line() for c in backends.inspect(recipe.backends, overlaid, deep=False).failures]
+        missing = toolchain.problems(host.toolchain, recipe.tools, environ) + failures
+        states.append(RecipeState(recipe, tuple(missing), tuple(a.id for a in picked)))
     return states
 
 

@@ -57,6 +57,20 @@ def test_the_build_took_the_headers_from_the_added_toolchain(root, built):
     assert f"using toolchain {toolchain['id']} (buildmgr toolchain add)" in built.stderr
 
 
+def test_recipes_says_buildable_with_the_added_toolchain_as_build_takes_it(root, tmp_path, vulkan_toolchain):
+    """Issue #35: `recipes` said no (headers too old) while `build` took the added toolchain by itself."""
+
+    def vulkan(env):
+        shown = buildmgr(env, "recipes", "--json")
+        assert shown.returncode == 0, shown.stderr
+        return next(r for r in json.loads(shown.stdout)["recipes"] if r["name"] == "vulkan")
+
+    bare = vulkan(env_with(tmp_path))  # the same host without the toolchain: its own headers are too old
+    assert not bare["buildable"] and bare["toolchains"] == []
+    added = vulkan(env_with(root))
+    assert added["buildable"] and added["toolchains"] == [vulkan_toolchain["id"]], added
+
+
 def inventory(root: Path, **extra: str) -> dict:
     result = buildmgr(env_with(root, **extra), "devices", "--refresh", "--json")
     assert result.returncode == 0, result.stderr

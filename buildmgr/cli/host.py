@@ -44,14 +44,23 @@ def recipes(args: argparse.Namespace, ctx: Context) -> int:
     states = host.recipes(ctx.dirs, ctx.environ, ctx.settings, ctx.warn)
     if args.json:
         rows = [
-            s.recipe.to_json() | {"buildable": s.buildable, "missing": list(s.missing), "file": s.recipe.source_file}
+            s.recipe.to_json()
+            | {
+                "buildable": s.buildable,
+                "missing": list(s.missing),
+                "toolchains": list(s.toolchains),
+                "file": s.recipe.source_file,
+            }
             for s in states
         ]
         print(json.dumps({"recipes": rows}, indent=2))
         return 0
     table = render.table("recipe", "backends", "buildable here", "description")
     for state in states:
-        verdict = "[green]yes[/]" if state.buildable else "[red]no[/]: " + render.escape("; ".join(state.missing))
+        with_kits = f" (with toolchain {', '.join(state.toolchains)})" if state.toolchains else ""
+        verdict = (
+            f"[green]yes[/]{with_kits}" if state.buildable else "[red]no[/]: " + render.escape("; ".join(state.missing))
+        )
         table.add_row(state.recipe.name, ", ".join(state.recipe.backends), verdict, state.recipe.description)
     render.out().print(table)
     return 0
