@@ -121,3 +121,18 @@ def test_abbreviated_flags_are_refused(tmp_env):
     """Issue #35: argparse's prefix matching made `build --reb` a --rebuild."""
     assert_user_error(buildmgr(tmp_env, "build", "--reb"), "--reb")
     assert_user_error(buildmgr(tmp_env, "devices", "--ref"), "--ref")
+
+
+def test_piped_tables_are_never_cut_or_folded(tmp_env):
+    """Issue #35: `recipes | cat` cut the fix command itself at 80 columns. Piped, every row is one line whole."""
+    shown = buildmgr(tmp_env | {"COLUMNS": ""}, "recipes")
+    assert shown.returncode == 0, shown.stderr
+    sycl = next(line for line in shown.stdout.splitlines() if line.strip().startswith("sycl"))
+    assert "`source /opt/intel/oneapi/setvars.sh` first" in sycl
+    parsed = buildmgr(
+        tmp_env,
+        "devices",
+        "--parse",
+        str(Path(__file__).parent / "fixtures" / "captures" / "vulkan-intel-bmg-g21-arc-pro-b50.txt"),
+    )
+    assert "Intel(R) Graphics (BMG G21) (Intel open-source Mesa driver) (Vulkan0)" in parsed.stdout

@@ -54,7 +54,7 @@ def list_builds(args: argparse.Namespace, ctx: Context) -> int:
     table = render.table("build", "backends", "source", "finished", "prefix")
     for b in builds:
         table.add_row(b.id, ", ".join(b.receipt.backends), b.receipt.source.origin, b.finished, str(b.prefix))
-    render.out().print(table)
+    render.show(table)
     return 0
 
 

@@ -62,7 +62,7 @@ def recipes(args: argparse.Namespace, ctx: Context) -> int:
             f"[green]yes[/]{with_kits}" if state.buildable else "[red]no[/]: " + render.escape("; ".join(state.missing))
         )
         table.add_row(state.recipe.name, ", ".join(state.recipe.backends), verdict, state.recipe.description)
-    render.out().print(table)
+    render.show(table)
     return 0
 
 

@@ -4,8 +4,10 @@ the devices table and the placement report. No decisions here; only presentation
 from __future__ import annotations
 
 import functools
+import os
+import sys
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from buildmgr.findings import Severity
 
@@ -21,18 +23,26 @@ if TYPE_CHECKING:
 STYLES = {Severity.ERROR: "red", Severity.WARNING: "yellow"}
 
 
+# Piped or redirected output is saved and grepped: never cut or folded to a terminal's width (rich's default is 80).
+_UNBOUNDED = 100_000
+
+
+def _width(stream: TextIO) -> int | None:
+    return None if stream.isatty() or os.environ.get("COLUMNS") else _UNBOUNDED
+
+
 @functools.cache
 def out() -> Console:
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=True)
+    return Console(highlight=False, soft_wrap=True, width=_width(sys.stdout))
 
 
 @functools.cache
 def err() -> Console:
     from rich.console import Console
 
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+    return Console(stderr=True, highlight=False, soft_wrap=True, width=_width(sys.stderr))
 
 
 def warn(message: str) -> None:
@@ -45,9 +55,22 @@ def say(message: str, style: str | None = None) -> None:
 
 
 def table(*columns: str) -> Table:
-    from rich.table import Table
+    """In a terminal, a long cell folds onto the next lines rather than being cut with an ellipsis."""
+    from rich.table import Column, Table
 
-    return Table(*columns, box=None)
+    return Table(*(Column(header, overflow="fold") for header in columns), box=None)
+
+
+def show(grid: Table, console: Console | None = None) -> None:
+    """A table; piped, each line whole and without the padding of its last column."""
+    console = console or out()
+    if console.width < _UNBOUNDED:
+        console.print(grid)
+        return
+    with console.capture() as captured:
+        console.print(grid)
+    for line in captured.get().splitlines():
+        console.file.write(line.rstrip() + "\n")
 
 
 def escape(text: str) -> str:
@@ -66,7 +89,7 @@ def checks(labelled: Sequence[tuple[str, Check]]) -> None:
         grid = table("check", "ok", "found", "fix")
         for (label, found, fix), (_, check) in zip(cells, labelled, strict=True):
             grid.add_row(label, "[green]yes[/]" if check.ok else "[red]no[/]", escape(found), escape(fix))
-        console.print(grid)
+        show(grid, console)
         return
     for (label, found, fix), (_, check) in zip(cells, labelled, strict=True):
         console.print(("[green]yes[/] " if check.ok else "[red]no[/]  ") + escape(label))
@@ -130,7 +153,7 @@ def devices_table(
             row[0] = f"{escape(card.description)} [dim]({', '.join(card.members or ())})[/]"
         grid.add_row(*row)
     if rows:
-        out().print(grid)
+        show(grid)
         if builds:
             out().print("[dim]* the name llama.cpp uses for that card when no -dev is given[/]")
     else:

@@ -163,7 +163,7 @@ def repo_list(args: argparse.Namespace, ctx: Context) -> int:
             render.escape(e.name), f"b{s.build_number}", "+".join(s.backends), code, s.runtime.glibc or "—",
             f"{e.size / 1e6:.1f}", e.signed_by or "unsigned",
         )  # fmt: skip
-    render.out().print(table)
+    render.show(table)
     return 0
 
 

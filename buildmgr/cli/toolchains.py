@@ -108,7 +108,7 @@ def _list(args: argparse.Namespace, ctx: Context) -> int:
         packages = ", ".join(f"{name} {version}" for name, version in row["packages"].items())
         needed = ", ".join(row["needed_by"]) or "-"
         table.add_row(row["id"], row["backend"], f"{row['size'] / 2**30:.2f} GiB", packages, state, needed)
-    render.out().print(table)
+    render.show(table)
     for item in broken:
         ctx.warn(str(item))
     return 0
