@@ -300,7 +300,7 @@ class ShaderCache(NamedTuple):
     launcher: Callable[[Path, str, Path], Path]  # (build tree, the real compiler, the cache) → the program CMake runs
     environ: Callable[[Path], dict[str, str]]  # a statslog path → the variables that make it log hit/miss/direct there
     counts: Callable[[str], dict[str, int]]  # that log's text → hit, miss and direct
-    prune: Callable[[Path, float], list[Path]]  # (the cache, now) → the entries no build used for a month, removed
+    prune: Callable[[Path, float, bool], list[Path]]  # (the cache, now, dry) → the entries no build used for a month
 
 
 class Backend(NamedTuple):

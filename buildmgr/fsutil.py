@@ -49,6 +49,23 @@ def remove_if_idle(lock_file: Path) -> bool:
         return idle
 
 
+def idle_lock(lock_file: Path) -> bool:
+    """Whether no process holds this lock; nothing is created or removed (a missing lock file is idle)."""
+    try:
+        fd = os.open(lock_file, os.O_RDONLY)
+    except FileNotFoundError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return True
+    finally:
+        os.close(fd)
+
+
 def umask_mode() -> int:
     """The mode a plain new file gets (mkstemp's own 0600 would hide receipts and packages from other users)."""
     current = os.umask(0)

@@ -19,7 +19,7 @@ from typing import Generic, TypeVar
 
 from buildmgr.config import Dirs
 from buildmgr.errors import UserError
-from buildmgr.fsutil import atomic_write_text, fsync_tree, locked, remove_if_idle, sha256_file
+from buildmgr.fsutil import atomic_write_text, fsync_tree, idle_lock, locked, remove_if_idle, sha256_file
 from buildmgr.jsonshape import Record, ShapeError
 from buildmgr.receipt import FILE_NAME as RECEIPT
 from buildmgr.receipt import Receipt, ToolchainReceipt
@@ -106,17 +106,19 @@ class Shelf(Generic[R]):
         os.rename(entry, doomed)
         shutil.rmtree(doomed, ignore_errors=self.lenient_removal)
 
-    def collect(self, removed: list[Path]) -> None:
+    def collect(self, removed: list[Leftover], dry: bool = False) -> None:
         """What interrupted runs left: staging folders whose key's lock is free, and entries half removed or
         replaced (hidden names)."""
         for path in sorted(self.staging.iterdir()) if self.staging.is_dir() else ():
-            _collect_idle([path], self.lock(path.name.split(".", 1)[0]), removed)
+            why = f"staging of an interrupted {self.what}"
+            _collect_idle([path], self.lock(path.name.split(".", 1)[0]), why, removed, dry)
         depth = self.pattern.count("/")
         hidden = self.root.glob("/".join(["*"] * depth + [".*"])) if self.root.is_dir() else ()
         for leftover in sorted(hidden):
             if leftover.name.startswith((".old-", ".removing-")) and leftover.is_dir():
-                shutil.rmtree(leftover, ignore_errors=True)
-                removed.append(leftover)
+                if not dry:
+                    shutil.rmtree(leftover, ignore_errors=True)
+                removed.append(Leftover(leftover, f"a {self.what} half removed or replaced"))
 
 
 def _load(entry: Path, name: str, record: type[R]) -> R | Unreadable | None:
@@ -304,42 +306,72 @@ def remove(dirs: Dirs, build: Build) -> None:
         shutil.rmtree(dirs.build_trees / build.id, ignore_errors=True)
 
 
-def _collect_idle(paths: list[Path], lock: Path, removed: list[Path]) -> None:
+@dataclass(frozen=True)
+class Leftover:
+    """What gc removes (or, dry, would), and why."""
+
+    path: Path
+    why: str
+
+
+def _collect_idle(paths: list[Path], lock: Path, why: str, removed: list[Leftover], dry: bool) -> None:
     """Delete these leftovers unless the lock that their writer holds is busy (locks work across containers
     that share the data dir; process ids do not)."""
     if not paths:
         return
+    if dry:
+        removed += [Leftover(path, why) for path in paths] if idle_lock(lock) else []
+        return
+    existed = lock.exists()
     with locked(lock, wait=False) as idle:
         if idle:
             for path in paths:
                 shutil.rmtree(path, ignore_errors=True)
-                removed.append(path)
+                removed.append(Leftover(path, why))
+    if not existed:
+        remove_if_idle(lock)  # made by this check: not a leftover of anyone's
 
 
-def gc(dirs: Dirs, shelves: tuple[Shelf[ToolchainReceipt], ...] = ()) -> list[Path]:
+def gc(dirs: Dirs, shelves: tuple[Shelf[ToolchainReceipt], ...] = (), dry: bool = False) -> list[Leftover]:
     """Remove what interrupted runs left on every shelf (staging folders, half-done renames), extractions, downloads
-    and clones, orphan build trees, lock files of builds not running, and shaders no build used for 30 days."""
-    removed: list[Path] = []
-    builds_shelf(dirs).collect(removed)
+    and clones, orphan build trees, lock files of builds not running, and shaders no build used for 30 days; `dry`:
+    only say what."""
+    removed: list[Leftover] = []
+    builds_shelf(dirs).collect(removed, dry)
     for shelf in shelves:
-        shelf.collect(removed)
-    _collect_idle(sorted(dirs.sources.glob(".extract-*")), dirs.sources / ".lock", removed)
-    _collect_idle(sorted(dirs.downloads.glob(".pip-*")), dirs.downloads / ".lock", removed)
-    _collect_idle(sorted(dirs.git.glob(".*.tmp")), dirs.git / ".lock", removed)
+        shelf.collect(removed, dry)
+    interrupted = "left by an interrupted"
+    _collect_idle(
+        sorted(dirs.sources.glob(".extract-*")), dirs.sources / ".lock", f"{interrupted} source sync", removed, dry
+    )
+    _collect_idle(
+        sorted(dirs.downloads.glob(".pip-*")), dirs.downloads / ".lock", f"{interrupted} download", removed, dry
+    )
+    _collect_idle(sorted(dirs.git.glob(".*.tmp")), dirs.git / ".lock", f"{interrupted} clone", removed, dry)
     if dirs.build_trees.is_dir():
         alive = {b.id for b in installed(dirs)}
         for tree in dirs.build_trees.iterdir():
             if tree.name in alive:
                 continue
-            with locked(build_lock(dirs, tree.name), wait=False) as idle:
+            why = f"build tree of {tree.name}, which is not installed (failed or removed)"
+            if dry:
+                removed += [Leftover(tree, why)] if idle_lock(build_lock(dirs, tree.name)) else []
+                continue
+            lock = build_lock(dirs, tree.name)
+            existed = lock.exists()
+            with locked(lock, wait=False) as idle:
                 if idle:  # a busy lock is a build in progress: its tree stays
                     shutil.rmtree(tree, ignore_errors=True)
-                    removed.append(tree)
+                    removed.append(Leftover(tree, why))
+            if not existed:
+                remove_if_idle(lock)  # made by this check: not a leftover of anyone's
     for lock in sorted((dirs.data / "locks").glob("*.lock")):  # one per build id ever built, else kept forever
-        if remove_if_idle(lock):
-            removed.append(lock)
+        if idle_lock(lock) if dry else remove_if_idle(lock):
+            removed.append(Leftover(lock, "lock file of a build not running"))
     from buildmgr import backends  # not on a no-op's import path
 
     return removed + [
-        path for cache in backends.shader_caches() for path in cache.prune(dirs.shader_cache, time.time())
+        Leftover(path, "shader no build used for 30 days")
+        for cache in backends.shader_caches()
+        for path in cache.prune(dirs.shader_cache, time.time(), dry)
     ]

@@ -154,7 +154,7 @@ def test_gc_prunes_only_shaders_unused_for_30_days(tmp_path):
         entry.write_bytes(b"spirv")
     month_ago = old.stat().st_mtime - 31 * 86400
     os.utime(old, (month_ago, month_ago))
-    assert gc(dirs) == [old]
+    assert [item.path for item in gc(dirs)] == [old]
     assert not old.exists() and recent.read_bytes() == b"spirv"
 
 

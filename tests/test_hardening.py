@@ -308,7 +308,7 @@ def test_gc_goes_by_the_locks_not_by_process_ids(tmp_env):
     for path in (orphan, running, extract, download, clone):
         (path / "sub").mkdir(parents=True)
     with locked(store.build_lock(dirs, "cpu-88888888")):
-        removed = store.gc(dirs)
+        removed = [item.path for item in store.gc(dirs)]
     assert {p for p in removed if p.suffix != ".lock"} == {orphan, extract, download, clone}
     assert running.exists() and not any(p.exists() for p in removed)
 
@@ -321,9 +321,35 @@ def test_gc_removes_the_lock_files_of_builds_not_running(tmp_env):
         with locked(store.build_lock(dirs, build_id)):
             pass
     with locked(store.build_lock(dirs, "cpu-33333333")):
-        removed = store.gc(dirs)
+        removed = [item.path for item in store.gc(dirs)]
         assert [p.name for p in (dirs.data / "locks").iterdir()] == ["cpu-33333333.lock"]
     assert {"cpu-11111111.lock", "cpu-22222222.lock"} <= {p.name for p in removed}
+
+
+def test_gc_dry_run_lists_each_item_with_why_and_removes_nothing(tmp_env):
+    """Issue #35: gc removed a build tree of a build never shown in `list`, and locks, without naming them first."""
+    from buildmgr.fsutil import locked
+
+    dirs = dirs_of(tmp_env)
+    tree = dirs.build_trees / "cpu-44444444"
+    orphan = dirs.staging / "cpu-55555555.1.abcd1234"
+    for path in (tree / "CMakeFiles", orphan / "sub"):
+        path.mkdir(parents=True)
+    with locked(store.build_lock(dirs, "cpu-66666666")):
+        pass
+    before = sorted(p for p in dirs.data.rglob("*"))
+    dry = buildmgr(tmp_env, "gc", "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    listed = {Path(item["path"]): item["why"] for item in json.loads(dry.stdout)["removed"]}
+    assert sorted(p for p in dirs.data.rglob("*")) == before  # nothing removed
+    assert listed[tree] == "build tree of cpu-44444444, which is not installed (failed or removed)"
+    assert listed[orphan] == "staging of an interrupted build"
+    assert listed[store.build_lock(dirs, "cpu-66666666")] == "lock file of a build not running"
+    plain = buildmgr(tmp_env, "gc", "--dry-run")
+    assert f"would remove {tree} (build tree of cpu-44444444" in plain.stderr and tree.exists()
+    done = buildmgr(tmp_env, "gc", "--json")
+    assert {Path(item["path"]) for item in json.loads(done.stdout)["removed"]} == set(listed)
+    assert not any(p.exists() for p in listed)
 
 
 HOLD_THE_LOCK = """

@@ -23,7 +23,8 @@ def register(sub: Subparsers, name: str) -> None:
     elif name == "remove":
         command(sub, "remove", remove, "remove a build").add_argument("build")
     elif name == "gc":
-        command(sub, "gc", gc, "remove stale staging dirs and build trees of removed builds")
+        p = command(sub, "gc", gc, "remove what interrupted runs left, saying what and why", json=True)
+        p.add_argument("--dry-run", action="store_true", help="only list what would be removed, and why")
 
 
 def list_builds(args: argparse.Namespace, ctx: Context) -> int:
@@ -79,8 +80,13 @@ def gc(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr import kits, store
 
     # toolchains themselves stay: builds load their run-time libraries from them ('toolchain remove' checks that)
-    removed = store.gc(ctx.dirs, (kits.shelf(ctx.dirs),))
-    for path in removed:
-        render.say(f"removed {path}")
-    render.say(f"gc: {len(removed)} item(s) removed")
+    removed = store.gc(ctx.dirs, (kits.shelf(ctx.dirs),), dry=args.dry_run)
+    if args.json:
+        shown = [{"path": str(item.path), "why": item.why} for item in removed]
+        print(json.dumps({"dry_run": args.dry_run, "removed": shown}, indent=2))
+        return 0
+    verb = "would remove" if args.dry_run else "removed"
+    for item in removed:
+        render.say(f"{verb} {item.path} ({item.why})")
+    render.say(f"gc: {len(removed)} item(s) {verb}" + (" (nothing removed: --dry-run)" if args.dry_run else ""))
     return 0

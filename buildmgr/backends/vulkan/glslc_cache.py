@@ -182,13 +182,15 @@ def launcher(directory: Path, glslc: str, cache: Path) -> Path:
 UNUSED_DAYS = 30
 
 
-def prune(cache: Path, now: float, days: int = UNUSED_DAYS) -> list[Path]:
-    """Remove the entries no build used for `days`: the cache would otherwise keep every source version's shaders."""
+def prune(cache: Path, now: float, dry: bool = False, days: int = UNUSED_DAYS) -> list[Path]:
+    """Remove the entries no build used for `days` (`dry`: only list them): the cache would otherwise keep every
+    source version's shaders."""
     removed = []
     for entry in sorted(cache.glob("??/*")):
         try:
             if now - entry.stat().st_mtime > days * 86400:
-                entry.unlink()
+                if not dry:
+                    entry.unlink()
                 removed.append(entry)
         except OSError:
             continue  # taken by another gc
