@@ -674,3 +674,27 @@ def test_a_host_whose_glibc_cannot_be_read_is_told_the_floor_was_not_checked(tmp
     assert "warning: this host's glibc version is unknown (musl?); GLIBC_2.34 is not checked" in [
         f.line() for f in findings
     ]
+
+
+def test_the_wrong_file_is_named_for_what_it_is_and_verify_refuses_to_verify(tmp_path):
+    """Issue #35: a directory was 'no such artifact file', the .sha256 asked for a .sha256.sha256, and a tampered
+    archive given to verify or publish was refused 'to install'."""
+    from conftest import assert_user_error, buildmgr, make_env
+
+    env = make_env(tmp_path / "home")
+    archive = packaged(tmp_path)
+    assert_user_error(buildmgr(env, "install-artifact", str(tmp_path)), "is a directory")
+    assert_user_error(buildmgr(env, "verify", str(tmp_path)), "is a directory")
+    assert_user_error(
+        buildmgr(env, "install-artifact", f"{archive}.sha256"),
+        "is the checksum file",
+        f"name the archive, {archive.name}",
+    )
+    with open(archive, "r+b") as handle:  # one byte changed: the checksum no longer matches
+        handle.seek(100)
+        byte = handle.read(1)
+        handle.seek(100)
+        handle.write(bytes([byte[0] ^ 1]))
+    assert_user_error(buildmgr(env, "verify", str(archive)), "checksum mismatch", "refusing to verify it")
+    assert_user_error(buildmgr(env, "install-artifact", str(archive)), "refusing to install it")
+    assert_user_error(buildmgr(env, "publish", str(archive), "--to", str(tmp_path / "repo")), "refusing to publish it")

@@ -162,8 +162,8 @@ class Artifact:
     receipt_sha256: str  # of the receipt's bytes in the archive: what a signature's provenance names
 
 
-def _bad(path: Path, why: str) -> UserError:
-    return UserError(f"{path.name}: {why}; refusing to install it")
+def _bad(path: Path, why: str, refusing: str = "install") -> UserError:
+    return UserError(f"{path.name}: {why}; refusing to {refusing} it")
 
 
 def _read_checksum(path: Path) -> str:
@@ -179,13 +179,15 @@ def _read_checksum(path: Path) -> str:
     return fields[0]
 
 
-def _valid_receipt(path: Path, data: bytes) -> Receipt:
+def _valid_receipt(path: Path, data: bytes, refusing: str = "install") -> Receipt:
     try:
         receipt = Receipt.from_text(data)
     except ShapeError as err:
-        raise _bad(path, f"its {RECEIPT} is not a buildmgr receipt of schema {RECEIPT_SCHEMA} ({err})") from None
+        raise _bad(
+            path, f"its {RECEIPT} is not a buildmgr receipt of schema {RECEIPT_SCHEMA} ({err})", refusing
+        ) from None
     if receipt.runtime is None:
-        raise _bad(path, f"its {RECEIPT} has no runtime needs (an artifact of an older buildmgr)")
+        raise _bad(path, f"its {RECEIPT} has no runtime needs (an artifact of an older buildmgr)", refusing)
     return receipt
 
 
@@ -195,14 +197,19 @@ def _manifest_line(line: str) -> tuple[str, str]:
     return name, digest
 
 
-def open_artifact(path: Path) -> Artifact:
-    """Check the .sha256, every entry's path, the manifest and the receipt; raise UserError on any doubt."""
+def open_artifact(path: Path, refusing: str = "install") -> Artifact:
+    """Check the .sha256, every entry's path, the manifest and the receipt; raise UserError on any doubt, saying
+    what is refused (`refusing`: install, verify, publish)."""
+    if path.is_dir():
+        raise UserError(f"{path} is a directory: name the artifact's .tar.gz")
+    if path.name.endswith(".tar.gz.sha256"):
+        raise UserError(f"{path.name} is the checksum file: name the archive, {path.name.removesuffix('.sha256')}")
     if not path.is_file():
         raise UserError(f"{path}: no such artifact file")
     expected = _read_checksum(path)
     actual = sha256_file(path)
     if actual != expected:
-        raise _bad(path, f"checksum mismatch (sha256 {actual[:12]}…, its .sha256 says {expected[:12]}…)")
+        raise _bad(path, f"checksum mismatch (sha256 {actual[:12]}…, its .sha256 says {expected[:12]}…)", refusing)
     hashes: dict[str, str] = {}
     links: dict[str, str] = {}
     texts: dict[str, bytes] = {}
@@ -216,9 +223,11 @@ def open_artifact(path: Path) -> Artifact:
                 top = top or (parts[0] if parts else "")
                 reason = unsafe_entry(member, PurePosixPath(top))
                 if reason:
-                    raise _bad(path, f"unsafe entry {member.name!r} ({reason})")
+                    raise _bad(path, f"unsafe entry {member.name!r} ({reason})", refusing)
                 if not parts or parts[0] != top:
-                    raise _bad(path, f"expected one top-level folder, found more ({parts[0] if parts else '.'!r})")
+                    raise _bad(
+                        path, f"expected one top-level folder, found more ({parts[0] if parts else '.'!r})", refusing
+                    )
                 members.append(member)
                 relative = str(PurePosixPath(member.name).relative_to(top)) if member.name != top else ""
                 if member.isfile():
@@ -233,24 +242,28 @@ def open_artifact(path: Path) -> Artifact:
                 elif member.issym():
                     links[relative] = member.linkname
                 elif not member.isdir():
-                    raise _bad(path, f"entry {member.name!r} is neither a file, a folder nor a link")
+                    raise _bad(path, f"entry {member.name!r} is neither a file, a folder nor a link", refusing)
     except (tarfile.TarError, OSError, EOFError) as err:
-        raise _bad(path, f"not a readable .tar.gz ({err})") from None
+        raise _bad(path, f"not a readable .tar.gz ({err})", refusing) from None
     if RECEIPT not in texts:
-        raise _bad(path, f"no {RECEIPT} in it (not a buildmgr artifact)")
+        raise _bad(path, f"no {RECEIPT} in it (not a buildmgr artifact)", refusing)
     if MANIFEST not in texts:
-        raise _bad(path, f"no {MANIFEST} in it (not a buildmgr artifact)")
+        raise _bad(path, f"no {MANIFEST} in it (not a buildmgr artifact)", refusing)
     listed = dict(_manifest_line(line) for line in texts[MANIFEST].decode("utf-8", "replace").splitlines())
     files = {name: digest for name, digest in hashes.items() if name != MANIFEST}
     if listed != files:
         differ = sorted(set(listed.items()) ^ set(files.items()))
-        raise _bad(path, f"its files do not match its {MANIFEST} ({', '.join(sorted({n for n, _ in differ})[:5])})")
-    receipt = _valid_receipt(path, texts[RECEIPT])
+        raise _bad(
+            path, f"its files do not match its {MANIFEST} ({', '.join(sorted({n for n, _ in differ})[:5])})", refusing
+        )
+    receipt = _valid_receipt(path, texts[RECEIPT], refusing)
     contents = {name: digest for name, digest in files.items() if name != RECEIPT}
     contents |= {name: f"link:{target}" for name, target in links.items()}
     if contents != receipt.files:
         differ = sorted(set(contents.items()) ^ set(receipt.files.items()))
-        raise _bad(path, f"its files do not match its receipt ({', '.join(sorted({n for n, _ in differ})[:5])})")
+        raise _bad(
+            path, f"its files do not match its receipt ({', '.join(sorted({n for n, _ in differ})[:5])})", refusing
+        )
     return Artifact(path, actual, top, receipt, tuple(members), hashes[RECEIPT])
 
 

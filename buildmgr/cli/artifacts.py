@@ -147,7 +147,7 @@ def verify(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr.artifacts import archive, reproduce
     from buildmgr.progress import Reporter
 
-    artifact = archive.open_artifact(args.file)
+    artifact = archive.open_artifact(args.file, refusing="verify")
     ensure_writable(ctx.dirs.cache, "set XDG_CACHE_HOME to a writable directory")
     result = reproduce.verify(ctx.dirs, artifact, ctx.environ, Reporter.for_environment(ctx.environ), cold=args.cold)
     if args.json:

@@ -106,7 +106,9 @@ def publish(args: argparse.Namespace, ctx: Context) -> int:
 
     target = repo.open_repo(args.to)
     secret = keyring.own(ctx.dirs, args.sign) if args.sign else None
-    opened = [archive.open_artifact(path) for path in args.files]  # every one checked before any is published
+    opened = [
+        archive.open_artifact(path, refusing="publish") for path in args.files
+    ]  # every one checked before any is published
     builder = args.builder or f"{getpass.getuser()}@{socket.gethostname()}"
     done = []
     for artifact in opened:
