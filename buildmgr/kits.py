@@ -72,9 +72,10 @@ def find(dirs: Dirs, ref: str) -> Added:
     if named:
         raise UserError(f"several {ref} toolchains are added ({', '.join(a.id for a in named)}): name one of them")
     have = ", ".join(a.id for a in added) or "none"
-    raise UserError(
-        f"no toolchain {ref!r} is added (added: {have}); 'buildmgr toolchain add {ref.split('-')[0]}' adds one"
-    )
+    names = [k.name for k in all_kits() if ref == k.name or ref.startswith(f"{k.name}-")]
+    name = max(names, key=len, default=None)  # cuda-runtime-13.0 is cuda-runtime's, not cuda's
+    offer = f"'buildmgr toolchain add {name}' adds one" if name else "'buildmgr toolchain list' shows what is added"
+    raise UserError(f"no toolchain {ref!r} is added (added: {have}); {offer}")
 
 
 def _walk(root: Path) -> Iterator[tuple[str, os.stat_result]]:

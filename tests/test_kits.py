@@ -345,3 +345,15 @@ def test_a_receipt_keeps_the_toolchains_a_build_was_made_with():
     assert type(receipt).from_text(receipt.to_text()).toolchains == (ref,)
     assert make_receipt(BUILD_ID).toolchains == ()  # a receipt from before toolchains could be added
     assert "toolchains" not in make_receipt(BUILD_ID).to_json()  # and written back as it was
+
+
+@pytest.mark.parametrize(
+    ("ref", "offer"),
+    [
+        ("nosuch", "'buildmgr toolchain list' shows what is added"),  # issue #35: it offered 'toolchain add nosuch'
+        ("cuda-13.0", "'buildmgr toolchain add cuda' adds one"),
+        ("cuda-runtime-13.0", "'buildmgr toolchain add cuda-runtime' adds one"),
+    ],
+)
+def test_removing_what_is_not_added_offers_only_what_exists(tmp_path, ref, offer):
+    assert_user_error(buildmgr(make_env(tmp_path), "toolchain", "remove", ref), f"no toolchain {ref!r} is added", offer)
