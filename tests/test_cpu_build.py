@@ -176,6 +176,7 @@ def test_same_build_again_is_a_no_op(env, first_build):
         "id": before["id"],
         "prefix": str(Path(buildmgr(env, "which", "cpu").stdout.strip())),
         "up_to_date": True,
+        "devices": [],  # issue #35: the stored probe's names (none besides the CPU), as docs/spec.md lists them
     }
 
 

@@ -85,9 +85,23 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         )
         devices = probe_after_build(ctx, build)
     if args.json:
-        result = {"id": plan.build_id, "prefix": str(prefix), "up_to_date": up_to_date}
-        print(json.dumps(result | ({} if up_to_date else {"devices": devices}), indent=2))
+        seen = _stored_devices(ctx, plan.build_id) if up_to_date else devices
+        print(
+            json.dumps(
+                {"id": plan.build_id, "prefix": str(prefix), "up_to_date": up_to_date, "devices": seen}, indent=2
+            )
+        )
     return 0
+
+
+def _stored_devices(ctx: Context, build_id: str) -> list[str] | None:
+    """What the build's stored probe saw (a no-op starts no program to ask again); None if it was never probed."""
+    from buildmgr import inventory
+
+    stored = inventory.read(ctx.dirs, ctx.warn)
+    if stored is None or build_id not in stored.builds:
+        return None
+    return [d.name for d in inventory.build_devices(stored, build_id)]
 
 
 def probe_after_build(ctx: Context, build: Build) -> list[str]:
