@@ -22,7 +22,7 @@ from buildmgr import backends, identity, proc
 from buildmgr.bench import limit, logs, membw, rows
 from buildmgr.bench.config import Asked, BenchConfig, Request, parse_config, read_toml, resolve
 from buildmgr.bench.judge import BUSY_PERCENT, HOST, Judgement, Role, Validity, judge, partial, slowdowns
-from buildmgr.bench.sampling import Sample, Sampler, services
+from buildmgr.bench.sampling import Sample, Sampler, cpu_times, services
 from buildmgr.bench.stats import CV_WARN, ratio, summarize
 from buildmgr.devices import Device
 from buildmgr.devices import Role as DeviceRole
@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 
 TAIL_LINES = 15
 BUSY_READINGS = 5  # engine readings taken before the first run to see whether another process keeps a GPU busy
+# Over that window, other work on this share of all CPUs makes the host busy: on 2 cores one busy process (pyperf
+# checks the system load before it trusts a number, for the same reason).
+CPU_WINDOW_S = 0.5
+CPU_BUSY_PERCENT = 40.0
 
 
 @dataclass(frozen=True)
@@ -207,17 +211,25 @@ def host_record(dirs: Dirs, sources: Sequence[backends.EngineSource]) -> rows.Ho
 
 
 def busy_host(sources: Sequence[backends.EngineSource], interval: float) -> list[str]:
-    """Other processes on the GPUs, model servers running, and GPUs kept busy by something: each a sentence."""
+    """Other processes on the GPUs, model servers running, GPUs kept busy by something, and CPUs busy with other
+    work (which decides every CPU-side figure): each a sentence."""
     own = os.getpid()
     found = [f"{name} (pid {pid}) is using a GPU" for s in sources for pid, name in s.users() if pid != own]
     found += [f"{name} (pid {pid}) is running" for pid, name in services(skip=[own])]
     readings: dict[str, list[float]] = {}
-    for _ in range(BUSY_READINGS if sources else 0):
+    before = cpu_times()
+    for _ in range(BUSY_READINGS):  # this process sleeps meanwhile: what the CPUs do is other work
         for source in sources:
             for reading in source.read():
                 if reading.busy_percent is not None:
                     readings.setdefault(reading.pci_bus_id, []).append(reading.busy_percent)
-        time.sleep(interval)
+        time.sleep(max(interval, CPU_WINDOW_S / BUSY_READINGS))
+    after = cpu_times()
+    if before is not None and after is not None and after[1] > before[1]:
+        busy = (after[0] - before[0]) / (after[1] - before[1])
+        if busy * 100 > CPU_BUSY_PERCENT:
+            cores = busy * (os.cpu_count() or 1)
+            found.append(f"the CPUs are {busy * 100:.0f} % busy with other work (about {cores:.1f} cores)")
     found += [
         f"GPU {pci} is {sum(v) / len(v):.0f} % busy before any run"
         for pci, v in sorted(readings.items())

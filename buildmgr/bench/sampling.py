@@ -51,6 +51,16 @@ def read_process(pid: int, proc: Path = Path("/proc"), ticks: int | None = None)
     return ProcessReading(cpu, memory)
 
 
+def cpu_times(proc: Path = Path("/proc")) -> tuple[int, int] | None:
+    """(busy, total) clock ticks of all CPUs since boot, from /proc/stat's first line; None where it is not there."""
+    try:
+        fields = [int(v) for v in (proc / "stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and iowait
+    return sum(fields[:8]) - idle, sum(fields[:8])
+
+
 def services(proc: Path = Path("/proc"), skip: Sequence[int] = ()) -> list[tuple[int, str]]:
     """Processes whose name or command line names a model server (SERVICES)."""
     found = []
