@@ -474,6 +474,7 @@ def test_compare_plots_the_h200_rows(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"plot: {tmp_path / 'p.png'}" in result.stderr  # issue #35: it printed no plot line
     table = json.loads(result.stdout)
     assert {e["validity"] for e in table if e["config"] == "moe-ngl0"} == {"invalid: fallback"}
 
@@ -516,7 +517,7 @@ def test_an_empty_depth_and_an_unwritable_plot_are_refused_before_anything(tmp_p
     not_a_dir = tmp_path / "notes.txt"
     not_a_dir.write_text("a file where a directory was meant")
     result = buildmgr(env, "bench", "--compare", str(H200 / "rows.jsonl"), "--plot", str(not_a_dir / "p.png"))
-    assert_user_error(result, "notes.txt is not a writable directory")
+    assert_user_error(result, "notes.txt is not a directory")
     assert result.stdout == ""
 
 
@@ -783,3 +784,11 @@ def test_a_cpu_busy_with_other_work_makes_the_host_busy():
             loop.kill()
             loop.wait()
     assert any(f.startswith("the CPUs are ") and "busy with other work" in f for f in found), found
+
+
+def test_a_plot_into_a_folder_that_does_not_exist_is_refused_and_nothing_made(tmp_path):
+    """Issue #35: `--plot /nonexist/dir/p.png` created /nonexist/dir."""
+    target = tmp_path / "nonexist" / "dir" / "p.png"
+    result = buildmgr(make_env(tmp_path), "bench", "--compare", str(H200 / "rows.jsonl"), "--plot", str(target))
+    assert_user_error(result, "is not a directory")
+    assert not (tmp_path / "nonexist").exists()

@@ -136,3 +136,10 @@ def test_piped_tables_are_never_cut_or_folded(tmp_env):
         str(Path(__file__).parent / "fixtures" / "captures" / "vulkan-intel-bmg-g21-arc-pro-b50.txt"),
     )
     assert "Intel(R) Graphics (BMG G21) (Intel open-source Mesa driver) (Vulkan0)" in parsed.stdout
+
+
+def test_source_options_of_the_other_action_are_refused(tmp_env):
+    """Issue #35: `source show --archive F` and `source sync --json` ignored them without a word."""
+    assert_user_error(buildmgr(tmp_env, "source", "show", "--vendor"), "go with sync")
+    assert_user_error(buildmgr(tmp_env, "source", "show", "--archive", "x.tar.gz"), "go with sync")
+    assert_user_error(buildmgr(tmp_env, "source", "sync", "--json"), "--json goes with show")

@@ -25,6 +25,8 @@ def require(path: Path) -> None:
         import matplotlib  # noqa: F401
     except ImportError:
         raise UserError(f"--plot needs matplotlib, an optional extra: {INSTALL}") from None
+    if not path.parent.is_dir():  # a typo in the folder must not make a tree of folders
+        raise UserError(f"--plot {path}: {path.parent} is not a directory; give --plot a path in an existing one")
     writable(path.parent, "give --plot a path in a writable directory")
 
 
@@ -85,6 +87,5 @@ def plot(made: Sequence[rows.Row], path: Path, title: str = "") -> None:
     if title:
         figure.suptitle(title)
     figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
     plt.close(figure)

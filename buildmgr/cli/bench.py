@@ -173,4 +173,5 @@ def compare(args: argparse.Namespace) -> int:
     print(rows.render(table, axis, "json" if args.json else args.format or FORMATS[0]))
     if args.plot:
         plot.plot(found, args.plot)
+        render.say(f"plot: {args.plot}")
     return 0

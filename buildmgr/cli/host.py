@@ -116,6 +116,10 @@ def cache(args: argparse.Namespace, ctx: Context) -> int:
 def source(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr import source as sources
 
+    if args.action == "show" and (args.archive is not None or args.vendor):
+        raise UserError("--archive and --vendor go with sync: buildmgr source sync --archive FILE [--vendor]")
+    if args.action == "sync" and args.json:
+        raise UserError("--json goes with show: buildmgr source sync && buildmgr source show --json")
     pin = sources.load_pin()
     tree = sources.pinned_tree(pin, ctx.dirs)
     if args.action == "sync":
