@@ -271,12 +271,12 @@ def role_notes(devices: list[Device]) -> list[str]:
                 if len(top) == 1
                 else f"{backend}: {', '.join(top)} are equal discrete cards ({largest} MiB each)"
             )
-    notes += [
-        f"{d.name}: role unknown (ggml's type not read, no vulkaninfo match, no log line or known name tells it); "
-        "not assumed to be discrete"
-        for d in devices
-        if d.type == Role.UNKNOWN
-    ]
+    unknown = [d.name for d in devices if d.type == Role.UNKNOWN]
+    if unknown:  # one line for all: four cards of a pasted log are one fact, not four lines
+        notes.append(
+            f"{', '.join(unknown)}: role unknown (ggml's type not read, no vulkaninfo match, no log line or known name "
+            "tells it); not assumed to be discrete"
+        )
     return notes
 
 

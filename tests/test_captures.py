@@ -251,6 +251,11 @@ def test_every_role_from_a_name_table_says_so():
     assert [d.role_basis for d in devices] == [None, "log"]
     assert any(n.startswith("Vulkan1: igpu from the log: its ggml_vulkan line says uma: 1") for n in notes)
     assert any(n.startswith("Vulkan0: role unknown") for n in notes)
+    _, _, notes = pasted("sycl-list-devices-arc-pro-b70-bmg-g31.txt")  # issue #35: one line, not one per device
+    assert [n for n in notes if "role unknown" in n] == [
+        "SYCL0, SYCL1: role unknown (ggml's type not read, no vulkaninfo match, no log line or known name tells it); "
+        "not assumed to be discrete"
+    ]
 
 
 def test_dozen_is_grouped_by_name_with_the_card_it_names():
