@@ -143,3 +143,11 @@ def test_source_options_of_the_other_action_are_refused(tmp_env):
     assert_user_error(buildmgr(tmp_env, "source", "show", "--vendor"), "go with sync")
     assert_user_error(buildmgr(tmp_env, "source", "show", "--archive", "x.tar.gz"), "go with sync")
     assert_user_error(buildmgr(tmp_env, "source", "sync", "--json"), "--json goes with show")
+
+
+def test_a_mistyped_option_gets_the_close_one_and_its_command_s_help(tmp_env):
+    """Issue #35: `check cpu --verfy -- …` said the tool's command goes after '--'; help pointers differed."""
+    assert_user_error(buildmgr(tmp_env, "check", "cpu", "--verfy", "--", "llama-cli"), "did you mean --verify?")
+    assert_user_error(buildmgr(tmp_env, "build", "--rebiuld"), "did you mean --rebuild?", "'buildmgr build --help'")
+    assert_user_error(buildmgr(tmp_env, "bench", "--bogus"), "--bogus", "'buildmgr bench --help'")
+    assert_user_error(buildmgr(tmp_env, "check", "cpu", "-dev", "CUDA0"), "goes after '--'")

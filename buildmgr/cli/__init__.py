@@ -100,16 +100,30 @@ def parse(own: list[str], tool: list[str] | None) -> argparse.Namespace:
     """buildmgr's own arguments; for a command that runs a tool, its command line after '--' (or, without '--', the
     words after BUILD, where an option is taken for buildmgr's and refused with where it goes)."""
     chosen = _chosen(own)
-    if chosen not in TAKES_A_TOOL:
-        return parser(chosen).parse_args(own)
-    args, unknown = parser(chosen).parse_known_args(own)
+    top = parser(chosen)
+    args, unknown = top.parse_known_args(own)
     if unknown:
-        raise UserError(
-            f"unrecognized arguments: {' '.join(unknown)}; a tool's command line goes after '--': "
-            f"buildmgr {chosen} BUILD [options] -- TOOL ARGS…"
-        )
-    args.tool_command = tool if tool is not None else list(args.words)
+        raise UserError(_unrecognized(top, chosen, unknown, tool is None))
+    if chosen in TAKES_A_TOOL:
+        args.tool_command = tool if tool is not None else list(args.words)
     return args
+
+
+def _unrecognized(top: argparse.ArgumentParser, chosen: str | None, unknown: list[str], no_tool: bool) -> str:
+    """What was not understood, the option it is close to, and the help of the command it was given to."""
+    import difflib
+
+    commands = next((a.choices for a in top._actions if isinstance(a, argparse._SubParsersAction)), {})
+    own = commands.get(chosen) if chosen else None
+    options = [o for a in (own or top)._actions for o in a.option_strings]
+    word = unknown[0].split("=", 1)[0]
+    close = difflib.get_close_matches(word, options, n=1, cutoff=0.75) if word.startswith("-") else []
+    message = f"unrecognized arguments: {' '.join(unknown)}"
+    if close:
+        message += f"; did you mean {close[0]}?"
+    elif chosen in TAKES_A_TOOL and no_tool:
+        message += f"; a tool's command line goes after '--': buildmgr {chosen} BUILD [options] -- TOOL ARGS…"
+    return message + f" (see 'buildmgr {chosen} --help')" if own else message + " (see 'buildmgr --help')"
 
 
 def one_line(text: str) -> str:
