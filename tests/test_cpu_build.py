@@ -332,7 +332,7 @@ def test_a_driver_that_crashes_the_api_child_is_recorded_and_the_list_is_the_fal
     assert inventory_entry(env)[1]["probe"]["method"] == "ggml-api"  # restored
 
 
-def test_placement_check_on_the_cpu_build(env, first_build):
+def test_placement_check_on_the_cpu_build(env, first_build, tmp_path):
     ok = buildmgr(env, "check", "cpu", "--verify", "--", "llama-cli", "-dev", "none", "-ot", "ffn=CPU")
     assert ok.returncode == 0 and "verify: ran; as predicted: ran" in ok.stderr, ok.stderr
     wrong = buildmgr(env, "check", "cpu", "--json", "--", "llama-cli", "-dev", "Vulkan0")
@@ -344,8 +344,19 @@ def test_placement_check_on_the_cpu_build(env, first_build):
         (["cpu", "--", "llama-cli", "-ts", "1,x"], "every entry must be a number"),
         (["cpu", "--", "llama-nope"], "has no llama-nope"),
         (["cpu", "--model", "/nonexistent.gguf", "--", "llama-cli"], "does not exist"),
+        (["cpu", "--", "llama-cli", "-ngl", "abc"], "a number, 'auto' or 'all'"),  # llama.cpp: stoi fails
     ):
         assert_user_error(buildmgr(env, "check", *args), message)
+    from buildmgr.smoke import write_tiny_model
+
+    model = tmp_path / "tiny.gguf"
+    write_tiny_model(model)
+    weighed = buildmgr(env, "check", "cpu", "--model", str(model), "--json", "--", "llama-cli", "-dev", "none")
+    [test] = json.loads(weighed.stdout)["tests"]  # issue #35: --model gave "model": null and no weights
+    assert test["placement"]["model"] == str(model)
+    assert set(test["weights_mib"]) == {"CPU"} and test["weights_mib"]["CPU"] > 0.1
+    shown = buildmgr(env, "check", "cpu", "--model", str(model), "--", "llama-cli", "-dev", "none")
+    assert f"weights per device: CPU {test['weights_mib']['CPU']} MiB" in shown.stderr, shown.stderr
 
 
 def test_a_handed_archive_is_verified_even_when_the_tree_is_synced(env, first_build, tmp_path):

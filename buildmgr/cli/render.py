@@ -111,6 +111,9 @@ def placement(report: CheckReport) -> None:
     for number, test in enumerate(report.tests, 1):
         if len(report.tests) > 1:
             say(f"test {number}: {describe(test.placement)}")
+        if test.weights is not None:
+            held = ", ".join(f"{name} {_size(size)}" for name, size in test.weights.items() if size)
+            say(f"weights per device: {held or 'none'}")
         for found in test.findings:
             finding(found)
         if test.outcome is not None:
@@ -125,6 +128,10 @@ def placement(report: CheckReport) -> None:
                     say(f"  {line}")
         if not test.findings and not errors(report.notes):
             say("placement ok", "green")
+
+
+def _size(size: int) -> str:
+    return f"{size / 2**30:.2f} GiB" if size >= 2**30 else f"{size / 2**20:.1f} MiB"
 
 
 def devices_table(

@@ -4,6 +4,7 @@ the modules it calls do not."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ class Tested:
     placement: Placement
     findings: tuple[Finding, ...]
     outcome: Outcome | None = None  # with --verify
+    weights: dict[str, int] | None = None  # with a model: bytes of weights each device would hold
 
     @property
     def agreement(self) -> str:
@@ -48,6 +50,8 @@ class Tested:
             "flags": describe(self.placement),
             "findings": [finding_json(f) for f in self.findings],
         }
+        if self.weights is not None:
+            data["weights_mib"] = {name: round(size / 2**20, 1) for name, size in self.weights.items()}
         if self.outcome is not None:
             data["verify"] = self.outcome.to_json() | {"agreement": self.agreement}
         return data
@@ -124,10 +128,14 @@ def run_check(
     here, fresh = here_for(dirs, build, environ)
     tests = []
     for candidate in placements:
+        if user_model is not None and candidate.model is None:  # --model: the model the command would load
+            candidate = dataclasses.replace(candidate, model=str(user_model))
         found = check(candidate, here)
+        weights = None
         if user_model is not None:
             chosen, _ = model_devices(candidate, here)
-            found += memory_findings(weights_per_device(candidate, user_model, here, chosen), here)
+            weights = weights_per_device(candidate, user_model, here, chosen)
+            found += memory_findings(weights, here)
         outcome = None
         if run_verify:
             ensure_writable(dirs.cache, "set XDG_CACHE_HOME to a writable directory")
@@ -135,5 +143,5 @@ def run_check(
             outcome = verify(
                 build.tool("llama-bench"), model_file, candidate, environ, user_model=user_model is not None
             )
-        tests.append(Tested(candidate, tuple(found), outcome))
+        tests.append(Tested(candidate, tuple(found), outcome, weights))
     return CheckReport(build.id, command[0], fresh, tuple(notes), tuple(tests), run_verify)
