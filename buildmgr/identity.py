@@ -155,10 +155,12 @@ def _group_virtual(devices: list[Device], join: Callable[..., bool]) -> list[str
     """A backend's emulated devices on one physical device join: the one pairing within a backend that its own
     names prove (two real cards of one model are never joined)."""
     cards: dict[tuple[str, str], list[Device]] = {}
+    reasons: dict[tuple[str, str], str] = {}
     for device in devices:
         tag = backends.virtual_tag(device.backend, device.description)
         if tag is not None:
             cards.setdefault((device.backend, tag[0]), []).append(device)
+            reasons[(device.backend, tag[0])] = tag[1].reason
     notes = []
     for (backend, physical), members in cards.items():
         for other in members[1:]:
@@ -168,8 +170,8 @@ def _group_virtual(devices: list[Device], join: Callable[..., bool]) -> list[str
             card = (
                 f"pci:{pcis.pop()}" if len(pcis) == 1 and None not in pcis else f"{backend} physical device {physical}"
             )
-            reason = backends.virtual_tag(backend, members[0].description)[1].reason  # type: ignore[index]
-            notes.append(f"{', '.join(m.name for m in members)} are virtual devices of one card ({card}): {reason}")
+            names = ", ".join(m.name for m in members)
+            notes.append(f"{names} are virtual devices of one card ({card}): {reasons[(backend, physical)]}")
     return notes
 
 

@@ -575,8 +575,10 @@ def bench(
         for p in planned:
             if p.blocked is not None:
                 say(f"  not run: {p.config.label}: {p.blocked.line()}")
-            for finding in (f for f in p.findings if f.severity is Severity.WARNING and p.blocked is None):
-                say(f"  {p.config.label}: {finding.line()}")
+                continue
+            for finding in p.findings:
+                if finding.severity is Severity.WARNING:
+                    say(f"  {p.config.label}: {finding.line()}")
         runnable = [p for p in planned if p.blocked is None]
         runs: dict[str, list[Run]] = {p.config.label: [] for p in planned}
         executed: list[tuple[Planned, Run]] = []  # in the order they ran
