@@ -151,3 +151,25 @@ def test_a_mistyped_option_gets_the_close_one_and_its_command_s_help(tmp_env):
     assert_user_error(buildmgr(tmp_env, "build", "--rebiuld"), "did you mean --rebuild?", "'buildmgr build --help'")
     assert_user_error(buildmgr(tmp_env, "bench", "--bogus"), "--bogus", "'buildmgr bench --help'")
     assert_user_error(buildmgr(tmp_env, "check", "cpu", "-dev", "CUDA0"), "goes after '--'")
+
+
+def test_every_argument_of_every_command_says_what_it_is_and_the_usage_fits_80_columns(tmp_env):
+    """Issue #35: `--json` of check and devices and the positional BUILD/TOOL/action had no help text; the top
+    usage line listed every command in braces, 145 characters."""
+    import argparse
+
+    from buildmgr.cli import parser
+
+    def silent(p: argparse.ArgumentParser, name: str):
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for word, child in action.choices.items():
+                    yield from silent(child, f"{name} {word}")
+            elif not action.help and not isinstance(action, argparse._HelpAction | argparse._VersionAction):
+                yield f"{name} {'/'.join(action.option_strings) or action.dest}"
+
+    assert list(silent(parser(None), "buildmgr")) == []
+    shown = buildmgr(tmp_env | {"COLUMNS": "80"}, "--help")
+    assert shown.returncode == 0
+    assert max(len(line) for line in shown.stdout.splitlines()) <= 80, shown.stdout
+    assert "install-artifact" in shown.stdout

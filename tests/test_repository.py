@@ -222,6 +222,10 @@ def test_bad_publish_input_is_one_line_and_nothing_written(tmp_path):
     )
     assert_user_error(buildmgr(env, "publish", str(good), "--to", "http://127.0.0.1:1/"), "read-only")
     assert not (tmp_path / "r").exists()
+    # issue #35: a place no one may write to was answered "check that path and the free space"
+    denied = buildmgr(env, "publish", str(good), "--to", "/sys/buildmgr-repository")
+    assert_user_error(denied, "/sys/buildmgr-repository", "you may not write or read there")
+    assert "free" not in denied.stderr
 
 
 # --- choosing for a host -----------------------------------------------------------------------------------------

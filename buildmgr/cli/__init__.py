@@ -5,6 +5,7 @@ that command is chosen, so a no-op build imports nothing it does not run."""
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
@@ -45,6 +46,14 @@ COMMANDS = {
     "install": "repos",
 }
 TAKES_A_TOOL = ("run", "check")  # `-- TOOL ARGS…` after buildmgr's own arguments
+# what to do about a failed write or read, by its errno: free space is named only where it is the cause
+_OS_FIX = {
+    errno.ENOSPC: "free some space there, or name another path",
+    errno.EDQUOT: "free some of your quota there, or name another path",
+    errno.EROFS: "that file system is read-only: name a writable path",
+    errno.EACCES: "you may not write or read there: name another path, or fix its permissions",
+    errno.EPERM: "you may not write or read there: name another path, or fix its permissions",
+}
 
 
 class Parser(argparse.ArgumentParser):
@@ -89,7 +98,7 @@ def parser(command: str | None) -> argparse.ArgumentParser:
     """The parser with the chosen command's parser only, or with every command's where none is known (--help)."""
     top = Parser(prog="buildmgr", description="Build llama.cpp for ggml backends into proven, versioned prefixes.")
     top.add_argument("--version", action="version", version=f"buildmgr {__version__}")
-    sub = top.add_subparsers(dest="command", required=True, parser_class=Parser)
+    sub = top.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=Parser)
     names = [command] if command in COMMANDS else list(COMMANDS)
     for name in names:
         importlib.import_module(f"buildmgr.cli.{COMMANDS[name]}").register(sub, name)
@@ -163,6 +172,6 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:  # disk full, read-only file system, permission, not a directory …: one line, the path
         paths = [str(p) for p in (err.filename, err.filename2) if p]
         where = f": {' → '.join(paths)}" if paths else ""
-        message = f"{err.strerror or err}{where}; check that path and the free space"
+        message = f"{err.strerror or err}{where}; {_OS_FIX.get(err.errno or 0, 'check that path')}"
         render.say(f"buildmgr: error: {one_line(message)}")
         return 2

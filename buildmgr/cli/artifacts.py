@@ -32,7 +32,12 @@ def register(sub: Subparsers, name: str) -> None:
             p.add_argument(option.flag, action="append", default=[], help=option.matrix_help)
         p.add_argument("--os", action="append", choices=("linux", "macos"), help="default linux (repeatable)")
         p.add_argument("--cpu-arch", action="append", choices=("x64", "arm64"), help="default x64 (repeatable)")
-        p.add_argument("--format", choices=("github", "json"), default="json", help='github: one line {"include": …}')
+        p.add_argument(
+            "--format",
+            choices=("github", "json"),
+            default="json",
+            help='json (default): the entries and what was skipped, indented; github: one line {"include": …}',
+        )
         p.add_argument(
             "--toolchain",
             choices=("system", "pypi"),
@@ -49,7 +54,7 @@ def register(sub: Subparsers, name: str) -> None:
         p = command(
             sub, "package", package, "a byte-identical .tar.gz of a build, with its .sha256 beside it", json=True
         )
-        p.add_argument("build")
+        p.add_argument("build", help="build id, or a recipe name for its newest build")
         p.add_argument("-o", "--output", type=Path, default=Path("."), help="directory for the archive (default: .)")
     elif name == "install-artifact":
         help = "verify an artifact and this host, then install it as a build and smoke-run it"

@@ -19,9 +19,11 @@ def register(sub: Subparsers, name: str) -> None:
     elif name == "which":
         p = command(sub, "which", which, "path of a build's prefix, or of one of its tools")
         p.add_argument("build", help="build id, or a recipe name for its newest build")
-        p.add_argument("tool", nargs="?")
+        p.add_argument("tool", nargs="?", help="a tool of it, e.g. llama-server (default: the prefix)")
     elif name == "remove":
-        command(sub, "remove", remove, "remove a build").add_argument("build")
+        command(sub, "remove", remove, "remove a build").add_argument(
+            "build", help="build id, or a recipe name for its newest build"
+        )
     elif name == "gc":
         p = command(sub, "gc", gc, "remove what interrupted runs left, saying what and why", json=True)
         p.add_argument("--dry-run", action="store_true", help="only list what would be removed, and why")

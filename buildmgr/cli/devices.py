@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 def register(sub: Subparsers, name: str) -> None:
     p = sub.add_parser("devices", help="the devices each build really sees on this host, grouped by physical card")
     p.add_argument("--refresh", action="store_true", help="probe every build again")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the cards, their names and the notes as JSON")
     p.add_argument(
         "--env",
         action="append",

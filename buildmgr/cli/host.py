@@ -23,7 +23,7 @@ def register(sub: Subparsers, name: str) -> None:
         command(sub, "doctor", doctor, "every toolchain check for every backend, with fixes", json=True)
     elif name == "source":
         p = command(sub, "source", source, "fetch and verify the pinned source, or show it")
-        p.add_argument("action", choices=("sync", "show"))
+        p.add_argument("action", choices=("sync", "show"), help="sync: fetch and verify; show: what is pinned and kept")
         p.add_argument(
             "--archive", type=Path, help="with sync: use this already downloaded sdist (verified all the same)"
         )
@@ -35,7 +35,7 @@ def register(sub: Subparsers, name: str) -> None:
         )
     elif name == "cache":
         p = command(sub, "cache", cache, "the compile cache: totals of hits and misses, local and remote", json=True)
-        p.add_argument("action", choices=("stats",))
+        p.add_argument("action", choices=("stats",), help="stats: hits and misses of every build")
 
 
 def recipes(args: argparse.Namespace, ctx: Context) -> int:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 def register(sub: Subparsers, name: str) -> None:
     if name == "key":
         p = command(sub, "key", key, "signing keys: generate one, trust a publisher's, list them", json=True)
-        p.add_argument("action", choices=("generate", "trust", "list"))
+        p.add_argument("action", choices=("generate", "trust", "list"), help="generate a key, trust one, or list them")
         p.add_argument("what", nargs="?", help="generate: NAME (default buildmgr); trust: a .pub FILE or its KEY line")
     elif name == "publish":
         p = command(sub, "publish", publish, "put artifacts (signed with --sign) into a binary repository", json=True)
@@ -36,7 +36,7 @@ def register(sub: Subparsers, name: str) -> None:
         p.add_argument("--builder", help="who built it, for the provenance (default: this user@host)")
     elif name == "repo":
         p = command(sub, "repo", repo_list, "what a binary repository holds", json=True)
-        p.add_argument("action", choices=("list",))
+        p.add_argument("action", choices=("list",), help="list: its artifacts, what each needs, who signed it")
         p.add_argument("repo", metavar="REPO", help="a directory, an http(s):// URL serving one, or oci://…")
     elif name == "install":
         help = "install the artifact of a repository that fits this host best, and prove it sees its device"

@@ -20,7 +20,7 @@ def register(sub: Subparsers, name: str) -> None:
 
     names = ", ".join(kit.name for kit in kit_sources.all_kits())
     p = command(sub, "toolchain", toolchain, f"add, list or remove toolchains buildmgr assembles ({names})")
-    p.add_argument("action", choices=("add", "list", "remove"))
+    p.add_argument("action", choices=("add", "list", "remove"), help="add one, list the added, or remove one")
     p.add_argument("what", nargs="?", help=f"add: NAME[==VERSION] ({names}; e.g. {kit_sources.example()}); remove: ID")
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 def register(sub: Subparsers, name: str) -> None:
     if name == "run":
         p = sub.add_parser("run", help="run a tool of a build: buildmgr run BUILD [--check] -- TOOL ARGS…")
-        p.add_argument("build")
+        p.add_argument("build", help="build id, or a recipe name for its newest build")
         p.add_argument(
             "--check", action="store_true", help="check the placement flags first; run only if nothing fails"
         )
@@ -31,14 +31,14 @@ def register(sub: Subparsers, name: str) -> None:
             "check",
             help="check llama.cpp placement flags against this host's devices: buildmgr check BUILD -- TOOL ARGS…",
         )
-        p.add_argument("build")
+        p.add_argument("build", help="build id, or a recipe name for its newest build")
         p.add_argument(
             "--verify", action="store_true", help="prove it: run llama-bench with the same placement, tiny model"
         )
         p.add_argument(
             "--model", type=Path, help="a GGUF model: weights per device from its header; --verify runs it -p 1 -n 1"
         )
-        p.add_argument("--json", action="store_true")
+        p.add_argument("--json", action="store_true", help="print the findings and the devices as JSON")
         p.add_argument("words", nargs="*", metavar="-- TOOL ARGS", help="the tool's command line, after '--'")
         p.set_defaults(func=check)
 
