@@ -173,3 +173,15 @@ def test_every_argument_of_every_command_says_what_it_is_and_the_usage_fits_80_c
     assert shown.returncode == 0
     assert max(len(line) for line in shown.stdout.splitlines()) <= 80, shown.stdout
     assert "install-artifact" in shown.stdout
+
+
+def test_a_vendor_capture_with_no_gpu_in_it_is_refused_not_ignored(tmp_env, tmp_path):
+    """Issue #35: a garbage --vulkaninfo or --nvidia-smi file was accepted, and changed nothing, without a word."""
+    garbage = tmp_path / "hostname.txt"
+    garbage.write_text("buildhost\n")
+    log = str(H200 / "list-devices.txt")
+    for option, tool in (("--vulkaninfo", "vulkaninfo --summary"), ("--nvidia-smi", "nvidia-smi --query-gpu=")):
+        assert_user_error(
+            buildmgr(tmp_env, "devices", "--parse", log, option, str(garbage)), f"{option} {garbage}: no GPU", tool
+        )
+    assert buildmgr(tmp_env, "devices", "--parse", log, "--nvidia-smi", str(H200 / "nvidia-smi.csv")).returncode == 0

@@ -88,7 +88,13 @@ def _parse(args: argparse.Namespace) -> int:
     parsed = read_text(_read_capture(args.parse, "--parse"))
     captured = {}
     for name, capture in backends.captures():
-        captured[name] = capture.parse(_read_capture(getattr(args, capture.dest), capture.option))
+        path = getattr(args, capture.dest)
+        captured[name] = capture.parse(_read_capture(path, capture.option))
+        if path is not None and not captured[name]:  # a wrong file would otherwise change nothing, unsaid
+            raise UserError(
+                f"{capture.option} {path}: no GPU in it; give what `{' '.join(capture.command)}` printed, "
+                f"or leave {capture.option} out"
+            )
     resolved, resolved_notes = identity.resolve(list(parsed.devices), captured)
     notes = [*parsed.notes, *resolved_notes]
     if args.json:
