@@ -185,3 +185,12 @@ def test_a_vendor_capture_with_no_gpu_in_it_is_refused_not_ignored(tmp_env, tmp_
             buildmgr(tmp_env, "devices", "--parse", log, option, str(garbage)), f"{option} {garbage}: no GPU", tool
         )
     assert buildmgr(tmp_env, "devices", "--parse", log, "--nvidia-smi", str(H200 / "nvidia-smi.csv")).returncode == 0
+
+
+def test_a_card_whose_text_gives_only_its_free_memory_shows_that_not_a_question_mark(tmp_env):
+    """Issue #35: memory showed `?` where the log said `11605 MiB free` (ipex-llm#12844's SYCL load log)."""
+    capture = Path(__file__).parent / "fixtures" / "captures" / "sycl-b580-0xe20b-using-device.txt"
+    shown = buildmgr(tmp_env | {"COLUMNS": ""}, "devices", "--parse", str(capture))
+    assert shown.returncode == 0, shown.stderr
+    row = next(line for line in shown.stdout.splitlines() if "(SYCL0)" in line)
+    assert row.rstrip().endswith("11605 MiB free"), row

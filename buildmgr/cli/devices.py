@@ -103,7 +103,10 @@ def _parse(args: argparse.Namespace) -> int:
     else:
         if parsed.shapes:
             render.out().print(f"read from: {', '.join(parsed.shapes)}", markup=False)
-        render.devices_table(inventory.cards(resolved, {}, {}), {}, notes, empty="no devices in that text")
+        free = {d.name: d.memory_free_mib for d in resolved}
+        render.devices_table(
+            inventory.cards(resolved, {}, {}), {}, notes, empty="no devices in that text", free_mib=free
+        )
     return 0
 
 

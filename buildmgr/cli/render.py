@@ -135,19 +135,25 @@ def _size(size: int) -> str:
 
 
 def devices_table(
-    cards: Iterable[Card], builds: Mapping[str, BuildEntry], notes: Iterable[str], empty: str | None = None
+    cards: Iterable[Card],
+    builds: Mapping[str, BuildEntry],
+    notes: Iterable[str],
+    empty: str | None = None,
+    free_mib: Mapping[str, int | None] | None = None,
 ) -> None:
     """One row per physical card; a column per build with the names it has there (* the one llama.cpp uses without
-    -dev), or 'built ≠ present' where the build has the card's backend but not the card."""
+    -dev), or 'built ≠ present' where the build has the card's backend but not the card. `free_mib` (per name): what
+    a text said was free, shown where it gave no total."""
     rows = list(cards)
     grid = table("physical device", "role", "PCI", "memory", *builds)
     for card in rows:
         memory = max((m for m in card.memory_total_mib.values() if m is not None), default=None)
+        free = max((f for n in card.members or () if (f := (free_mib or {}).get(n)) is not None), default=None)
         row = [
             escape(card.description),
             card.role,
             card.pci_bus_id or "—",
-            f"{memory} MiB" if memory is not None else "?",
+            f"{memory} MiB" if memory is not None else f"{free} MiB free" if free is not None else "?",
         ]
         for build_id, entry in builds.items():
             names = [
