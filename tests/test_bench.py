@@ -334,8 +334,15 @@ def test_llama_bench_s_own_json_and_jsonl_are_read(tmp_path):
         ("tg128 @ d0", "devices=none", 25.25),
         ("tg128 @ d512", "devices=auto", 50.0),
     ]
-    csv = rows.render(table, "devices", "csv").splitlines()
-    assert csv[0] == "test,devices,median t/s,cv,n,vs baseline,J/token,validity" and len(csv) == 4
+    import csv
+
+    # issue #35: cells held text (`0.5 %`, `—`, `baseline`); a spreadsheet reads numbers, and nothing as empty
+    cells = list(csv.DictReader(rows.render(table, "devices", "csv").splitlines()))
+    assert len(cells) == 3 and cells[0]["test"] == "tg128 @ d0" and cells[1]["devices"] == "devices=none"
+    assert float(cells[0]["median_ts"]) == 50.0 and float(cells[0]["cv"]) == pytest.approx(2**0.5 / 50, rel=0.01)
+    assert cells[0]["baseline"] == cells[0]["devices"] and cells[0]["vs_baseline"] == cells[0]["within_noise"] == ""
+    assert float(cells[1]["vs_baseline"]) == pytest.approx(0.505, abs=0.01) and cells[1]["ci95_low"] == ""
+    assert cells[1]["within_noise"] in ("true", "false") and cells[2]["j_per_token"] == "" and cells[2]["rows"] == "1"
     (tmp_path / "c.txt").write_text("hello")
     with pytest.raises(UserError, match="neither JSON nor JSONL"):
         rows.read_rows([tmp_path / "c.txt"])
@@ -509,6 +516,19 @@ def test_a_gpu_whose_utilisation_nvml_cannot_read_is_not_readable_rather_than_to
     no_util = [Sample(t / 10, (EngineReading(H200_PCI, None, 1000, 1980, 300.0),), None) for t in range(1, 32)]
     found = judge([phase], no_util, [Role("CUDA0", H200_PCI)], 0.1)
     assert found.validity is Validity.UNPROVEN and found.evidence == ("CUDA0: not readable (generation)",)
+
+
+def test_a_plot_of_one_depth_has_that_depth_as_its_only_tick():
+    """Issue #35: a single-depth plot had an x-axis from -0.04 to 0.04; the axis marks only the depths measured."""
+    from buildmgr.bench import plot
+
+    found = rows.read_rows([H200 / "rows.jsonl"])
+    for kept in ({0}, {0, 4096}):
+        figure = plot.draw([r for r in found if (r.fields.get("n_depth") or 0) in kept])
+        for axis in figure.axes:
+            assert sorted(axis.get_xticks()) == sorted(kept)
+            low, high = axis.get_xlim()
+            assert low < min(kept) and max(kept) < high
 
 
 def test_an_empty_depth_and_an_unwritable_plot_are_refused_before_anything(tmp_path):

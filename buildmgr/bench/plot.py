@@ -7,6 +7,7 @@ import math
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from buildmgr.bench import rows
 from buildmgr.bench.judge import Validity
@@ -41,6 +42,15 @@ def _interval(units: Sequence[float], median: float) -> tuple[float, float]:
 
 
 def plot(made: Sequence[rows.Row], path: Path, title: str = "") -> None:
+    import matplotlib.pyplot as plt
+
+    figure = draw(made, title)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def draw(made: Sequence[rows.Row], title: str = "") -> Any:
+    """The figure (matplotlib's, untyped), one panel per workload."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display: a file is written
@@ -79,6 +89,10 @@ def plot(made: Sequence[rows.Row], path: Path, title: str = "") -> None:
                     [p[0] for p in bad], [p[1] for p in bad], marker="x", s=120, color=drawn[0].get_color(), zorder=3
                 )
         axis.set_title(f"{panel} (× = fallback; bars: 95 % over processes)")
+        measured = sorted({p[0] for points in lines.values() for p in points})
+        axis.set_xticks(measured)  # only the depths measured: one depth is not an axis from -0.04 to 0.04
+        if len(measured) == 1:
+            axis.set_xlim(measured[0] - 1, measured[0] + 1)
         axis.set_xlabel("depth (tokens in the context)")
         axis.set_ylabel("tokens/s (median, log scale)")
         axis.set_yscale("log")  # a CPU fallback and a GPU differ by 10-100×
@@ -87,5 +101,4 @@ def plot(made: Sequence[rows.Row], path: Path, title: str = "") -> None:
     if title:
         figure.suptitle(title)
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    return figure

@@ -414,11 +414,31 @@ def export_json(table: Sequence[Compared], axis: str) -> str:
     return json.dumps([entry.to_json() for entry in table], indent=2)
 
 
+CSV_COLUMNS = ("median_ts", "cv", "n", "baseline", "vs_baseline", "ci95_low", "ci95_high", "within_noise")
+
+
+def _numbers(entry: Compared) -> list[object]:
+    """The JSON's fields as plain cells, for a spreadsheet: numbers as numbers, nothing as an empty cell."""
+    shown = entry.vs_baseline.rounded() if entry.vs_baseline else None
+    noise = "" if entry.vs_baseline is None else str(entry.vs_baseline.within_noise).lower()
+    return [
+        entry.test,
+        entry.value,
+        *(v if v is not None else "" for v in (entry.summary_median, entry.cv, entry.n, entry.baseline)),
+        *(v if v is not None else "" for v in ((shown.value, shown.low, shown.high) if shown else (None,) * 3)),
+        noise,
+        entry.j_per_token if entry.j_per_token is not None else "",
+        entry.validity.value if entry.validity is not None else "",
+        entry.rows,
+    ]
+
+
 def export_csv(table: Sequence[Compared], axis: str) -> str:
+    """The JSON's field names and values, one row per entry (cv a fraction, the ratio's interval in two cells)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(_columns(axis))
-    writer.writerows(_cells(entry) for entry in table)
+    writer.writerow(["test", axis, *CSV_COLUMNS, "j_per_token", "validity", "rows"])
+    writer.writerows(_numbers(entry) for entry in table)
     return out.getvalue().rstrip("\n")
 
 
