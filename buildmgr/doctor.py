@@ -4,6 +4,7 @@ preflight still lacks with a toolchain just added. The CLI shows these; nothing 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -70,15 +71,23 @@ def recipes(
 
 
 def doctor(dirs: Dirs, environ: Mapping[str, str], settings: Settings) -> Report:
+    """Every check, with what took seconds remembered as `build` does (nvcc's compile probe, each added toolchain's
+    hashes) while the files behind it stay."""
+    from buildmgr.memo import Memo
+
     host = backend_host(environ, ccache=settings.ccache)
-    checks = toolchain.checks(host.toolchain) + list(backends.inspect(backends.known_backends(), host).checks)
+    memo = Memo.load(dirs.preflight_cache)
+    report = backends.inspect(backends.known_backends(), host, memo=memo)
+    checks = toolchain.checks(host.toolchain) + list(report.checks)
     states = []
     for added in kits.scan(dirs)[0]:
         with_it: tuple[Check, ...] = ()
         if added.kit.builds:
             overlaid = dataclasses.replace(host, environ=kits.overlay(environ, (added,)))
-            with_it = backends.inspect((added.receipt.backend,), overlaid).checks
-        states.append(ToolchainState(added, kits.changed(added), with_it))
+            with_it = backends.inspect((added.receipt.backend,), overlaid, memo=memo).checks
+        states.append(ToolchainState(added, kits.changed(added, memo), with_it))
+    with contextlib.suppress(OSError):  # a read-only cache: every answer is still right, just not remembered
+        memo.save(dirs.preflight_cache)
     missing = bool(toolchain.problems(host.toolchain, ("cc", "c++"), environ))
     return Report(tuple(checks), tuple(states), missing)
 

@@ -20,7 +20,7 @@ from buildmgr.config import Dirs, ensure_writable
 from buildmgr.errors import UserError
 from buildmgr.fsutil import locked, sha256_file
 from buildmgr.kit_sources import Request, all_kits, kit_named
-from buildmgr.memo import Memo
+from buildmgr.memo import Memo, settled, stamp
 from buildmgr.receipt import ToolchainReceipt, ToolchainRef
 
 if TYPE_CHECKING:
@@ -91,11 +91,14 @@ def _walk(root: Path) -> Iterator[tuple[str, os.stat_result]]:
 
 def changed(added: Added, memo: Memo | None = None) -> str | None:
     """The first way the folder differs from its receipt (a file changed, missing or added), or None. Hashing a CUDA
-    toolkit takes seconds, so the answer is remembered while every file's size and mtime stay."""
-    listing = sorted((path, stat.st_size, stat.st_mtime_ns) for path, stat in _walk(added.root))
+    toolkit takes seconds, so the answer is remembered while every file's `memo.stamp` stays, once none of them
+    changed in the last seconds (`memo.settled`)."""
+    now = time.time_ns()
+    stats = dict(_walk(added.root))
+    listing = sorted((path, stamp(stat)) for path, stat in stats.items())
 
     def compute() -> str:
-        present = {path for path, _, _ in listing}
+        present = set(stats)
         for path in sorted(present ^ set(added.receipt.files)):
             return f"{path} was {'added' if path in present else 'removed'}"
         for path, expected in sorted(added.receipt.files.items()):
@@ -108,7 +111,7 @@ def changed(added: Added, memo: Memo | None = None) -> str | None:
     if memo is None:
         return compute() or None
     key = ["toolchain-files", str(added.root), listing]
-    return memo.recall(key, compute, lambda s: s, str) or None
+    return memo.recall(key, compute, lambda s: s, str, keep=lambda _: settled(stats.values(), now)) or None
 
 
 def require_intact(added: Added, memo: Memo | None = None) -> None:

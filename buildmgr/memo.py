@@ -1,21 +1,36 @@
-"""Answers that cost a program run, kept while the files behind them stay (path, size, mtime): the toolchain's
-versions and a backend's preflight, so that a no-op build starts no program."""
+"""Answers that cost a program run or a hash, kept while the files behind them stay (path and `stamp`): the
+toolchain's versions, a backend's preflight and an added toolchain's hashes, so that a no-op build starts no program
+and `doctor` neither compiles nvcc's probe nor hashes a CUDA toolkit again."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+SETTLE_NS = 2_000_000_000  # a file changed this recently may change again without its stamp showing it
+
+
+def stamp(stat: os.stat_result) -> list[int]:
+    """What moves whenever a file's bytes may have: size and mtime, and ctime and inode, which no tool puts back
+    (`touch -r`, `cp -p` and tar restore an mtime; a rename over the file brings another inode)."""
+    return [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino]
+
+
+def settled(stats: Iterable[os.stat_result], now_ns: int) -> bool:
+    """No file changed in the last SETTLE_NS before now: a second write within one tick of the file system's clock
+    leaves the stamp of the first, so an answer read that soon is not kept (git's "racily clean" files)."""
+    return all(stat.st_ctime_ns < now_ns - SETTLE_NS for stat in stats)
+
 
 def stamps(paths: tuple[str, ...]) -> list[list[Any]]:
-    """Path, size and mtime of each file: while these stay, so does what running or reading them said."""
+    """Path, where it leads and `stamp` of each file: while these stay, so does what running or reading them said."""
     found: list[list[Any]] = []
     for path in paths:
         try:
@@ -23,14 +38,15 @@ def stamps(paths: tuple[str, ...]) -> list[list[Any]]:
         except OSError:
             found.append([path, None])
             continue
-        found.append([path, os.path.realpath(path), stat.st_size, stat.st_mtime_ns])
+        found.append([path, os.path.realpath(path), *stamp(stat)])
     return found
 
 
 @dataclass
 class Memo:
-    """Preflight facts that cost a program run (nvcc --version, --list-gpu-arch, a compile probe), kept while the
-    files behind them stay, so a no-op build of a GPU recipe starts no program. `doctor` never uses it."""
+    """Facts that cost a program run (nvcc --version, --list-gpu-arch, a compile probe) or a hash (an added
+    toolchain's files), kept while the files behind them stay: a no-op build of a GPU recipe starts no program, and
+    `doctor` compiles no probe and hashes no toolchain that it already did. `fresh` may still refuse a kept answer."""
 
     entries: dict[str, Any] = field(default_factory=dict)
     changed: bool = False
@@ -51,13 +67,17 @@ class Memo:
         encode: Callable[[T], Any],
         decode: Callable[[Any], T],
         keep: Callable[[T], bool] = lambda _: True,
+        fresh: Callable[[T], bool] = lambda _: True,
     ) -> T:
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
         if digest in self.entries:
             try:
-                return decode(self.entries[digest])
+                kept = decode(self.entries[digest])
             except (KeyError, TypeError, ValueError):
                 pass  # written by another buildmgr version: compute again
+            else:
+                if fresh(kept):
+                    return kept
         value = compute()
         if keep(value):
             self.entries[digest] = encode(value)

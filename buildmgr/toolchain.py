@@ -93,7 +93,7 @@ def ccache_path(choice: str, environ: Mapping[str, str]) -> str | None:
 
 
 def programs_fingerprint(environ: Mapping[str, str], ccache: str = "bundled") -> str:
-    """Path, size and mtime of every program detect() would run: while these stay, so do the versions."""
+    """`memo.stamps` of every program detect() would run: while these stay, so do the versions."""
     programs = [proc.which(c, environ) or c for c in _compilers(environ)] + [
         ccache_path(ccache, environ) or f"ccache:{ccache}"
     ]

@@ -272,7 +272,9 @@ def inspect(backends: tuple[str, ...], host: Host, deep: bool = True, memo: Memo
     """Preflight every backend of a recipe. `deep` also compiles a probe (nvcc) where that is the only proof.
 
     With a memo, a backend that runs programs (its `locate` names their files) is not asked again while those files
-    stay; a report with a failure is never kept, so a fix is seen at once."""
+    stay. A failed check is never taken from it, so a fix is seen at once: a kept report with a failure is given back
+    only while the checks without `deep` say the same again, so that what `deep` adds (nvcc's compile probe, seconds)
+    is asked once while it passes, on a host whose own toolkit lacks cuBLAS too."""
     checks: list[Check] = []
     defines: dict[str, str] = {}
     versions: dict[str, str] = {}
@@ -285,7 +287,8 @@ def inspect(backends: tuple[str, ...], host: Host, deep: bool = True, memo: Memo
                 functools.partial(known.inspect, host, found, deep),
                 Report.to_json,
                 Report.from_json,
-                keep=lambda r: not r.failures,
+                keep=lambda r: deep or not r.failures,
+                fresh=functools.partial(_still_failing_alike, known, host, found),
             )
         else:
             report = known.inspect(host, found, deep)
@@ -305,6 +308,15 @@ def inspect(backends: tuple[str, ...], host: Host, deep: bool = True, memo: Memo
                 )
             )
     return Report(tuple(checks), defines, versions)
+
+
+def _still_failing_alike(known: Backend, host: Host, found: Any, kept: Report) -> bool:
+    """A kept report with a failure holds while the checks that need no probe say exactly what they said: each of
+    its failures is among them, asked now, and the rest it kept (what only `deep` adds) passed."""
+    if not kept.failures:
+        return True
+    again = known.inspect(host, found, False).checks
+    return all(check in kept.checks for check in again) and all(check in again for check in kept.failures)
 
 
 def _older(version: str | None, minimum: str) -> bool:
