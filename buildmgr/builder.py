@@ -23,9 +23,9 @@ from buildmgr.jsonshape import dump
 from buildmgr.plan import BuildPlan, rpath_defines
 from buildmgr.progress import Reporter
 from buildmgr.receipt import SCHEMA as RECEIPT_SCHEMA
-from buildmgr.receipt import Receipt, SmokeResult
+from buildmgr.receipt import Receipt
 from buildmgr.recipes import BASE_DEFINES
-from buildmgr.smoke import smoke_run, tiny_model
+from buildmgr.smoke import Smoked, smoke_run, tiny_model
 
 TAIL_LINES = 20
 
@@ -160,16 +160,17 @@ def _prove_backends(plan: BuildPlan, reply: Reply, log: Path) -> None:
 
 def prove_runs(
     staging: Path, short_commit: str, dirs: Dirs, log: Path, reporter: Reporter, environ: Mapping[str, str]
-) -> SmokeResult:
+) -> Smoked:
     """Run the staged build; raise (so nothing is published) unless every check passed."""
-    result = smoke_run(staging, short_commit, tiny_model(dirs.cache), environ)
+    smoked = smoke_run(staging, short_commit, tiny_model(dirs.cache), environ)
+    result = smoked.result
     with open(log, "a", encoding="utf-8") as handle:
         handle.writelines(f"smoke: {shlex.join(c.command)} -> {c.returncode}: {c.detail}\n" for c in result.checks)
     for check in result.checks:
         what = " ".join(check.command[:2]) if "--version" in check.command else check.command[0]
         reporter.say(f"  {'✓' if check.passed else '✗'} {what}: {check.detail[:120]}")
     if result.passed:
-        return result
+        return smoked
     failed = result.failures[0] if result.failures else None
     if failed is None:
         raise BuildFailed("smoke run failed (no llama tools in the prefix); the build was not published", log=log)
@@ -308,7 +309,7 @@ def execute(
                         shutil.copy2(plan.source.path / "LICENSE", staging / "LICENSE")
                     needs = _runtime_needs(staging, log)
                 with reporter.phase("smoke"):
-                    result = prove_runs(staging, plan.source.short_commit, dirs, log, reporter, environ)
+                    result = prove_runs(staging, plan.source.short_commit, dirs, log, reporter, environ).result
                 receipt = Receipt.from_json(  # checked here, so that every receipt written can be read back
                     {
                         "schema": RECEIPT_SCHEMA,

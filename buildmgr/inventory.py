@@ -212,14 +212,17 @@ def environment_changes(builds: Mapping[str, BuildEntry], environ: Mapping[str, 
     return changed
 
 
-def _probe_all(builds: list[store.Build], environ: Mapping[str, str]) -> tuple[dict[str, ProbeResult], dict[str, Any]]:
+def _probe_all(
+    builds: list[store.Build], environ: Mapping[str, str], probed: Mapping[str, ProbeResult] | None = None
+) -> tuple[dict[str, ProbeResult], dict[str, Any]]:
     """Every build's probe and each vendor tool wanted whatever the probes find, at once: each waits on driver
-    start-up, not on the others."""
+    start-up, not on the others. `probed`: builds probed a moment ago under this environment (their smoke run's)."""
+    known = dict(probed or {})
     early = [(name, capture) for name, capture in backends.captures() if capture.wanted(())]
     with ThreadPoolExecutor(max_workers=len(builds) + len(early) + 1) as pool:
         captured = {name: pool.submit(run_capture, capture, environ) for name, capture in early}
-        probes = {b.id: pool.submit(probe_build, b.prefix, environ) for b in builds}
-        return {k: f.result() for k, f in probes.items()}, {k: f.result() for k, f in captured.items()}
+        probes = {b.id: pool.submit(probe_build, b.prefix, environ) for b in builds if b.id not in known}
+        return known | {k: f.result() for k, f in probes.items()}, {k: f.result() for k, f in captured.items()}
 
 
 def _complete_captures(
@@ -236,9 +239,11 @@ def refresh(
     builds: list[store.Build],
     environ: Mapping[str, str],
     warn: Callable[[str], None] = lambda message: None,
+    probed: Mapping[str, ProbeResult] | None = None,
 ) -> Inventory:
-    """Probe the given builds, merge into the stored inventory, and write it back atomically under a lock."""
-    results, captured = _probe_all(builds, environ)
+    """Probe the given builds (but those in `probed`, by id), merge into the stored inventory, and write it back
+    atomically under a lock."""
+    results, captured = _probe_all(builds, environ, probed)
     path = path_for(dirs)
     with locked(path.with_suffix(".lock")):
         stored = load(path, warn)

@@ -8,6 +8,7 @@ versions any file needs), the NEEDED libraries the prefix does not ship, and the
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import struct
@@ -150,13 +151,19 @@ def host_libraries(environ: Mapping[str, str], machine: str, rpath: Sequence[Pat
         if directory and os.path.isdir(directory):
             for name in os.listdir(directory):
                 paths.setdefault(name, os.path.join(directory, name))
+    for name, path in _loader_cache(machine).items():
+        paths.setdefault(name, path)
+    return HostLibraries(paths)
+
+
+@functools.cache  # one ldconfig run per process, however many artifacts are judged
+def _loader_cache(machine: str) -> dict[str, str]:
     for ldconfig in ("/sbin/ldconfig", "/usr/sbin/ldconfig"):
         if os.access(ldconfig, os.X_OK):
-            for name, path in parse_ldconfig(proc.run([ldconfig, "-p"]).stdout, machine).items():
-                if os.path.exists(path):  # the cache can name a file since removed (or hidden by a mount)
-                    paths.setdefault(name, path)
-            break
-    return HostLibraries(paths)
+            found = parse_ldconfig(proc.run([ldconfig, "-p"]).stdout, machine).items()
+            # the cache can name a file since removed (or hidden by a mount)
+            return {name: path for name, path in found if os.path.exists(path)}
+    return {}
 
 
 def host_glibc() -> Version | None:
@@ -166,6 +173,7 @@ def host_glibc() -> Version | None:
         return None  # musl, or not Linux
 
 
+@functools.cache  # a library's ELF read once per process
 def provided_versions(library: str) -> tuple[str, ...]:
     """The symbol versions a shared library defines (e.g. libstdc++'s GLIBCXX_3.4.30)."""
     from elftools.common.exceptions import ELFError

@@ -14,7 +14,6 @@ from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 _ED = b"Ed"  # minisign's signature algorithm: Ed25519
 _PREHASHED = b"ED"  # a signature over the file's BLAKE2b-512 (minisign's default since 0.8)
@@ -69,6 +68,9 @@ class SecretKey:
 
     @property
     def public(self) -> PublicKey:
+        # here: serialization imports OpenSSH's formats too (9 ms), which only a signer needs
+        from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
         return PublicKey(self.key_id, self.signer().public_key().public_bytes(Encoding.Raw, PublicFormat.Raw))
 
     def text(self) -> str:
@@ -142,8 +144,10 @@ class Signed:
     trusted_comment: str
 
 
-def verify(data: bytes, minisig: str, keys: dict[str, PublicKey]) -> Signed:
-    """Check a `.minisig` of `data` against trusted keys (by id); SignatureError says why not."""
+def verify(data: bytes | None, minisig: str, keys: dict[str, PublicKey], blake2b: bytes | None = None) -> Signed:
+    """Check a `.minisig` of `data` against trusted keys (by id); SignatureError says why not. `blake2b`: the data's
+    BLAKE2b-512, which a prehashed signature (minisign's default, and buildmgr's) is over, read with another digest
+    in one pass; `data` may then be None, unless the signature is a legacy one over the bytes themselves."""
     lines = _lines(minisig, "the signature file", 4)
     head = _decoded(lines[1], "the signature")
     if len(head) != 74 or head[:2] not in (_PREHASHED, _ED):
@@ -156,7 +160,15 @@ def verify(data: bytes, minisig: str, keys: dict[str, PublicKey]) -> Signed:
         raise SignatureError("the signature file has no trusted comment")
     comment = lines[2][len(_TRUSTED) :]
     signature = head[10:]
-    message = hashlib.blake2b(data).digest() if head[:2] == _PREHASHED else data
+    if head[:2] == _PREHASHED:
+        if blake2b is None:
+            assert data is not None, "the data or its BLAKE2b-512"
+            blake2b = hashlib.blake2b(data).digest()
+        message = blake2b
+    elif data is None:
+        raise SignatureError("a legacy minisign signature (not prehashed): sign it again with minisign 0.8 or later")
+    else:
+        message = data
     try:
         key.verifier().verify(signature, message)
         key.verifier().verify(_decoded(lines[3], "the global signature"), signature + comment.encode())

@@ -7,12 +7,13 @@ import os
 import re
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from buildmgr import proc
 from buildmgr.backends import NOT_A_CARD
 from buildmgr.fsutil import locked
-from buildmgr.probe import probe_build
+from buildmgr.probe import ProbeResult, probe_build
 from buildmgr.receipt import SmokeResult, ToolRun
 
 TIMEOUT_S = 300
@@ -109,22 +110,31 @@ def bench_check(tool: Path, model: Path, env: dict[str, str], extra_args: tuple[
     return ToolRun([tool.name, *command[1:2], model.name, *command[3:]], ran.returncode, ran.seconds, passed, detail)
 
 
-def smoke_run(prefix: Path, short_commit: str, model: Path, environ: Mapping[str, str]) -> SmokeResult:
+@dataclass(frozen=True)
+class Smoked:
+    result: SmokeResult
+    probe: ProbeResult | None  # the probe that named the devices benched (None: no llama-bench to bench with)
+
+
+def smoke_run(prefix: Path, short_commit: str, model: Path, environ: Mapping[str, str]) -> Smoked:
     """--version of every tool, then llama-bench on the CPU and on every device the build lists here.
 
     The runs are independent (each its own process, each device its own bench), so they run side by side: the smoke
-    run of a many-device build takes about as long as its slowest device, not their sum."""
+    run of a many-device build takes about as long as its slowest device, not their sum. The CPU's bench needs no
+    probe, so it runs beside it."""
     env = dict(environ)  # the user's own, LD_LIBRARY_PATH included: RPATH wins over it
     bindir = prefix / "bin"
     bench = bindir / "llama-bench"
     tools = [bindir / name for name in VERSIONED_TOOLS if (bindir / name).exists()]
     devices: tuple[str, ...] = ()
+    listed = None
     with ThreadPoolExecutor(max_workers=8) as pool:
         versions = [pool.submit(version_check, tool, short_commit, env) for tool in tools]
         benches = []
         if bench.exists():
+            benches.append(pool.submit(bench_check, bench, model, env, ("-dev", "none")))
             listed = probe_build(prefix, env)
             devices = tuple(d.name for d in listed.devices if d.backend not in NOT_A_CARD)
-            benches = [pool.submit(bench_check, bench, model, env, ("-dev", name)) for name in ("none", *devices)]
+            benches += [pool.submit(bench_check, bench, model, env, ("-dev", name)) for name in devices]
         checks = [future.result() for future in versions + benches]
-    return SmokeResult(bool(checks) and all(c.passed for c in checks), tuple(checks), devices)
+    return Smoked(SmokeResult(bool(checks) and all(c.passed for c in checks), tuple(checks), devices), listed)

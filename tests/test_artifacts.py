@@ -227,6 +227,73 @@ def test_a_link_that_leaves_the_tree_is_refused(tmp_env, tmp_path):
     assert_nothing_installed(tmp_env)
 
 
+def _top(info: tarfile.TarInfo) -> str:
+    return info.name.split("/", 1)[0]
+
+
+@pytest.mark.parametrize(
+    ("hostile", "why"),
+    [
+        ("parent", "'..' in path"),
+        ("absolute", "absolute path"),
+        ("link out", "leaves the tree"),
+        ("through a link", "not a folder written before it"),
+        ("twice", "File exists"),
+    ],
+)
+def test_the_one_pass_extraction_writes_nothing_outside_staging(tmp_path, hostile, why):
+    """install --from extracts as it checks (no pass before it): each hostile entry is refused there too, and
+    nothing is written outside the staging dir, even through a link that stays inside the tree."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    archive = packaged(tmp_path)
+    with tarfile.open(archive) as tar:
+        last = tar.getmembers()[-1].name  # after every folder of the tree
+
+    def add(info, data):
+        rows = [(info, data)]
+        if info.name != last:
+            return rows
+        top = _top(info)
+        entry = tarfile.TarInfo(f"{top}/lib/x")
+        if hostile == "parent":
+            entry.name = f"{top}/../outside/x"
+        elif hostile == "absolute":
+            entry.name = str(outside / "x")
+        elif hostile == "link out":
+            entry.type, entry.linkname = tarfile.SYMTYPE, "../../outside"
+        elif hostile == "through a link":  # a link inside the tree, then a file below it
+            link = tarfile.TarInfo(f"{top}/lib/into-bin")
+            link.type, link.linkname = tarfile.SYMTYPE, "../bin"
+            rows.append((link, b""))
+            entry.name = f"{top}/lib/into-bin/llama-cli"
+        elif hostile == "twice":  # the same file again, after the first was written
+            entry.name = f"{top}/bin/llama-cli"
+        rows.append((entry, b"x"))
+        return rows
+
+    repack(archive, add)
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    with pytest.raises(UserError, match=re.escape(why)):
+        archives.unpack(archive, hashlib.sha256(archive.read_bytes()).hexdigest(), staging)
+    assert list(outside.iterdir()) == []
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_one_pass_extraction_refuses_another_archive_than_the_one_checked(tmp_path):
+    """The digest checked before (the download's) must still be the archive's while it is extracted."""
+    archive = packaged(tmp_path)
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    with pytest.raises(UserError, match=r"checksum mismatch .* it was checked as 000000000000"):
+        archives.unpack(archive, "0" * 64, staging)
+    (tmp_path / "again").mkdir()
+    done = archives.unpack(archive, hashlib.sha256(archive.read_bytes()).hexdigest(), tmp_path / "again")
+    assert store.file_hashes(tmp_path / "again") == done.receipt.files
+    assert os.access(tmp_path / "again" / "bin" / "llama-cli", os.X_OK)
+
+
 def test_an_archive_without_a_receipt_is_not_an_artifact(tmp_env, tmp_path):
     def drop_receipt(info, data):
         return [] if info.name.endswith(store.RECEIPT) else [(info, data)]

@@ -439,7 +439,7 @@ def test_a_server_that_goes_away_mid_download_leaves_a_part_the_next_try_resumes
     seen: list[int] = []
     server, url = serve(repo)
     try:
-        archive = deliver.fetch(open_repo(url), held, dirs, lambda done, total: seen.append(done))
+        archive = deliver.fetch(open_repo(url), held, dirs, lambda done, total: seen.append(done)).archive
     finally:
         server.shutdown()
     assert archives.sha256_file(archive) == held.sha256 and not part.exists()
@@ -450,7 +450,7 @@ def test_a_server_that_goes_away_mid_download_leaves_a_part_the_next_try_resumes
     with pytest.raises(RepositoryFault, match="changed after it was published"):
         deliver.fetch(open_repo(str(repo)), held, dirs)
     assert not part.exists() and not archive.exists()
-    assert archives.sha256_file(deliver.fetch(open_repo(str(repo)), held, dirs)) == held.sha256
+    assert archives.sha256_file(deliver.fetch(open_repo(str(repo)), held, dirs).archive) == held.sha256
 
 
 # --- an OCI registry: Debian's docker-registry on loopback ---------------------------------------------------------
@@ -517,7 +517,7 @@ def test_oci_faults_a_changed_blob_and_a_registry_that_goes_away_then_resumes(tm
     assert part.stat().st_size == held.size // 2
     registry.start()
     seen: list[int] = []
-    archive = deliver.fetch(repo, held, dirs, lambda done, total: seen.append(done))
+    archive = deliver.fetch(repo, held, dirs, lambda done, total: seen.append(done)).archive
     assert archives.sha256_file(archive) == held.sha256 and seen[0] == held.size // 2  # resumed by Range
     archive.unlink()
     blob = registry.blob_file(held.sha256)
@@ -568,7 +568,7 @@ def test_install_killed_mid_download_leaves_nothing_installed_and_the_next_run_r
     )
     server, url = serve(repo)
     try:
-        archive = deliver.fetch(open_repo(url), held, dirs, lambda done, total: seen.append(done))
+        archive = deliver.fetch(open_repo(url), held, dirs, lambda done, total: seen.append(done)).archive
     finally:
         server.shutdown()
     assert seen[0] == kept and archives.sha256_file(archive) == held.sha256

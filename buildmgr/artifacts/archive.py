@@ -8,13 +8,14 @@ import gzip
 import hashlib
 import io
 import os
+import posixpath
 import re
 import tarfile
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import IO, Any, BinaryIO
 
 from buildmgr import backends, compile_cache, store
 from buildmgr.artifacts.names import SYSTEM, artifact_stem, cpu_arch_of
@@ -158,7 +159,6 @@ class Artifact:
     sha256: str
     top: str
     receipt: Receipt
-    members: tuple[tarfile.TarInfo, ...]
     receipt_sha256: str  # of the receipt's bytes in the archive: what a signature's provenance names
 
 
@@ -197,54 +197,134 @@ def _manifest_line(line: str) -> tuple[str, str]:
     return name, digest
 
 
+class _Hashed:
+    """The archive's bytes as tarfile reads them, hashed on the way: its sha256 costs no pass of its own."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        self.handle, self.digest = handle, hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.handle.read(size)
+        self.digest.update(data)
+        return data
+
+    def rest(self) -> str:
+        """The digest of the whole file, reading what tarfile left (gzip's trailer, padding)."""
+        while self.read(_BLOCK):
+            pass
+        return self.digest.hexdigest()
+
+
+_BLOCK = 1 << 20
+
+
+class _Writer:
+    """Files written into staging as they come out of the stream, only below folders written before them (so no
+    entry can write through a link), with the modes `tar --no-same-permissions` gives and their times."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.folders = root, {""}
+
+    def _target(self, relative: str) -> str:
+        parent = posixpath.dirname(relative)
+        if parent not in self.folders:
+            raise ValueError(f"{relative!r} is below {parent!r}, which is not a folder written before it")
+        return os.path.join(self.root, relative)
+
+    def folder(self, relative: str) -> None:
+        os.mkdir(self._target(relative), 0o755)
+        self.folders.add(relative)
+
+    def link(self, relative: str, target: str) -> None:
+        os.symlink(target, self._target(relative))
+
+    def file(self, relative: str, member: tarfile.TarInfo, data: IO[bytes], digest: Any) -> None:
+        mode = (member.mode & 0o755) | 0o600  # no setuid, no write for others (tarfile's "data" filter)
+        fd = os.open(self._target(relative), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        with os.fdopen(fd, "wb") as out:
+            os.fchmod(fd, mode)  # the umask does not narrow it
+            while block := data.read(_BLOCK):
+                digest.update(block)
+                out.write(block)
+        os.utime(os.path.join(self.root, relative), (member.mtime, member.mtime))
+
+
 def open_artifact(path: Path, refusing: str = "install") -> Artifact:
     """Check the .sha256, every entry's path, the manifest and the receipt; raise UserError on any doubt, saying
-    what is refused (`refusing`: install, verify, publish)."""
+    what is refused (`refusing`: install, verify, publish). Nothing is written."""
     if path.is_dir():
         raise UserError(f"{path} is a directory: name the artifact's .tar.gz")
     if path.name.endswith(".tar.gz.sha256"):
         raise UserError(f"{path.name} is the checksum file: name the archive, {path.name.removesuffix('.sha256')}")
     if not path.is_file():
         raise UserError(f"{path}: no such artifact file")
-    expected = _read_checksum(path)
-    actual = sha256_file(path)
-    if actual != expected:
-        raise _bad(path, f"checksum mismatch (sha256 {actual[:12]}…, its .sha256 says {expected[:12]}…)", refusing)
+    return _read(path, (_read_checksum(path), "its .sha256 says"), refusing, None)
+
+
+def unpack(path: Path, sha256: str, staging: Path) -> Artifact:
+    """`open_artifact`'s checks and the extraction, in one pass over the stream: each file is hashed as it is
+    written into the empty `staging` (without the top folder and the manifest), and `sha256` (the digest the
+    caller checked) is the archive's still. On any doubt UserError, and the caller discards staging."""
+    return _read(path, (sha256, "it was checked as"), "install", _Writer(staging))
+
+
+def _read(path: Path, expected: tuple[str, str], refusing: str, writer: _Writer | None) -> Artifact:
+    """The one pass of both: `expected` is the digest and who says so."""
     hashes: dict[str, str] = {}
     links: dict[str, str] = {}
     texts: dict[str, bytes] = {}
-    members: list[tarfile.TarInfo] = []
     top = ""
-    try:
-        # one pass over the stream (a seek back in a .tar.gz decompresses it again from the start)
-        with tarfile.open(path, "r|gz") as tar:
-            for member in tar:
-                parts = PurePosixPath(member.name).parts
-                top = top or (parts[0] if parts else "")
-                reason = unsafe_entry(member, PurePosixPath(top))
-                if reason:
-                    raise _bad(path, f"unsafe entry {member.name!r} ({reason})", refusing)
-                if not parts or parts[0] != top:
-                    raise _bad(
-                        path, f"expected one top-level folder, found more ({parts[0] if parts else '.'!r})", refusing
-                    )
-                members.append(member)
-                relative = str(PurePosixPath(member.name).relative_to(top)) if member.name != top else ""
-                if member.isfile():
-                    handle = tar.extractfile(member)
-                    assert handle is not None
-                    if relative in (MANIFEST, RECEIPT):
-                        texts[relative] = handle.read()
-                        hashes[relative] = hashlib.sha256(texts[relative]).hexdigest()
-                    else:
-                        # typeshed's IO[bytes] lacks readinto, which tarfile's member file has
-                        hashes[relative] = hashlib.file_digest(handle, "sha256").hexdigest()  # type: ignore[arg-type]
-                elif member.issym():
-                    links[relative] = member.linkname
-                elif not member.isdir():
-                    raise _bad(path, f"entry {member.name!r} is neither a file, a folder nor a link", refusing)
-    except (tarfile.TarError, OSError, EOFError) as err:
-        raise _bad(path, f"not a readable .tar.gz ({err})", refusing) from None
+    failed: UserError | None = None
+    with open(path, "rb") as raw:
+        hashed = _Hashed(raw)
+        try:
+            # one pass over the stream (a seek back in a .tar.gz decompresses it again from the start)
+            with tarfile.open(fileobj=hashed, mode="r|gz") as tar:  # type: ignore[call-overload]
+                for member in tar:
+                    parts = PurePosixPath(member.name).parts
+                    top = top or (parts[0] if parts else "")
+                    reason = unsafe_entry(member, PurePosixPath(top))
+                    if reason:
+                        raise _bad(path, f"unsafe entry {member.name!r} ({reason})", refusing)
+                    if not parts or parts[0] != top:
+                        raise _bad(
+                            path,
+                            f"expected one top-level folder, found more ({parts[0] if parts else '.'!r})",
+                            refusing,
+                        )
+                    relative = str(PurePosixPath(member.name).relative_to(top)) if member.name != top else ""
+                    if member.isfile():
+                        handle = tar.extractfile(member)
+                        assert handle is not None
+                        if relative in (MANIFEST, RECEIPT):
+                            texts[relative] = handle.read()
+                            hashes[relative] = hashlib.sha256(texts[relative]).hexdigest()
+                            if writer is not None and relative == RECEIPT:
+                                writer.file(relative, member, io.BytesIO(texts[relative]), hashlib.sha256())
+                        elif writer is not None:
+                            digest = hashlib.sha256()
+                            writer.file(relative, member, handle, digest)
+                            hashes[relative] = digest.hexdigest()
+                        else:
+                            hashes[relative] = hashlib.file_digest(handle, "sha256").hexdigest()
+                    elif member.issym():
+                        links[relative] = member.linkname
+                        if writer is not None:
+                            writer.link(relative, member.linkname)
+                    elif not member.isdir():
+                        raise _bad(path, f"entry {member.name!r} is neither a file, a folder nor a link", refusing)
+                    elif writer is not None and relative:
+                        writer.folder(relative)
+        except UserError as err:
+            failed = err
+        except (tarfile.TarError, OSError, EOFError, ValueError) as err:
+            failed = _bad(path, f"not a readable .tar.gz ({err})", refusing)
+        actual = hashed.rest()
+    wanted, says = expected
+    if actual != wanted:  # said first: whatever else is wrong with it, it is not the archive that was vouched for
+        raise _bad(path, f"checksum mismatch (sha256 {actual[:12]}…, {says} {wanted[:12]}…)", refusing)
+    if failed is not None:
+        raise failed
     if RECEIPT not in texts:
         raise _bad(path, f"no {RECEIPT} in it (not a buildmgr artifact)", refusing)
     if MANIFEST not in texts:
@@ -264,24 +344,9 @@ def open_artifact(path: Path, refusing: str = "install") -> Artifact:
         raise _bad(
             path, f"its files do not match its receipt ({', '.join(sorted({n for n, _ in differ})[:5])})", refusing
         )
-    return Artifact(path, actual, top, receipt, tuple(members), hashes[RECEIPT])
+    return Artifact(path, actual, top, receipt, hashes[RECEIPT])
 
 
 def prefix_for(builds_dir: Path, receipt: Receipt) -> Path:
     source = receipt.source
     return builds_dir / version_label(source.llama_version, source.commit, source.fingerprint) / receipt.id
-
-
-def extract(artifact: Artifact, staging: Path) -> None:
-    """The archive's files, without its top folder and manifest, into an empty staging dir."""
-    wanted = []
-    for member in artifact.members:
-        if member.name == artifact.top:
-            continue
-        relative = str(PurePosixPath(member.name).relative_to(artifact.top))
-        if relative == MANIFEST:
-            continue
-        copy = member.replace(name=relative, deep=False)
-        wanted.append(copy)
-    with tarfile.open(artifact.path, "r|gz") as tar:  # in the archive's order: one pass over the stream
-        tar.extractall(staging, members=wanted, filter="data")

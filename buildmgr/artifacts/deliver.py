@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING
 
 from buildmgr import backends, keyring, signing, store
 from buildmgr.artifacts import compat, index, select
-from buildmgr.artifacts.archive import Artifact, open_artifact
+from buildmgr.artifacts.archive import Artifact
 from buildmgr.artifacts.install import Installed, install
 from buildmgr.artifacts.repo import Progress, Repo, RepoError
 from buildmgr.config import Dirs
 from buildmgr.errors import BuildFailed
-from buildmgr.fsutil import atomic_write_text, locked, sha256_file
+from buildmgr.findings import Finding
+from buildmgr.fsutil import atomic_write_text, file_digests, locked
 
 if TYPE_CHECKING:
     from buildmgr.progress import Reporter
@@ -59,35 +60,35 @@ def candidates(
 
 
 @dataclass(frozen=True)
-class Verified:
-    artifact: Artifact
-    signed_by: str | None  # None: unsigned, accepted with --allow-unsigned
+class Fetched:
+    archive: Path
+    blake2b: bytes  # BLAKE2b-512 of it, read with its sha256: what its prehashed .minisig is over
 
 
-def fetch(repo: Repo, entry: index.Entry, dirs: Dirs, progress: Progress | None = None) -> Path:
+def fetch(repo: Repo, entry: index.Entry, dirs: Dirs, progress: Progress | None = None) -> Fetched:
     """The archive in `<cache>/downloads/<sha256>/`, its digest checked (a wrong one is deleted, never kept)."""
     folder = downloads(dirs) / entry.sha256
     archive = folder / entry.name
     with locked(folder / ".lock"):
-        if not (archive.is_file() and sha256_file(archive) == entry.sha256):
+        sha256, blake2b = file_digests(archive, "sha256", "blake2b") if archive.is_file() else (None, None)
+        if sha256 is None or blake2b is None or sha256.hexdigest() != entry.sha256:
             archive.unlink(missing_ok=True)
             repo.fetch(entry, archive, progress)
-            actual = sha256_file(archive)
-            if actual != entry.sha256:
+            sha256, blake2b = file_digests(archive, "sha256", "blake2b")
+            if sha256.hexdigest() != entry.sha256:
                 archive.unlink()
                 raise RepoError(
-                    f"{entry.name} from {repo.text} has sha256 {actual[:12]}…, and the index says "
+                    f"{entry.name} from {repo.text} has sha256 {sha256.hexdigest()[:12]}…, and the index says "
                     f"{entry.sha256[:12]}…: it was changed after it was published; nothing was installed"
                 )
         atomic_write_text(archive.with_name(archive.name + ".sha256"), f"{entry.sha256}  {entry.name}\n")
-    return archive
+    return Fetched(archive, blake2b.digest())
 
 
-def verify(repo: Repo, entry: index.Entry, archive: Path, dirs: Dirs, allow_unsigned: bool) -> Verified:
-    """The archive's .minisig and attestation against this host's trusted keys, and its receipt against the index."""
-    artifact = open_artifact(archive)
-    if index.summary_of(artifact.receipt, artifact.receipt_sha256) != entry.summary:
-        raise RepoError(f"{entry.name}: its receipt is not what {repo.text}'s index says of it; nothing was installed")
+def verify(repo: Repo, entry: index.Entry, fetched: Fetched, dirs: Dirs, allow_unsigned: bool) -> str | None:
+    """The archive's .minisig and attestation against this host's trusted keys: the key that signed it, or None
+    where it is unsigned and --allow-unsigned takes it. Its receipt is checked against the index once extracted
+    (`vouched`)."""
     found = repo.signatures(entry)
     minisig, attestation = found.get(index.MINISIG), found.get(index.ATTESTATION)
     if minisig is None or attestation is None:
@@ -97,14 +98,14 @@ def verify(repo: Repo, entry: index.Entry, archive: Path, dirs: Dirs, allow_unsi
             )
         if not allow_unsigned:
             raise RepoError(f"{entry.name}: its signature files are missing; nothing was installed")
-        return Verified(artifact, None)
+        return None
     trusted = keyring.trusted(dirs)
     try:
-        signed = signing.verify(archive.read_bytes(), minisig.decode("utf-8", "replace"), trusted)
+        signed = signing.verify(None, minisig.decode("utf-8", "replace"), trusted, fetched.blake2b)
         key_id, statement = signing.open_envelope(json.loads(attestation), trusted)
     except signing.Untrusted as err:
         if allow_unsigned:
-            return Verified(artifact, None)
+            return None
         raise RepoError(f"{entry.name}: {err}, though its index says it is signed by a trusted key") from None
     except (signing.SignatureError, ValueError) as err:
         raise RepoError(f"{entry.name}: {err}; nothing was installed") from None
@@ -112,7 +113,22 @@ def verify(repo: Repo, entry: index.Entry, archive: Path, dirs: Dirs, allow_unsi
         raise RepoError(f"{entry.name}: its .minisig is by {signed.key_id} and its attestation by {key_id}")
     if index.attested_digest(statement, entry.name) != entry.sha256:
         raise RepoError(f"{entry.name}: its attestation is about another archive; nothing was installed")
-    return Verified(artifact, signed.key_id)
+    return signed.key_id
+
+
+def vouched(repo: Repo, candidate: select.Candidate) -> Callable[[Artifact], list[Finding]]:
+    """What `install` asks of the extracted archive: its receipt must be the one the index described (so the host's
+    findings the candidate was judged by, before any download, are this receipt's)."""
+
+    def vouch(artifact: Artifact) -> list[Finding]:
+        entry = candidate.entry
+        if index.summary_of(artifact.receipt, artifact.receipt_sha256) != entry.summary:
+            raise RepoError(
+                f"{entry.name}: its receipt is not what {repo.text}'s index says of it; nothing was installed"
+            )
+        return list(candidate.findings)
+
+    return vouch
 
 
 @dataclass(frozen=True)
@@ -129,26 +145,25 @@ def install_best(
     ranked: list[select.Candidate],
     dirs: Dirs,
     environ: Mapping[str, str],
-    machine: str,
     reporter: Reporter,
     allow_unsigned: bool,
-    probe: Callable[[store.Build], list[tuple[str, str]]],  # the build's devices as (name, backend)
+    probe: Callable[[Installed], list[tuple[str, str]]],  # the build's devices as (name, backend)
     progress: Progress | None = None,
 ) -> list[Attempt]:
     """Try the fitting candidates best first until one installs and sees what it was picked for."""
     attempts: list[Attempt] = []
     for candidate in (c for c in ranked if c.fits):
         entry = candidate.entry
-        archive = fetch(repo, entry, dirs, progress)
-        verified = verify(repo, entry, archive, dirs, allow_unsigned)
-        findings = compat.host_findings(verified.artifact.receipt, environ, machine, dirs)
-        compat.require_runnable(findings, entry.name)
+        fetched = fetch(repo, entry, dirs, progress)
+        signed_by = verify(repo, entry, fetched, dirs, allow_unsigned)
         try:
-            done = install(dirs, verified.artifact, findings, reporter, environ)
+            done = install(
+                dirs, fetched.archive, entry.sha256, entry.summary.id, vouched(repo, candidate), reporter, environ
+            )
         except BuildFailed as err:  # the smoke run failed here: the next candidate may run
-            attempts.append(Attempt(candidate, f"its smoke run failed here ({err})", None, verified.signed_by))
+            attempts.append(Attempt(candidate, f"its smoke run failed here ({err})", None, signed_by))
             continue
-        seen = probe(done.build)
+        seen = probe(done)
         missing = [b for b in candidate.proves if not any(backend == b for _, backend in seen)]
         if missing:
             if not done.already:
@@ -159,12 +174,12 @@ def install_best(
                     candidate,
                     f"installed, but it sees no {', '.join(missing)} device here: {fate}",
                     None,
-                    verified.signed_by,
+                    signed_by,
                     tuple(name for name, _ in seen),
                 )
             )
             continue
         outcome = "already installed" if done.already else "installed"
-        attempts.append(Attempt(candidate, outcome, done, verified.signed_by, tuple(name for name, _ in seen)))
+        attempts.append(Attempt(candidate, outcome, done, signed_by, tuple(name for name, _ in seen)))
         return attempts
     return attempts

@@ -7,14 +7,11 @@ manifest visible only once its blobs are in."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import shutil
 import tempfile
-import urllib.error
 import urllib.parse
-import urllib.request
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -132,7 +129,7 @@ class Repo(ABC):
             self._download(entry, part, have, progress)
         except FileNotFoundError:
             raise RepoError(f"{self.text}: {entry.name} is in the index but not in the repository") from None
-        except (OSError, http.client.HTTPException, _requests_errors()) as err:
+        except _transport_errors() as err:
             raise RepoError(
                 f"reading {entry.name} from {self.text} failed ({getattr(err, 'reason', None) or err}); "
                 f"{part.stat().st_size if part.exists() else 0} of {entry.size} bytes are kept and the next try resumes"
@@ -146,7 +143,7 @@ class Repo(ABC):
         if got > entry.size:
             part.unlink()
             raise RepoError(f"{self.text}: {entry.name} has {got} bytes, and its index says {entry.size}")
-        fsync_file(part)
+        # not flushed: after a power loss a torn file fails its digest, which every use checks, and is fetched again
         os.replace(part, dest)
 
 
@@ -254,6 +251,10 @@ class HttpRepo(_Layout):
     url: str
 
     def read(self, relative: str) -> bytes | None:
+        import http.client  # here: a directory repository needs no HTTP client (10 ms of an install)
+        import urllib.error
+        import urllib.request
+
         try:
             with urllib.request.urlopen(self.url + relative, timeout=TIMEOUT_S) as response:
                 data: bytes = response.read()
@@ -266,6 +267,9 @@ class HttpRepo(_Layout):
             raise RepoError(f"cannot reach {self.url + relative}: {getattr(err, 'reason', err)}") from None
 
     def _download(self, entry: index.Entry, part: Path, have: int, progress: Progress | None) -> None:
+        import urllib.error
+        import urllib.request
+
         headers = {"Range": f"bytes={have}-"} if have else {}
         request = urllib.request.Request(self.url + entry.path, headers=headers)
         try:
@@ -284,13 +288,17 @@ class HttpRepo(_Layout):
 # --- OCI registries ------------------------------------------------------------------------------------------------
 
 
-def _requests_errors() -> type[Exception]:
-    """requests' own error, without importing requests (and oras) for a directory repository."""
+def _transport_errors() -> tuple[type[Exception], ...]:
+    """What reading a repository can raise: OSError, and http.client's and requests' own errors where an http(s) or
+    OCI repository imported them (a directory repository imports neither)."""
     import sys
 
-    module = sys.modules.get("requests")
-    found: type[Exception] = module.RequestException if module is not None else OSError
-    return found
+    found: list[type[Exception]] = [OSError]
+    if "http.client" in sys.modules:
+        found.append(sys.modules["http.client"].HTTPException)
+    if "requests" in sys.modules:
+        found.append(sys.modules["requests"].RequestException)
+    return tuple(found)
 
 
 def _client(insecure: bool) -> Registry:

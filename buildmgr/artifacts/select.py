@@ -31,6 +31,7 @@ class Candidate:
     tier: Tier | None  # None: it does not fit this host
     reasons: tuple[str, ...]  # why not (the errors), or what to know of it (the warnings, the tier's basis)
     proves: tuple[str, ...]  # the backends it was picked for: the installed build must see a device of each
+    findings: tuple[Finding, ...] = ()  # the host's, for its summary: install's warnings once its receipt is read
 
     @property
     def fits(self) -> bool:
@@ -66,7 +67,7 @@ def judge(
         else:
             blocking.append(f"built for {name} GPUs ({codes}), and none is visible here: it would run on the CPU")
     if blocking:
-        return Candidate(entry, None, tuple(blocking), ())
+        return Candidate(entry, None, tuple(blocking), (), tuple(findings))
     portable = [b for b in gpu if b not in coded]
     fits = backends.code_fits(summary.runtime.device_code, targets)
     jit = any(f.severity is Severity.WARNING for name in served for f in fits.get(name, []))
@@ -74,12 +75,12 @@ def judge(
         tier = Tier.JIT if jit else Tier.NATIVE
         basis = "; ".join(f"{name}: {', '.join(targets[name])}" for name in served)
         reasons = (f"{tier.text} for every GPU here ({basis})", *warned)
-        return Candidate(entry, tier, reasons, tuple(served))
+        return Candidate(entry, tier, reasons, tuple(served), tuple(findings))
     if portable:
         reasons = (f"{Tier.PORTABLE.text} ({', '.join(portable)}): the installed build must see a device", *warned)
-        return Candidate(entry, Tier.PORTABLE, reasons, tuple(portable))
+        return Candidate(entry, Tier.PORTABLE, reasons, tuple(portable), tuple(findings))
     # the CPU is no device of the probe's: the smoke run, which ran llama-bench on it, is its proof
-    return Candidate(entry, Tier.CPU, ("no GPU backend: the smoke run proves it", *warned), ())
+    return Candidate(entry, Tier.CPU, ("no GPU backend: the smoke run proves it", *warned), (), tuple(findings))
 
 
 def rank(candidates: Sequence[Candidate]) -> list[Candidate]:

@@ -134,13 +134,17 @@ def install_artifact(args: argparse.Namespace, ctx: Context) -> int:
     compat.require_runnable(findings, args.file.name)
     ensure_writable(ctx.dirs.data, "set XDG_DATA_HOME to a writable directory")
     ensure_writable(ctx.dirs.cache, "set XDG_CACHE_HOME to a writable directory")
-    outcome = install(ctx.dirs, artifact, findings, Reporter.for_environment(ctx.environ), ctx.environ)
+    reporter = Reporter.for_environment(ctx.environ)
+    # the checks above were of the archive read a moment ago: extracting reads it again, and its digest must hold
+    outcome = install(
+        ctx.dirs, args.file, artifact.sha256, artifact.receipt.id, lambda _: findings, reporter, ctx.environ
+    )
     if outcome.already:
         render.say(f"already installed: {outcome.build.id} ({outcome.build.prefix})")
         devices = None
     else:
         render.say(f"installed {outcome.build.id} → {outcome.build.prefix}")
-        devices = probe_after_build(ctx, outcome.build)
+        devices = probe_after_build(ctx, outcome.build, outcome.probe)
     if args.json:
         result = {"id": outcome.build.id, "prefix": str(outcome.build.prefix), "already_installed": outcome.already}
         print(json.dumps(result | {"warnings": list(outcome.warnings), "devices": devices}, indent=2))

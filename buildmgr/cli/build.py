@@ -12,6 +12,7 @@ from buildmgr.config import Context
 
 if TYPE_CHECKING:
     from buildmgr.cli import Subparsers
+    from buildmgr.probe import ProbeResult
     from buildmgr.store import Build
 
 
@@ -104,12 +105,14 @@ def _stored_devices(ctx: Context, build_id: str) -> list[str] | None:
     return [d.name for d in inventory.build_devices(stored, build_id)]
 
 
-def probe_after_build(ctx: Context, build: Build) -> list[str]:
-    """Probe a new build, record it in the inventory, and say what it sees (and why a backend shows nothing)."""
+def probe_after_build(ctx: Context, build: Build, probed: ProbeResult | None = None) -> list[str]:
+    """Probe a new build (or take what its smoke run's probe saw of the same files), record it in the inventory,
+    and say what it sees (and why a backend shows nothing)."""
     from buildmgr import inventory
     from buildmgr.cli import render
 
-    entry = inventory.refresh(ctx.dirs, [build], ctx.environ, ctx.warn).builds[build.id]
+    known = {build.id: probed} if probed is not None else None
+    entry = inventory.refresh(ctx.dirs, [build], ctx.environ, ctx.warn, known).builds[build.id]
     render.say(f"devices this build sees: {render.device_names(entry.probe.devices)}")
     for reason in entry.absent:
         render.say(f"  {reason}")

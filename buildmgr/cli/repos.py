@@ -222,10 +222,13 @@ def install_from(args: argparse.Namespace, ctx: Context) -> int:
     ensure_writable(ctx.dirs.data, "set XDG_DATA_HOME to a writable directory")
     ensure_writable(ctx.dirs.cache, "set XDG_CACHE_HOME to a writable directory")
 
-    def probe(build: Any) -> list[tuple[str, str]]:  # recorded in the inventory, as after a build
+    def probe(done: Any) -> list[tuple[str, str]]:  # recorded in the inventory, as after a build
         from buildmgr import inventory
 
-        entry = inventory.refresh(ctx.dirs, [build], ctx.environ, ctx.warn).builds[build.id]
+        # the smoke run's probe saw these very files a moment ago, under this environment; one already installed
+        # is probed now
+        known = {done.build.id: done.probe} if done.probe is not None else None
+        entry = inventory.refresh(ctx.dirs, [done.build], ctx.environ, ctx.warn, known).builds[done.build.id]
         return [(d.name, d.backend) for d in entry.probe.devices]
 
     with render.Download() as progress:
@@ -234,7 +237,6 @@ def install_from(args: argparse.Namespace, ctx: Context) -> int:
             ranked,
             ctx.dirs,
             ctx.environ,
-            machine,
             Reporter.for_environment(ctx.environ),
             args.allow_unsigned,
             probe,
