@@ -7,6 +7,7 @@ cpu artifact is published, installed with --from and smoke-run in test_cpu_build
 
 from __future__ import annotations
 
+import hashlib
 import http.server
 import json
 import shutil
@@ -141,6 +142,10 @@ def test_a_signature_fails_on_a_changed_file_comment_or_key():
     sig = key.sign(b"data", "c")
     trusted = {key.public.id: key.public}
     assert signing.verify(b"data", sig, trusted).key_id == key.public.id
+    # install --from checks it by the digest it read with the sha256: the same verdicts
+    assert signing.verify(None, sig, trusted, hashlib.blake2b(b"data").digest()).key_id == key.public.id
+    with pytest.raises(signing.SignatureError, match="does not match"):
+        signing.verify(None, sig, trusted, hashlib.blake2b(b"datA").digest())
     with pytest.raises(signing.SignatureError, match="does not match"):
         signing.verify(b"datA", sig, trusted)
     lines = sig.splitlines()
