@@ -11,6 +11,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 bm=${BUILDMGR:-$here/../.venv/bin/buildmgr}
 python=$(dirname "$bm")/python
 stamp() { "$python" -c 'import time; print(f"{time.monotonic():.4f}")'; }
+# bytecode, as pip writes it when it installs a wheel: an editable install under PYTHONDONTWRITEBYTECODE=1 would
+# compile every module again in every run
+env -u PYTHONDONTWRITEBYTECODE "$python" -m compileall -q "$here/../buildmgr" "$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null
 "$bm" package cpu -o "$out/dist" >/dev/null
 archive=$(ls "$out"/dist/*.tar.gz)
 publisher=(env XDG_CONFIG_HOME="$out/publisher")

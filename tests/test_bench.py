@@ -293,6 +293,16 @@ def test_the_h200_rows_compare_by_devices_and_give_the_verdicts_of_the_run():
     assert not any("moe-ngl0" in line for line in lines)  # a fallback never wins
 
 
+def test_one_config_alone_gets_no_verdict_and_one_usable_among_several_is_named():
+    """Issue #35: one CONFIG alone was told "only cpu gave a usable result", as if others had failed."""
+    found = rows.read_rows([H200 / "rows.jsonl"])
+    alone = [r for r in found if r.config == "moe-gpu"]
+    assert alone and rows.verdicts(alone, {"moe-gpu": 1}) == []
+    beside_a_fallback = [r for r in found if r.config in ("moe-gpu", "moe-ngl0")]
+    lines = rows.verdicts(beside_a_fallback, {"moe-gpu": 1, "moe-ngl0": 1})
+    assert lines and all(line.endswith("only moe-gpu gave a usable result") for line in lines)
+
+
 def test_a_row_read_is_written_back_exactly_as_it_was():
     """Rows are typed inside (Row, Meta) and JSON only at the edge: a file's rows survive the round trip whole, key
     order included, and a buildmgr part of another shape is one line naming the field."""
