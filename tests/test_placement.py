@@ -65,6 +65,17 @@ def test_an_unknown_name_lists_the_valid_ones():
     assert finding.fix == "valid names here: CUDA0, CUDA1, Vulkan0, Vulkan1"
 
 
+def test_an_equals_form_is_one_error_and_places_nothing_in_either_syntax():
+    """Issue #35: `--device=Vulkan0` was also read as a device, a second line for '--device=Vulkan0 Vulkan0'; and
+    llama-bench's `--device=X`, which it stops at too, was 'placement ok'."""
+    for tool in ("llama-cli", "llama-bench"):
+        [placement], notes = parse(tool, ["--device=CUDA2", "-m", "x.gguf"], {})
+        assert [(n.rule, n.subject, n.fix) for n in notes] == [
+            ("no-equals-form", "--device=CUDA2", "write --device CUDA2")
+        ]
+        assert placement.devices is None and check(placement, h200x2()) == []
+
+
 def test_overrides_onto_a_device_outside_the_model_say_which_abort_and_what_works():
     [placement], _ = parse("llama-cli", ["-dev", "CUDA0,CUDA1", "-sm", "none", "-ot", "ffn=CUDA1"], {})
     [finding] = check(placement, h200x2())

@@ -173,8 +173,8 @@ def parse_common(args: list[str], environ: dict[str, str]) -> tuple[Placement, l
                     rules.NO_EQUALS_FORM,
                 )
             )
-            value = inline
-        elif not option.takes_value:
+            continue  # llama.cpp stops at it: its value places nothing (checked, it read as '--device=X X')
+        if not option.takes_value:
             value = "1"
         elif index < len(args):
             value, index = args[index], index + 1
@@ -192,6 +192,18 @@ def parse_bench(args: list[str]) -> tuple[list[Placement], list[Finding]]:
     index = 0
     while index < len(args):
         arg, index = args[index], index + 1
+        head, eq, inline = arg.partition("=")
+        if eq and arg not in BY_FLAG and head in BY_FLAG:
+            findings.append(
+                Finding(
+                    Severity.ERROR,
+                    arg,
+                    "llama-bench takes no '=' form (it stops with 'invalid parameter for argument')",
+                    f"write {head} {inline}",
+                    rules.NO_EQUALS_FORM,
+                )
+            )
+            continue
         option = BY_FLAG.get(arg)
         if option is None or option.key in ("cpu_moe", "n_cpu_moe") or index >= len(args):
             continue
