@@ -155,9 +155,8 @@ class _Status:
 
     def update(self, label: str, round_: int, event: Event) -> None:
         if self.live is not None:
-            run = "warm-up" if round_ == 0 else f"run {round_}"
             test = self.tests[event.test - 1] if 0 < event.test <= len(self.tests) else f"test {event.test}"
-            self.live.update(f"{label} · {run} · {test}: {event.what}")
+            self.live.update(f"{label} · run {round_} · {test}: {event.what}")
 
 
 def compare(args: argparse.Namespace) -> int:
