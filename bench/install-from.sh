@@ -11,9 +11,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 bm=${BUILDMGR:-$here/../.venv/bin/buildmgr}
 python=$(dirname "$bm")/python
 stamp() { "$python" -c 'import time; print(f"{time.monotonic():.4f}")'; }
-# bytecode, as pip writes it when it installs a wheel: an editable install under PYTHONDONTWRITEBYTECODE=1 would
-# compile every module again in every run
-env -u PYTHONDONTWRITEBYTECODE "$python" -m compileall -q "$here/../buildmgr" "$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null
+# bytecode, as pip writes it when it installs a wheel: an editable install under PYTHONDONTWRITEBYTECODE=1, or wheels
+# unpacked with --no-compile, would compile every module again in every run (a folder that is not writable keeps
+# what it has; compileall fails on a file of another Python's syntax, which is left as it is)
+writable=$("$python" -c 'import os, sys; print(" ".join(p for p in sys.path if os.path.isdir(p) and os.access(p, os.W_OK)))')
+# shellcheck disable=SC2086
+env -u PYTHONDONTWRITEBYTECODE "$python" -m compileall -q "$here/../buildmgr" $writable >/dev/null || true
 "$bm" package cpu -o "$out/dist" >/dev/null
 archive=$(ls "$out"/dist/*.tar.gz)
 publisher=(env XDG_CONFIG_HOME="$out/publisher")
