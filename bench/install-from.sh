@@ -2,7 +2,8 @@
 # Issue #32 on this machine: `buildmgr install --from DIR` of the cpu artifact into a fresh data dir, against the
 # same steps by hand (copy the archive and its .sha256, `sha256sum -c`, `tar x`, the smoke run: every tool's
 # --version and llama-bench -p 16 -n 8 on the tiny model), side by side, alternating, ROUNDS rounds (default 5).
-# The archive is packaged from the cpu build that `buildmgr build` made (BUILDMGR=…, default .venv/bin/buildmgr).
+# The archive is packaged from the build BUILD names (default cpu, the one `buildmgr build` made; BUILDMGR=…, default
+# .venv/bin/buildmgr).
 # OUT gets times.txt ("name seconds") and each run's output.
 set -euo pipefail
 out=${1:?usage: install-from.sh OUT}
@@ -17,7 +18,7 @@ stamp() { "$python" -c 'import time; print(f"{time.monotonic():.4f}")'; }
 writable=$("$python" -c 'import os, sys; print(" ".join(p for p in sys.path if os.path.isdir(p) and os.access(p, os.W_OK)))')
 # shellcheck disable=SC2086
 env -u PYTHONDONTWRITEBYTECODE "$python" -m compileall -q "$here/../buildmgr" $writable >/dev/null || true
-"$bm" package cpu -o "$out/dist" >/dev/null
+"$bm" package "${BUILD:-cpu}" -o "$out/dist" >/dev/null
 archive=$(ls "$out"/dist/*.tar.gz)
 publisher=(env XDG_CONFIG_HOME="$out/publisher")
 "${publisher[@]}" "$bm" key generate ci >"$out/key.txt" 2>&1

@@ -4,7 +4,6 @@ receipt. The orchestration; each stage's logic is in its own module."""
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import time
 from collections.abc import Mapping
@@ -16,7 +15,7 @@ from buildmgr import __version__, backends, compile_cache, hostfacts, proc, proo
 from buildmgr.cmake import Reply, read_reply, request_reply
 from buildmgr.config import Dirs
 from buildmgr.diagnose import diagnose
-from buildmgr.errors import BuildFailed
+from buildmgr.errors import TAIL_LINES, BuildFailed
 from buildmgr.fsutil import locked
 from buildmgr.install import install_targets
 from buildmgr.jsonshape import dump
@@ -25,9 +24,7 @@ from buildmgr.progress import Reporter
 from buildmgr.receipt import SCHEMA as RECEIPT_SCHEMA
 from buildmgr.receipt import Receipt
 from buildmgr.recipes import BASE_DEFINES
-from buildmgr.smoke import Smoked, smoke_run, tiny_model
-
-TAIL_LINES = 20
+from buildmgr.smoke import prove_runs
 
 
 def error_excerpt(lines: list[str], limit: int = TAIL_LINES) -> tuple[str, ...]:
@@ -156,31 +153,6 @@ def _prove_backends(plan: BuildPlan, reply: Reply, log: Path) -> None:
         with open(log, "a", encoding="utf-8") as handle:
             handle.writelines(f"proof: {p}\n" for p in problems)
         raise BuildFailed("configure did not produce the requested build: " + "; ".join(problems), log=log)
-
-
-def prove_runs(
-    staging: Path, short_commit: str, dirs: Dirs, log: Path, reporter: Reporter, environ: Mapping[str, str]
-) -> Smoked:
-    """Run the staged build; raise (so nothing is published) unless every check passed."""
-    smoked = smoke_run(staging, short_commit, tiny_model(dirs.cache), environ)
-    result = smoked.result
-    with open(log, "a", encoding="utf-8") as handle:
-        handle.writelines(f"smoke: {shlex.join(c.command)} -> {c.returncode}: {c.detail}\n" for c in result.checks)
-    for check in result.checks:
-        what = " ".join(check.command[:2]) if "--version" in check.command else check.command[0]
-        reporter.say(f"  {'✓' if check.passed else '✗'} {what}: {check.detail[:120]}")
-    if result.passed:
-        return smoked
-    failed = result.failures[0] if result.failures else None
-    if failed is None:
-        raise BuildFailed("smoke run failed (no llama tools in the prefix); the build was not published", log=log)
-    last = failed.detail.splitlines()[-1][:160] if failed.detail else "no output"
-    raise BuildFailed(
-        f"smoke run failed ({' '.join(failed.command[:2])}: exit {failed.returncode}, {last}); "
-        "the build was not published",
-        log=log,
-        tail=tuple(failed.detail.splitlines()[-TAIL_LINES:]),
-    )
 
 
 def _drop_statslogs(statslog: Path) -> None:

@@ -15,6 +15,9 @@ class UserError(BuildmgrError):
     exit_code = 2
 
 
+TAIL_LINES = 20  # of a failed build's or tool's output, shown with its error
+
+
 class BuildFailed(BuildmgrError):
     """The build or a built tool failed. The log is kept."""
 

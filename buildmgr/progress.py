@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 _STATUS = re.compile(r"^\[(\d+)/(\d+)\]\s*(.*)")
 
@@ -91,6 +90,9 @@ class Reporter:
     @contextlib.contextmanager
     def ninja_bar(self) -> Iterator[Callable[[str], None]]:
         """Yields `feed(line)`: every line of the build's output goes through it."""
+        # here: only a build has a bar, and rich.progress is a tenth of an install's start-up
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
         counter = NinjaCounter()
         interactive = self.interactive
         progress = Progress(

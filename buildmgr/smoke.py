@@ -5,16 +5,23 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from buildmgr import proc
 from buildmgr.backends import NOT_A_CARD
+from buildmgr.config import Dirs
+from buildmgr.errors import TAIL_LINES, BuildFailed
 from buildmgr.fsutil import locked
 from buildmgr.probe import ProbeResult, probe_build
 from buildmgr.receipt import SmokeResult, ToolRun
+
+if TYPE_CHECKING:
+    from buildmgr.progress import Reporter
 
 TIMEOUT_S = 300
 VERSIONED_TOOLS = ("llama-cli", "llama-server", "llama-bench", "llama-completion")
@@ -138,3 +145,28 @@ def smoke_run(prefix: Path, short_commit: str, model: Path, environ: Mapping[str
             benches += [pool.submit(bench_check, bench, model, env, ("-dev", name)) for name in devices]
         checks = [future.result() for future in versions + benches]
     return Smoked(SmokeResult(bool(checks) and all(c.passed for c in checks), tuple(checks), devices), listed)
+
+
+def prove_runs(
+    staging: Path, short_commit: str, dirs: Dirs, log: Path, reporter: Reporter, environ: Mapping[str, str]
+) -> Smoked:
+    """Run the staged build; raise (so nothing is published) unless every check passed."""
+    smoked = smoke_run(staging, short_commit, tiny_model(dirs.cache), environ)
+    result = smoked.result
+    with open(log, "a", encoding="utf-8") as handle:
+        handle.writelines(f"smoke: {shlex.join(c.command)} -> {c.returncode}: {c.detail}\n" for c in result.checks)
+    for check in result.checks:
+        what = " ".join(check.command[:2]) if "--version" in check.command else check.command[0]
+        reporter.say(f"  {'✓' if check.passed else '✗'} {what}: {check.detail[:120]}")
+    if result.passed:
+        return smoked
+    failed = result.failures[0] if result.failures else None
+    if failed is None:
+        raise BuildFailed("smoke run failed (no llama tools in the prefix); the build was not published", log=log)
+    last = failed.detail.splitlines()[-1][:160] if failed.detail else "no output"
+    raise BuildFailed(
+        f"smoke run failed ({' '.join(failed.command[:2])}: exit {failed.returncode}, {last}); "
+        "the build was not published",
+        log=log,
+        tail=tuple(failed.detail.splitlines()[-TAIL_LINES:]),
+    )

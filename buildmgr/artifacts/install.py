@@ -43,8 +43,8 @@ def install(
     holds, raising where it must not run here; it returns the host's findings), smoke-run, publish atomically."""
     from datetime import UTC, datetime
 
-    from buildmgr.builder import prove_runs
     from buildmgr.fsutil import locked
+    from buildmgr.smoke import prove_runs
 
     with locked(store.build_lock(dirs, build_id)):
         store.drop_stale_staging(dirs, build_id)
