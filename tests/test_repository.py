@@ -583,13 +583,16 @@ def test_install_killed_mid_download_leaves_nothing_installed_and_the_next_run_r
     assert nothing_installed(host)
 
 
-def test_the_h200_s_own_index_ranks_as_its_installs_did():
+@pytest.mark.parametrize("run", ["", "onepass"], ids=["first run", "one-pass install"])
+def test_the_h200_s_own_index_ranks_as_its_installs_did(run):
     """The index published on an H200 (docs/real-runs.md, less the sm_90 archive as that run removed it): its real
     summaries, read from the ELF files there, rank sm_80 by JIT over Vulkan over the CPU for a 9.0 card, and with
-    CUDA hidden the CUDA archive does not fit and Vulkan leads: what the three installs there picked and proved."""
+    CUDA hidden the CUDA archive does not fit and Vulkan leads: what the three installs there picked and proved,
+    in both runs (the second with the one-pass install, proved by its smoke run's probe)."""
     from buildmgr import backends
 
-    data = json.loads((FIXTURES / "h200" / "repository32" / "index-no-sm90.json").read_text())
+    recorded_at = FIXTURES / "h200" / "repository32" / run
+    data = json.loads((recorded_at / "index-no-sm90.json").read_text())
     entries = index.Index.from_json(data).artifacts
 
     def ranked(targets):
@@ -617,6 +620,10 @@ def test_the_h200_s_own_index_ranks_as_its_installs_did():
         ("cpu", select.Tier.CPU),
         ("cuda", None),
     ]
-    recorded = json.loads((FIXTURES / "h200" / "repository32" / "install-no-sm90.json").read_text())
+    recorded = json.loads((recorded_at / "install-no-sm90.json").read_text())
     assert [c["name"] for c in recorded["candidates"]] == [c.entry.name for c in h200]
     assert recorded["attempts"][0]["devices"] == ["CUDA0"]
+    hidden_run = json.loads((recorded_at / "install-cuda-hidden.json").read_text())  # of the whole registry
+    held = {e.name for e in entries}
+    assert [c["name"] for c in hidden_run["candidates"] if c["name"] in held] == [c.entry.name for c in hidden]
+    assert [a["devices"] for a in hidden_run["attempts"]] == [["Vulkan0"]]
