@@ -4,7 +4,8 @@
 # --version and llama-bench -p 16 -n 8 on the tiny model), side by side, alternating, ROUNDS rounds (default 5).
 # The archive is packaged from the build BUILD names (default cpu, the one `buildmgr build` made; BUILDMGR=…, default
 # .venv/bin/buildmgr).
-# OUT gets times.txt ("name seconds") and each run's output.
+# BEFORE=COMMAND adds a third arm in the same rounds (e.g. a wrapper running an older tree). OUT gets times.txt
+# ("name seconds") and each run's output.
 set -euo pipefail
 out=${1:?usage: install-from.sh OUT}
 mkdir -p "$out"
@@ -38,13 +39,18 @@ by_hand() {  # ROOT: what a user types: copy, check, unpack, prove it runs
     for tool in llama-cli llama-server llama-bench llama-completion; do "$bin/$tool" --version >/dev/null 2>&1; done
     "$bin/llama-bench" -m "$model" -p 16 -n 8 -r 1 -o json >/dev/null 2>&1
 }
-host() {  # ROOT COMMAND…: buildmgr with a fresh host's data, cache and config dirs under ROOT
+host() {  # ROOT COMMAND…: buildmgr (BM, default this one) with a fresh host's data, cache and config dirs under ROOT
     local root=$1
     shift
-    env XDG_DATA_HOME="$root/data" XDG_CACHE_HOME="$root/cache" XDG_CONFIG_HOME="$root/config" "$bm" "$@"
+    env XDG_DATA_HOME="$root/data" XDG_CACHE_HOME="$root/cache" XDG_CONFIG_HOME="$root/config" "${BM:-$bm}" "$@"
 }
 with_buildmgr() {  # ROOT: install --from, with its checks, smoke run and proof (the host trusts the key already)
     host "$1" install --from "$out/repo" >"$1.log" 2>&1
+}
+fresh_host() {  # ROOT: trusts the key and holds the smoke run's tiny model, which the hand run is given too
+    host "$1" key trust "$key" >/dev/null
+    mkdir -p "$1/cache/buildmgr/smoke" && cp "$model" "$1/cache/buildmgr/smoke/$(
+        "$python" -c 'from buildmgr.smoke import MODEL_NAME; print(MODEL_NAME)')"
 }
 timed() {  # NAME FUNCTION ROOT
     local t0 t1
@@ -55,10 +61,11 @@ timed() {  # NAME FUNCTION ROOT
 }
 for round in $(seq "${ROUNDS:-5}"); do
     timed "hand-$round" by_hand "$out/hand-$round"
-    host "$out/bm-$round" key trust "$key" >/dev/null  # once per host, not part of an install
-    # the smoke run's tiny model, which the hand run is given too: written once per host, not part of an install
-    mkdir -p "$out/bm-$round/cache/buildmgr/smoke" && cp "$model" "$out/bm-$round/cache/buildmgr/smoke/$(
-        "$python" -c 'from buildmgr.smoke import MODEL_NAME; print(MODEL_NAME)')"
+    fresh_host "$out/bm-$round"  # outside the timing: once per host, not part of an install
     timed "buildmgr-$round" with_buildmgr "$out/bm-$round"
+    if [ -n "${BEFORE:-}" ]; then  # another buildmgr (a command, e.g. an older tree's), in the same rounds
+        BM=$BEFORE fresh_host "$out/before-$round"
+        BM=$BEFORE timed "before-$round" with_buildmgr "$out/before-$round"
+    fi
 done
 cat "$out/times.txt"
