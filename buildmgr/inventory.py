@@ -217,7 +217,9 @@ def _probe_all(
 ) -> tuple[dict[str, ProbeResult], dict[str, Any]]:
     """Every build's probe and each vendor tool wanted whatever the probes find, at once: each waits on driver
     start-up, not on the others. `probed`: builds probed a moment ago under this environment (their smoke run's)."""
-    known = dict(probed or {})
+    # a probe that failed or could not use ggml's API is asked again, of the published prefix (its error may name
+    # the staging folder, and a smoke run's busy moment is no verdict)
+    known = {k: v for k, v in (probed or {}).items() if v.ok and not v.api_error}
     early = [(name, capture) for name, capture in backends.captures() if capture.wanted(())]
     with ThreadPoolExecutor(max_workers=len(builds) + len(early) + 1) as pool:
         captured = {name: pool.submit(run_capture, capture, environ) for name, capture in early}

@@ -18,6 +18,13 @@ FILE_NAME = "buildmgr-receipt.json"
 SCHEMA = 2  # 2: runtime.device_code per backend (schema 1 named each backend's code in its own field)
 
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,200}")
+
+
+def safe_id(text: str) -> bool:
+    """A build id that can become a folder's and a lock's name: no separator, no glob, no leading dot."""
+    return _SAFE_NAME.fullmatch(text) is not None
+
+
 _COMMIT = re.compile(r"[0-9a-f]{7,40}")
 _FINGERPRINT = re.compile(r"[0-9a-f]{8,64}")
 

@@ -238,7 +238,8 @@ def _top(info: tarfile.TarInfo) -> str:
         ("absolute", "absolute path"),
         ("link out", "leaves the tree"),
         ("through a link", "not a folder written before it"),
-        ("twice", "File exists"),
+        ("twice", "comes twice"),
+        ("link chain", "leads out of the tree"),
     ],
 )
 def test_the_one_pass_extraction_writes_nothing_outside_staging(tmp_path, hostile, why):
@@ -269,6 +270,12 @@ def test_the_one_pass_extraction_writes_nothing_outside_staging(tmp_path, hostil
             entry.name = f"{top}/lib/into-bin/llama-cli"
         elif hostile == "twice":  # the same file again, after the first was written
             entry.name = f"{top}/bin/llama-cli"
+        elif hostile == "link chain":  # each stays in the tree alone; followed, the second leads out
+            here = tarfile.TarInfo(f"{top}/lib/here")
+            here.type, here.linkname = tarfile.SYMTYPE, "."
+            rows.append((here, b""))
+            entry.type, entry.linkname = tarfile.SYMTYPE, "here/here/../../../outside"
+            entry.name = f"{top}/lib/out"
         rows.append((entry, b"x"))
         return rows
 

@@ -380,6 +380,22 @@ def test_an_index_that_lies_about_the_receipt_is_refused(tmp_path):
     refused(host, repo, "its receipt is not what")
 
 
+@pytest.mark.parametrize("build_id", ["../../../../victim", "*"])
+def test_an_index_whose_build_id_is_a_path_or_a_pattern_is_refused_before_anything(tmp_path, build_id):
+    """The id in the index (unsigned: the signature covers the archive) names the lock and the staging folder
+    before the archive's receipt is read: `..` or a glob there would lock, stage and clean up outside the store."""
+    repo, _, host = published(tmp_path)
+    victim = tmp_path / "victim.keep"
+    victim.mkdir()
+    data = json.loads((repo / index.INDEX).read_text())
+    data["artifacts"][0]["summary"]["id"] = build_id
+    (repo / index.INDEX).write_text(json.dumps(data))
+    result = buildmgr(host, "install", "--from", str(repo))
+    assert result.returncode != 0 and "not a safe build id" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and nothing_installed(host) and victim.is_dir()
+    assert not list((Path(host["XDG_CACHE_HOME"]) / "buildmgr").glob("downloads/*/*.tar.gz"))
+
+
 # --- downloads: resumed, and never trusted before the digest -------------------------------------------------------
 
 

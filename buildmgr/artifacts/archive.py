@@ -1,9 +1,11 @@
 """The artifact format, written and read here alone: a byte-identical `.tar.gz` of a build (sorted entries, fixed
-times, owner 0, gzip mtime 0) with its `.sha256`, `MANIFEST.sha256` and the receipt; and the reading of one, where
-everything is checked before anything is extracted."""
+times, owner 0, gzip mtime 0) with its `.sha256`, `MANIFEST.sha256` and the receipt; and the reading of one: checked
+without writing anything (`open_artifact`), or checked as it is extracted into staging, nothing of it used before
+every check passed (`unpack`)."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
@@ -12,7 +14,7 @@ import posixpath
 import re
 import tarfile
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, BinaryIO
@@ -150,7 +152,7 @@ def package(build: store.Build, out_dir: Path, environ: Mapping[str, str]) -> Pa
     return Packaged(build, archive, checksum, digest, archive.stat().st_size)
 
 
-# --- reading an artifact: everything is checked before anything is extracted -------------------------------
+# --- reading an artifact: nothing of it is used before everything is checked ------------------------------
 
 
 @dataclass(frozen=True)
@@ -218,9 +220,13 @@ class _Hashed:
 _BLOCK = 1 << 20
 
 
+class _Refused(ValueError):
+    """An entry the writer will not write: the archive's fault, said as such."""
+
+
 class _Writer:
     """Files written into staging as they come out of the stream, only below folders written before them (so no
-    entry can write through a link), with the modes `tar --no-same-permissions` gives and their times."""
+    entry can write through a link), with the modes of tarfile's "data" filter (no setuid, no write for others)."""
 
     def __init__(self, root: Path) -> None:
         self.root, self.folders = root, {""}
@@ -228,25 +234,65 @@ class _Writer:
     def _target(self, relative: str) -> str:
         parent = posixpath.dirname(relative)
         if parent not in self.folders:
-            raise ValueError(f"{relative!r} is below {parent!r}, which is not a folder written before it")
+            raise _Refused(f"{relative!r} is below {parent!r}, which is not a folder written before it")
         return os.path.join(self.root, relative)
 
+    @contextlib.contextmanager
+    def _writing(self, relative: str) -> Iterator[None]:
+        """A name that is there already is the archive's conflict; any other failure (a full disk) is the host's."""
+        try:
+            yield
+        except (FileExistsError, NotADirectoryError, IsADirectoryError):
+            raise _Refused(f"{relative!r} comes twice, or as a file and a folder") from None
+
     def folder(self, relative: str) -> None:
-        os.mkdir(self._target(relative), 0o755)
+        with self._writing(relative):
+            os.mkdir(self._target(relative), 0o755)
         self.folders.add(relative)
 
     def link(self, relative: str, target: str) -> None:
-        os.symlink(target, self._target(relative))
+        with self._writing(relative):
+            os.symlink(target, self._target(relative))
 
     def file(self, relative: str, member: tarfile.TarInfo, data: IO[bytes], digest: Any) -> None:
-        mode = (member.mode & 0o755) | 0o600  # no setuid, no write for others (tarfile's "data" filter)
-        fd = os.open(self._target(relative), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        mode = (member.mode & 0o755) | 0o600
+        with self._writing(relative):
+            fd = os.open(self._target(relative), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
         with os.fdopen(fd, "wb") as out:
             os.fchmod(fd, mode)  # the umask does not narrow it
             while block := data.read(_BLOCK):
                 digest.update(block)
                 out.write(block)
-        os.utime(os.path.join(self.root, relative), (member.mtime, member.mtime))
+            out.flush()
+            with contextlib.suppress(OverflowError, ValueError, OSError):  # a time out of range: nothing reads it
+                os.utime(fd, (member.mtime, member.mtime))
+
+
+def _leaves(links: Mapping[str, str]) -> str | None:
+    """The first link that, followed through the others (a chain like `d -> .`, `e -> d/d/../..`), leads out of the
+    tree, where each alone stays in it; None if none does."""
+    for start in sorted(links):
+        parts: list[str] = []
+        pending = start.split("/")
+        hops = 0
+        while pending:
+            part = pending.pop(0)
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if not parts:
+                    return start
+                parts.pop()
+                continue
+            parts.append(part)
+            here = "/".join(parts)
+            if here in links:
+                hops += 1
+                if hops > 40:  # the loader's own limit is of this order: a loop is refused, not followed
+                    return start
+                parts.pop()
+                pending = links[here].split("/") + pending
+    return None
 
 
 def open_artifact(path: Path, refusing: str = "install") -> Artifact:
@@ -273,6 +319,7 @@ def _read(path: Path, expected: tuple[str, str], refusing: str, writer: _Writer 
     hashes: dict[str, str] = {}
     links: dict[str, str] = {}
     texts: dict[str, bytes] = {}
+    seen: set[str] = set()
     top = ""
     failed: UserError | None = None
     with open(path, "rb") as raw:
@@ -293,6 +340,9 @@ def _read(path: Path, expected: tuple[str, str], refusing: str, writer: _Writer 
                             refusing,
                         )
                     relative = str(PurePosixPath(member.name).relative_to(top)) if member.name != top else ""
+                    if relative in seen:  # the last would win on reading, the first on writing: neither is sure
+                        raise _bad(path, f"entry {member.name!r} comes twice", refusing)
+                    seen.add(relative)
                     if member.isfile():
                         handle = tar.extractfile(member)
                         assert handle is not None
@@ -317,7 +367,13 @@ def _read(path: Path, expected: tuple[str, str], refusing: str, writer: _Writer 
                         writer.folder(relative)
         except UserError as err:
             failed = err
-        except (tarfile.TarError, OSError, EOFError, ValueError) as err:
+        except _Refused as err:
+            failed = _bad(path, f"entry {err}", refusing)
+        except (tarfile.TarError, EOFError, ValueError) as err:
+            failed = _bad(path, f"not a readable .tar.gz ({err})", refusing)
+        except OSError as err:
+            if writer is not None:  # writing staging failed (a full disk): the host's, said with its path
+                raise
             failed = _bad(path, f"not a readable .tar.gz ({err})", refusing)
         actual = hashed.rest()
     wanted, says = expected
@@ -329,7 +385,13 @@ def _read(path: Path, expected: tuple[str, str], refusing: str, writer: _Writer 
         raise _bad(path, f"no {RECEIPT} in it (not a buildmgr artifact)", refusing)
     if MANIFEST not in texts:
         raise _bad(path, f"no {MANIFEST} in it (not a buildmgr artifact)", refusing)
-    listed = dict(_manifest_line(line) for line in texts[MANIFEST].decode("utf-8", "replace").splitlines())
+    escaping = _leaves(links)
+    if escaping is not None:
+        raise _bad(path, f"unsafe entry {escaping!r} (with the other links, it leads out of the tree)", refusing)
+    try:
+        listed = dict(_manifest_line(line) for line in texts[MANIFEST].decode("utf-8", "replace").splitlines())
+    except ValueError:
+        raise _bad(path, f"its {MANIFEST} is not sha256sum lines", refusing) from None
     files = {name: digest for name, digest in hashes.items() if name != MANIFEST}
     if listed != files:
         differ = sorted(set(listed.items()) ^ set(files.items()))

@@ -10,7 +10,7 @@ from typing import Any
 
 from buildmgr import jsonshape
 from buildmgr.jsonshape import OMIT_IF_EMPTY, OMIT_IF_NONE
-from buildmgr.receipt import Receipt, RuntimeNeeds, ToolchainRef
+from buildmgr.receipt import Receipt, RuntimeNeeds, ToolchainRef, safe_id
 
 INDEX = "index.json"
 SCHEMA = 1
@@ -86,6 +86,8 @@ class Entry:
             raise jsonshape.ShapeError(f"{self.name}: sha256 {self.sha256!r} is not 64 hex digits")
         if not _NAME.fullmatch(self.name):
             raise jsonshape.ShapeError(f"artifact name {self.name!r} is not llama-….tar.gz")
+        if not safe_id(self.summary.id):  # install locks and stages by it before the archive's receipt is read
+            raise jsonshape.ShapeError(f"{self.name}: id {self.summary.id[:60]!r} is not a safe build id")
 
 
 @dataclass(frozen=True)

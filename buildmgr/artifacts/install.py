@@ -1,6 +1,6 @@
-"""install-artifact and install --from: extract a checked artifact into staging in one pass (each file checked against
-the manifest and the receipt as it is written), let the caller vouch for what it holds, smoke-run it here and publish
-it as a build, atomically, like `build`."""
+"""install-artifact and install --from: extract an artifact into staging in one pass (each file hashed as it is
+written, then all checked against the manifest and the receipt), let the caller vouch for what it holds, smoke-run it
+here and publish it as a build, atomically, like `build`."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from buildmgr.artifacts.archive import Artifact, prefix_for, unpack
 from buildmgr.config import Dirs
 from buildmgr.errors import UserError
 from buildmgr.findings import Finding, warnings
-from buildmgr.receipt import InstalledFrom
+from buildmgr.receipt import InstalledFrom, safe_id
 
 if TYPE_CHECKING:
     from buildmgr.probe import ProbeResult
@@ -27,7 +27,8 @@ class Installed:
     build: store.Build
     already: bool
     warnings: tuple[str, ...]
-    probe: ProbeResult | None = None  # what the smoke run's probe saw of the files now published (None: already)
+    # what the smoke run's probe saw of the files now published (None: installed before, or no llama-bench to bench)
+    probe: ProbeResult | None = None
 
 
 def install(
@@ -46,6 +47,8 @@ def install(
     from buildmgr.fsutil import locked
     from buildmgr.smoke import prove_runs
 
+    if not safe_id(build_id):  # it names the lock and the staging folder: never a path of its own
+        raise UserError(f"{archive.name}: {build_id[:60]!r} is not a safe build id; nothing was installed")
     with locked(store.build_lock(dirs, build_id)):
         store.drop_stale_staging(dirs, build_id)
         with store.staged(dirs, build_id) as staging:
