@@ -46,6 +46,7 @@ COMMANDS = {
     "install": "repos",
 }
 TAKES_A_TOOL = ("run", "check")  # `-- TOOL ARGS…` after buildmgr's own arguments
+BUILD_HELP = "build id, or a recipe name for its newest build"  # every command's BUILD argument
 # what to do about a failed write or read, by its errno: free space is named only where it is the cause
 _OS_FIX = {
     errno.ENOSPC: "free some space there, or name another path",

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildmgr import backends
-from buildmgr.cli import command, render
+from buildmgr.cli import BUILD_HELP, command, render
 from buildmgr.config import Context, ensure_writable
 from buildmgr.errors import BuildFailed, UserError
 
@@ -54,7 +54,7 @@ def register(sub: Subparsers, name: str) -> None:
         p = command(
             sub, "package", package, "a byte-identical .tar.gz of a build, with its .sha256 beside it", json=True
         )
-        p.add_argument("build", help="build id, or a recipe name for its newest build")
+        p.add_argument("build", help=BUILD_HELP)
         p.add_argument("-o", "--output", type=Path, default=Path("."), help="directory for the archive (default: .)")
     elif name == "install-artifact":
         help = "verify an artifact and this host, then install it as a build and smoke-run it"

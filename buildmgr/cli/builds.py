@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
-from buildmgr.cli import command, render
+from buildmgr.cli import BUILD_HELP, command, render
 from buildmgr.config import Context
 
 if TYPE_CHECKING:
@@ -18,12 +18,10 @@ def register(sub: Subparsers, name: str) -> None:
         command(sub, "list", list_builds, "installed builds", json=True)
     elif name == "which":
         p = command(sub, "which", which, "path of a build's prefix, or of one of its tools")
-        p.add_argument("build", help="build id, or a recipe name for its newest build")
+        p.add_argument("build", help=BUILD_HELP)
         p.add_argument("tool", nargs="?", help="a tool of it, e.g. llama-server (default: the prefix)")
     elif name == "remove":
-        command(sub, "remove", remove, "remove a build").add_argument(
-            "build", help="build id, or a recipe name for its newest build"
-        )
+        command(sub, "remove", remove, "remove a build").add_argument("build", help=BUILD_HELP)
     elif name == "gc":
         p = command(sub, "gc", gc, "remove what interrupted runs left, saying what and why", json=True)
         p.add_argument("--dry-run", action="store_true", help="only list what would be removed, and why")

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildmgr.cli import render
+from buildmgr.cli import BUILD_HELP, render
 from buildmgr.config import Context
 from buildmgr.errors import UserError
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 def register(sub: Subparsers, name: str) -> None:
     if name == "run":
         p = sub.add_parser("run", help="run a tool of a build: buildmgr run BUILD [--check] -- TOOL ARGS…")
-        p.add_argument("build", help="build id, or a recipe name for its newest build")
+        p.add_argument("build", help=BUILD_HELP)
         p.add_argument(
             "--check", action="store_true", help="check the placement flags first; run only if nothing fails"
         )
@@ -31,7 +31,7 @@ def register(sub: Subparsers, name: str) -> None:
             "check",
             help="check llama.cpp placement flags against this host's devices: buildmgr check BUILD -- TOOL ARGS…",
         )
-        p.add_argument("build", help="build id, or a recipe name for its newest build")
+        p.add_argument("build", help=BUILD_HELP)
         p.add_argument(
             "--verify", action="store_true", help="prove it: run llama-bench with the same placement, tiny model"
         )
