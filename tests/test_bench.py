@@ -149,9 +149,9 @@ def test_gpu_load_lines_give_devices_layers_and_pinned_host_buffers():
 # --- which devices worked ------------------------------------------------------------------------------------------
 
 
-def _recorded(config: str):
-    """The H200 run's samples of one CONFIG (bench/gpu-bench.sh, 2026-12-01), as the sampler made them."""
-    with gzip.open(H200 / "samples.jsonl.gz", "rt") as handle:
+def _recorded(config: str, samples_file: Path = H200 / "samples.jsonl.gz"):
+    """An H200 run's samples of one CONFIG (default: bench/gpu-bench.sh, 2026-12-01), as the sampler made them."""
+    with gzip.open(samples_file, "rt") as handle:
         runs = [json.loads(line) for line in handle]
     for run in runs:
         if run["config"] != config:
@@ -767,6 +767,35 @@ def test_virtual_devices_are_judged_by_their_card_s_engines():
         verdict = judge(phases, samples, roles, 0.1, span=(phases[0].start - 0.5, phases[-1].end))
         assert verdict.validity is not Validity.FALLBACK and not any("not readable" in e for e in verdict.evidence)
         break
+
+
+SPLITS_33 = FIXTURES / "h200" / "splits33"  # bench/gpu-splits.sh on one H200 with GGML_CUDA_DEVICES=2 (issue #33)
+
+
+def test_two_names_of_one_card_count_its_energy_once():
+    """The recorded split over CUDA0,CUDA1 (two virtual devices of one H200) and CUDA0,Vulkan0 (one card under two
+    backends' names): NVML's counter is the card's, so it is one entry naming both devices. Read once per name, the
+    row said 1.32 J/token against one device's 0.62 at the same decode speed."""
+    from buildmgr.bench import limit
+
+    def decode_rows(name: str) -> dict[str, dict]:
+        with gzip.open(SPLITS_33 / name, "rt") as handle:
+            recorded = [json.loads(line) for line in handle]
+        return {r["buildmgr"]["config"]: r["buildmgr"] for r in recorded if r["n_gen"] and not r["n_prompt"]
+                and r["n_depth"] == 0 and r["buildmgr"]["validity"] == "valid"}  # fmt: skip
+
+    before, after = decode_rows("rows.jsonl.gz"), decode_rows("rows-fixed.jsonl.gz")  # the second: this code's run
+    assert before["layer"]["j_per_token"] / before["one"]["j_per_token"] > 2  # as it was measured: counted twice
+    assert after["layer"]["j_per_token"] / after["one"]["j_per_token"] < 1.1
+    assert [e["device"] for e in after["cross"]["energy"]] == ["CUDA0+Vulkan0", "CPU"]
+    for config, names in (("layer", ("CUDA0", "CUDA1")), ("cross", ("CUDA0", "Vulkan0"))):
+        for _, phases, samples in _recorded(config, SPLITS_33 / "samples.jsonl.gz"):
+            tg = [p for p in phases if p.kind == "generation" and p.test == 2]
+            alone = limit.energy(tg, samples, {"CUDA0": H200_PCI}, {"generation": 128})
+            both = limit.energy(tg, samples, dict.fromkeys(names, H200_PCI) | {limit.CPU: None}, {"generation": 128})
+            cards = [e for e in both if e.device != limit.CPU]
+            assert [e.device for e in cards] == ["+".join(names)]
+            assert cards[0].joules == alone[0].joules and cards[0].j_per_token == alone[0].j_per_token
 
 
 def test_compare_reads_utf16_and_bom_json_and_refuses_bytes_that_are_not_text(tmp_path):

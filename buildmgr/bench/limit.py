@@ -125,10 +125,16 @@ def _counter(sample: Sample, pci: str | None) -> tuple[float | None, float | Non
 def energy(
     phases: Sequence[Phase], samples: Sequence[Sample], devices: Mapping[str, str | None], tokens: Mapping[str, int]
 ) -> tuple[Energy, ...]:
-    """Per device and kind of phase: the mean power over the readings inside the phases (the counter's difference
-    over their time, or, with no counter, the power readings' mean) times the phases' time, per token."""
+    """Per card and kind of phase: the mean power over the readings inside the phases (the counter's difference
+    over their time, or, with no counter, the power readings' mean) times the phases' time, per token. The devices
+    of one card (GGML_CUDA_DEVICES's virtual ones, or its CUDA and Vulkan names) read one counter: one entry names
+    them all ("CUDA0+CUDA1"), so the card's joules are counted once."""
+    cards: dict[str, list[str]] = {}  # by PCI id; a device without one (the CPU's packages) by its name
+    for name, pci in devices.items():
+        cards.setdefault(pci if pci is not None else name, []).append(name)
     found = []
-    for device, pci in devices.items():
+    for names in cards.values():
+        device, pci = "+".join(names), devices[names[0]]
         for kind in dict.fromkeys(p.kind for p in phases):
             mine = [p for p in phases if p.kind == kind]
             total = sum(p.end - p.start for p in mine)
