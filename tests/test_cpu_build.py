@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -486,6 +487,20 @@ def test_publish_signed_then_install_from_the_repository_over_http_into_a_fresh_
     assert receipt["installed_from"]["sha256"] == packaged["sha256"] and receipt["installed_from"]["smoke"]["passed"]
     version = buildmgr(host, "run", "cpu", "--", "llama-cli", "--version")
     assert f"(build 11312, commit {COMMIT})" in version.stdout + version.stderr
+    # Again, with the blob gone from the repository and the host's download cache emptied: these very bytes are
+    # installed, so nothing is downloaded or extracted; the attestation is still checked, and the build is proven.
+    shutil.rmtree(Path(host["XDG_CACHE_HOME"]) / "buildmgr" / "downloads")
+    [blob] = (repo / "blobs").rglob("*.tar.gz")
+    blob.unlink()
+    again_here = buildmgr(host, "install", "--from", str(repo), "--json")
+    assert again_here.returncode == 0, again_here.stderr
+    assert json.loads(again_here.stdout)["attempts"][0]["outcome"] == "already installed"
+    assert not (Path(host["XDG_CACHE_HOME"]) / "buildmgr" / "downloads").exists()
+    [attestation] = (repo / "blobs").rglob("*.intoto.json")  # what vouches for those bytes now
+    envelope = json.loads(attestation.read_text())
+    attestation.write_text(json.dumps(envelope | {"payload": "f" + envelope["payload"][1:]}))
+    refused = buildmgr(host, "install", "--from", str(repo))
+    assert refused.returncode == 1 and "the attestation's signature by key" in refused.stderr
     pushed = buildmgr(ci, "publish", packaged["archive"], "--to", registry.url(), "--sign", "ci")
     assert pushed.returncode == 0, pushed.stderr
     other = make_env(tmp_path / "other")
@@ -582,3 +597,15 @@ def test_the_rules_whose_runs_lost_their_message_match_the_pinned_source_s_own_t
     tree = source.pinned_tree(source.load_pin(), dirs).path
     for rule_id, (path, text, _) in LINES_AT_THE_PIN.items():
         assert f'"{text}"' in (tree / path).read_text(), rule_id
+
+
+def test_bench_refuses_a_config_naming_no_device_here_before_anything_runs(env, first_build):
+    """Issue #33's cross-backend pair on a host without the second card: `-dev CUDA0,Vulkan1` names no device of
+    this build here, so bench stops with exit 2 before any CONFIG runs (the valid one too), and writes nothing."""
+    model = next((Path(env["XDG_CACHE_HOME"]) / "buildmgr" / "smoke").glob("*.gguf"))
+    result = buildmgr(
+        env, "bench", "-m", str(model), "-p", "16", "-n", "8", "--depth", "0",
+        "one=cpu -dev none", "cross=cpu -dev Vulkan1 -sm layer",
+    )  # fmt: skip
+    assert_user_error(result, "CONFIG 'cross': Vulkan1 is not a device of this build here", "use -dev none")
+    assert not (Path(env["XDG_DATA_HOME"]) / "buildmgr" / "bench").exists()

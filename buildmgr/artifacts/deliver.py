@@ -1,7 +1,8 @@
 """`install --from`: judge every artifact of a repository against this host before downloading any, then fetch the
 best into the download cache (resumed where an earlier try stopped), check its digest, signature and provenance,
 install it as install-artifact does, and prove the choice: the installed build must see a device of the backend it
-was picked for, or it is removed again and the next candidate is tried."""
+was picked for, or it is removed again and the next candidate is tried. An archive installed here before is not
+fetched again."""
 
 from __future__ import annotations
 
@@ -85,10 +86,11 @@ def fetch(repo: Repo, entry: index.Entry, dirs: Dirs, progress: Progress | None 
     return Fetched(archive, blake2b.digest())
 
 
-def verify(repo: Repo, entry: index.Entry, fetched: Fetched, dirs: Dirs, allow_unsigned: bool) -> str | None:
+def verify(repo: Repo, entry: index.Entry, blake2b: bytes | None, dirs: Dirs, allow_unsigned: bool) -> str | None:
     """The archive's .minisig and attestation against this host's trusted keys: the key that signed it, or None
     where it is unsigned and --allow-unsigned takes it. Its receipt is checked against the index once extracted
-    (`vouched`)."""
+    (`vouched`). `blake2b` None: these bytes were installed here before and are not read again; the attestation,
+    over their sha256, is checked (the .minisig is over the bytes, checked when they were installed)."""
     found = repo.signatures(entry)
     minisig, attestation = found.get(index.MINISIG), found.get(index.ATTESTATION)
     if minisig is None or attestation is None:
@@ -101,7 +103,9 @@ def verify(repo: Repo, entry: index.Entry, fetched: Fetched, dirs: Dirs, allow_u
         return None
     trusted = keyring.trusted(dirs)
     try:
-        signed = signing.verify(None, minisig.decode("utf-8", "replace"), trusted, fetched.blake2b)
+        signed = (
+            signing.verify(None, minisig.decode("utf-8", "replace"), trusted, blake2b) if blake2b is not None else None
+        )
         key_id, statement = signing.open_envelope(json.loads(attestation), trusted)
     except signing.Untrusted as err:
         if allow_unsigned:
@@ -109,11 +113,11 @@ def verify(repo: Repo, entry: index.Entry, fetched: Fetched, dirs: Dirs, allow_u
         raise RepoError(f"{entry.name}: {err}, though its index says it is signed by a trusted key") from None
     except (signing.SignatureError, ValueError) as err:
         raise RepoError(f"{entry.name}: {err}; nothing was installed") from None
-    if key_id != signed.key_id:
+    if signed is not None and key_id != signed.key_id:
         raise RepoError(f"{entry.name}: its .minisig is by {signed.key_id} and its attestation by {key_id}")
     if index.attested_digest(statement, entry.name) != entry.sha256:
         raise RepoError(f"{entry.name}: its attestation is about another archive; nothing was installed")
-    return signed.key_id
+    return key_id
 
 
 def vouched(repo: Repo, candidate: select.Candidate) -> Callable[[Artifact], list[Finding]]:
@@ -129,6 +133,16 @@ def vouched(repo: Repo, candidate: select.Candidate) -> Callable[[Artifact], lis
         return list(candidate.findings)
 
     return vouch
+
+
+def installed_before(dirs: Dirs, entry: index.Entry) -> Installed | None:
+    """The build these very bytes were installed as here (its receipt keeps the archive's sha256): known without a
+    download or an extraction, so a host that runs `install --from` again and again fetches only what is new."""
+    for build in store.installed(dirs):
+        origin = build.receipt.installed_from
+        if build.id == entry.summary.id and origin is not None and origin.sha256 == entry.sha256:
+            return Installed(build, True, origin.warnings)
+    return None
 
 
 @dataclass(frozen=True)
@@ -154,15 +168,19 @@ def install_best(
     attempts: list[Attempt] = []
     for candidate in (c for c in ranked if c.fits):
         entry = candidate.entry
-        fetched = fetch(repo, entry, dirs, progress)
-        signed_by = verify(repo, entry, fetched, dirs, allow_unsigned)
-        try:
-            done = install(
-                dirs, fetched.archive, entry.sha256, entry.summary.id, vouched(repo, candidate), reporter, environ
-            )
-        except BuildFailed as err:  # the smoke run failed here: the next candidate may run
-            attempts.append(Attempt(candidate, f"its smoke run failed here ({err})", None, signed_by))
-            continue
+        before = installed_before(dirs, entry)
+        if before is not None:
+            done, signed_by = before, verify(repo, entry, None, dirs, allow_unsigned)
+        else:
+            fetched = fetch(repo, entry, dirs, progress)
+            signed_by = verify(repo, entry, fetched.blake2b, dirs, allow_unsigned)
+            try:
+                done = install(
+                    dirs, fetched.archive, entry.sha256, entry.summary.id, vouched(repo, candidate), reporter, environ
+                )
+            except BuildFailed as err:  # the smoke run failed here: the next candidate may run
+                attempts.append(Attempt(candidate, f"its smoke run failed here ({err})", None, signed_by))
+                continue
         seen = probe(done)
         missing = [b for b in candidate.proves if not any(backend == b for _, backend in seen)]
         if missing:
