@@ -19,7 +19,7 @@ if [ "$(grep -c '^GPU ' "$out/gpus.txt")" -lt 2 ]; then
     export GGML_CUDA_DEVICES=2  # two virtual CUDA devices on the one card
     cross=Vulkan0               # the same card under its other backend's name
 else
-    cross=Vulkan1  # the second card through Vulkan
+    cross=Vulkan1  # the second card through Vulkan (the placement check says so if it is CUDA0's card)
 fi
 echo "GGML_CUDA_DEVICES=${GGML_CUDA_DEVICES:-} cross=$cross" >>"$out/gpus.txt"
 log "model"

@@ -692,6 +692,23 @@ def test_energy_per_token_from_a_counter_and_unreadable_for_phases_too_short():
     assert none.joules is None and "under 0.5 s the counter's update period swamps" in (none.unknown or "")
 
 
+def test_a_device_without_a_pci_id_is_not_read_through_the_cpu_s_counter():
+    """A Vulkan or Metal device ggml gives no PCI id: no vendor library reads its energy. The CPU's RAPL counter is
+    the CPU's alone; read for that device too it was counted twice, and the row's J/token looked whole."""
+    from buildmgr.bench import limit
+
+    def reading(at: float) -> Sample:  # the CPU packages at 50 W
+        return Sample(at, (), None, 1e6 + at * 50_000)
+
+    phases = [logs.Phase(1, "generation", 0.0, 2.0)]
+    found = limit.energy(
+        phases, [reading(t / 10) for t in range(21)], {"Vulkan0": None, limit.CPU: None}, {"generation": 64}
+    )
+    by_device = {e.device: e for e in found}
+    assert by_device[limit.CPU].joules == pytest.approx(100.0)
+    assert by_device["Vulkan0"].joules is None and "no PCI id" in (by_device["Vulkan0"].unknown or "")
+
+
 def test_the_cpu_bandwidth_is_measured_once_per_host_and_kept(tmp_path):
     from buildmgr.bench import membw
 

@@ -485,6 +485,8 @@ def test_publish_signed_then_install_from_the_repository_over_http_into_a_fresh_
     assert result["attempts"][0]["signed_by"] == public_id(public)
     receipt = json.loads((Path(result["prefix"]) / "buildmgr-receipt.json").read_text())
     assert receipt["installed_from"]["sha256"] == packaged["sha256"] and receipt["installed_from"]["smoke"]["passed"]
+    # installed and proven: its download is not kept (the receipt's sha256 is how install knows it)
+    assert not list((Path(host["XDG_CACHE_HOME"]) / "buildmgr" / "downloads").rglob("*.tar.gz*"))
     version = buildmgr(host, "run", "cpu", "--", "llama-cli", "--version")
     assert f"(build 11312, commit {COMMIT})" in version.stdout + version.stderr
     # Again, with the blob gone from the repository and the host's download cache emptied: these very bytes are
@@ -496,6 +498,15 @@ def test_publish_signed_then_install_from_the_repository_over_http_into_a_fresh_
     assert again_here.returncode == 0, again_here.stderr
     assert json.loads(again_here.stdout)["attempts"][0]["outcome"] == "already installed"
     assert not (Path(host["XDG_CACHE_HOME"]) / "buildmgr" / "downloads").exists()
+    # the index's summary (unsigned: what the candidate was judged by) must still be the installed receipt's
+    index_file = repo / "index.json"
+    kept = index_file.read_text()
+    lying = json.loads(kept)
+    lying["artifacts"][0]["summary"]["native_cpu"] = False
+    index_file.write_text(json.dumps(lying))
+    refused = buildmgr(host, "install", "--from", str(repo))
+    assert refused.returncode == 1 and "the build installed from it is not what" in refused.stderr
+    index_file.write_text(kept)
     [attestation] = (repo / "blobs").rglob("*.intoto.json")  # what vouches for those bytes now
     envelope = json.loads(attestation.read_text())
     attestation.write_text(json.dumps(envelope | {"payload": "f" + envelope["payload"][1:]}))

@@ -90,7 +90,7 @@ def verify(repo: Repo, entry: index.Entry, blake2b: bytes | None, dirs: Dirs, al
     """The archive's .minisig and attestation against this host's trusted keys: the key that signed it, or None
     where it is unsigned and --allow-unsigned takes it. Its receipt is checked against the index once extracted
     (`vouched`). `blake2b` None: these bytes were installed here before and are not read again; the attestation,
-    over their sha256, is checked (the .minisig is over the bytes, checked when they were installed)."""
+    over their sha256, is checked, and the .minisig, over the bytes, is not."""
     found = repo.signatures(entry)
     minisig, attestation = found.get(index.MINISIG), found.get(index.ATTESTATION)
     if minisig is None or attestation is None:
@@ -135,12 +135,19 @@ def vouched(repo: Repo, candidate: select.Candidate) -> Callable[[Artifact], lis
     return vouch
 
 
-def installed_before(dirs: Dirs, entry: index.Entry) -> Installed | None:
+def installed_before(repo: Repo, dirs: Dirs, entry: index.Entry) -> Installed | None:
     """The build these very bytes were installed as here (its receipt keeps the archive's sha256): known without a
-    download or an extraction, so a host that runs `install --from` again and again fetches only what is new."""
+    download or an extraction, so a host that runs `install --from` again and again fetches only what is new. The
+    index's summary, which the candidate was judged and ranked by, must still be that receipt's (the summary is not
+    signed)."""
     for build in store.installed(dirs):
         origin = build.receipt.installed_from
         if build.id == entry.summary.id and origin is not None and origin.sha256 == entry.sha256:
+            if index.summary_of(build.receipt, entry.summary.receipt_sha256) != entry.summary:
+                raise RepoError(
+                    f"{entry.name}: the build installed from it is not what {repo.text}'s index says of it; "
+                    "nothing was installed"
+                )
             return Installed(build, True, origin.warnings)
     return None
 
@@ -168,7 +175,7 @@ def install_best(
     attempts: list[Attempt] = []
     for candidate in (c for c in ranked if c.fits):
         entry = candidate.entry
-        before = installed_before(dirs, entry)
+        before = installed_before(repo, dirs, entry)
         if before is not None:
             done, signed_by = before, verify(repo, entry, None, dirs, allow_unsigned)
         else:
@@ -197,7 +204,19 @@ def install_best(
                 )
             )
             continue
+        if before is None and not done.already:
+            discard(dirs, entry)
         outcome = "already installed" if done.already else "installed"
         attempts.append(Attempt(candidate, outcome, done, signed_by, tuple(name for name, _ in seen)))
         return attempts
     return attempts
+
+
+def discard(dirs: Dirs, entry: index.Entry) -> None:
+    """The download of an archive a build was installed and proven from: not needed again (that build's receipt
+    keeps its sha256, by which `install` knows it), and a host that installs every release would keep them all.
+    Under the folder's lock, so a fetch of the same archive waits and then downloads it afresh."""
+    folder = downloads(dirs) / entry.sha256
+    with locked(folder / ".lock"):
+        for name in (entry.name, f"{entry.name}.sha256"):
+            (folder / name).unlink(missing_ok=True)

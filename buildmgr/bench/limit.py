@@ -41,7 +41,8 @@ class Limit:
 
 @dataclass(frozen=True)
 class Energy:
-    """One device's energy in one kind of timed phase over the kept runs (None: unreadable, and why)."""
+    """One card's energy (its devices' names, "+"-joined) or the CPU's, in one kind of timed phase over the kept runs
+    (None: unreadable, and why)."""
 
     device: str
     phase: str  # prompt | generation
@@ -114,6 +115,10 @@ def time_shares(read_mb: Mapping[str, float], bandwidth: Mapping[str, tuple[floa
     return {d: t / total for d, t in times.items()} if total else {}
 
 
+def _kinds(phases: Sequence[Phase]) -> list[str]:
+    return list(dict.fromkeys(p.kind for p in phases))
+
+
 def _counter(sample: Sample, pci: str | None) -> tuple[float | None, float | None]:
     """(energy counter in mJ, power in W) of one device in one sample; `pci` None: the CPU's packages."""
     if pci is None:
@@ -129,13 +134,17 @@ def energy(
     over their time, or, with no counter, the power readings' mean) times the phases' time, per token. The devices
     of one card (GGML_CUDA_DEVICES's virtual ones, or its CUDA and Vulkan names) read one counter: one entry names
     them all ("CUDA0+CUDA1"), so the card's joules are counted once."""
-    cards: dict[str, list[str]] = {}  # by PCI id; a device without one (the CPU's packages) by its name
+    cards: dict[str, list[str]] = {}  # by PCI id; a device without one by its name
     for name, pci in devices.items():
         cards.setdefault(pci if pci is not None else name, []).append(name)
     found = []
     for names in cards.values():
         device, pci = "+".join(names), devices[names[0]]
-        for kind in dict.fromkeys(p.kind for p in phases):
+        if pci is None and device != CPU:  # the CPU's counter is the CPU's: read for this device it counts twice
+            why = "no PCI id: no vendor library reads this device's energy"
+            found += [Energy(device, kind, "energy counter", None, 0.0, None, why) for kind in _kinds(phases)]
+            continue
+        for kind in _kinds(phases):
             mine = [p for p in phases if p.kind == kind]
             total = sum(p.end - p.start for p in mine)
             used, covered, watts = 0.0, 0.0, []

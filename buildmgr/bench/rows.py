@@ -25,7 +25,8 @@ from buildmgr.jsonshape import OMIT_IF_EMPTY, OMIT_IF_NONE, ShapeError, dump, lo
 KEY = "buildmgr"
 FILE = "_file"  # what a row read from a file says of its file (--by _file compares two runs of one CONFIG)
 HOST = "host"  # the axis of rows of one build and placement on different machines
-SCHEMA = 2  # 2: several repetitions per process (first_ts, runs_ts), the host, the limit and energy
+SCHEMA = 3  # 2: several repetitions per process (first_ts, runs_ts), the host, the limit and energy; 3: a card once
+# in `energy` (schema 2 read it once per name of the card, so a split over two names of one card counted it twice)
 # What a llama-bench row's timing is made of: recomputed over the kept samples when rows of several runs are merged.
 TIMING = ("avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "samples_ns", "samples_ts")
 # The fields that make two rows the same test, and what each --by axis lets differ (the rest must be equal).
