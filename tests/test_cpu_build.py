@@ -522,6 +522,18 @@ def test_publish_signed_then_install_from_the_repository_over_http_into_a_fresh_
     assert [b["id"] for b in json.loads(buildmgr(other, "list", "--json").stdout)["builds"]] == [packaged["id"]]
 
 
+def test_bench_refuses_a_config_naming_no_device_here_before_anything_runs(env, first_build):
+    """Issue #33's cross-backend pair on a host without the second card: `-dev CUDA0,Vulkan1` names no device of
+    this build here, so bench stops with exit 2 before any CONFIG runs (the valid one too), and writes nothing."""
+    model = next((Path(env["XDG_CACHE_HOME"]) / "buildmgr" / "smoke").glob("*.gguf"))
+    result = buildmgr(
+        env, "bench", "-m", str(model), "-p", "16", "-n", "8", "--depth", "0",
+        "one=cpu -dev none", "cross=cpu -dev Vulkan1 -sm layer",
+    )  # fmt: skip
+    assert_user_error(result, "CONFIG 'cross': Vulkan1 is not a device of this build here", "use -dev none")
+    assert not (Path(env["XDG_DATA_HOME"]) / "buildmgr" / "bench").exists()
+
+
 def public_id(line: str) -> str:
     from buildmgr import signing
 
@@ -608,15 +620,3 @@ def test_the_rules_whose_runs_lost_their_message_match_the_pinned_source_s_own_t
     tree = source.pinned_tree(source.load_pin(), dirs).path
     for rule_id, (path, text, _) in LINES_AT_THE_PIN.items():
         assert f'"{text}"' in (tree / path).read_text(), rule_id
-
-
-def test_bench_refuses_a_config_naming_no_device_here_before_anything_runs(env, first_build):
-    """Issue #33's cross-backend pair on a host without the second card: `-dev CUDA0,Vulkan1` names no device of
-    this build here, so bench stops with exit 2 before any CONFIG runs (the valid one too), and writes nothing."""
-    model = next((Path(env["XDG_CACHE_HOME"]) / "buildmgr" / "smoke").glob("*.gguf"))
-    result = buildmgr(
-        env, "bench", "-m", str(model), "-p", "16", "-n", "8", "--depth", "0",
-        "one=cpu -dev none", "cross=cpu -dev Vulkan1 -sm layer",
-    )  # fmt: skip
-    assert_user_error(result, "CONFIG 'cross': Vulkan1 is not a device of this build here", "use -dev none")
-    assert not (Path(env["XDG_DATA_HOME"]) / "buildmgr" / "bench").exists()
