@@ -132,8 +132,8 @@ def energy(
 ) -> tuple[Energy, ...]:
     """Per card and kind of phase: the mean power over the readings inside the phases (the counter's difference
     over their time, or, with no counter, the power readings' mean) times the phases' time, per token. The devices
-    of one card (GGML_CUDA_DEVICES's virtual ones, or its CUDA and Vulkan names) read one counter: one entry names
-    them all ("CUDA0+CUDA1"), so the card's joules are counted once."""
+    of one card (a backend's virtual devices, or the card under two backends' names) read one counter: one entry
+    names them all, "+"-joined, so the card's joules are counted once."""
     cards: dict[str, list[str]] = {}  # by PCI id; a device without one by its name
     for name, pci in devices.items():
         cards.setdefault(pci if pci is not None else name, []).append(name)
