@@ -28,6 +28,8 @@ def write_model(
     import numpy as np
     from gguf import GGUFWriter
 
+    from buildmgr.proof_models import attention, feed_forward
+
     heads = heads or max(embd // 64, 1)
     kv_heads = kv_heads or heads
     head_dim = embd // heads
@@ -60,10 +62,8 @@ def write_model(
     writer.add_tensor("output.weight", weight(vocab, embd))
     for i in range(layers):
         writer.add_tensor(f"blk.{i}.attn_norm.weight", ones(embd))
-        writer.add_tensor(f"blk.{i}.attn_q.weight", weight(heads * head_dim, embd))
-        writer.add_tensor(f"blk.{i}.attn_k.weight", weight(kv_heads * head_dim, embd))
-        writer.add_tensor(f"blk.{i}.attn_v.weight", weight(kv_heads * head_dim, embd))
-        writer.add_tensor(f"blk.{i}.attn_output.weight", weight(embd, heads * head_dim))
+        for name, rows, cols in attention(i, embd, heads, kv_heads):
+            writer.add_tensor(name, weight(rows, cols))
         writer.add_tensor(f"blk.{i}.ffn_norm.weight", ones(embd))
         if experts:
             writer.add_tensor(f"blk.{i}.ffn_gate_inp.weight", weight(experts, embd).astype(np.float32))
@@ -71,9 +71,8 @@ def write_model(
             writer.add_tensor(f"blk.{i}.ffn_up_exps.weight", weight(experts, ff, embd))
             writer.add_tensor(f"blk.{i}.ffn_down_exps.weight", weight(experts, embd, ff))
         else:
-            writer.add_tensor(f"blk.{i}.ffn_gate.weight", weight(ff, embd))
-            writer.add_tensor(f"blk.{i}.ffn_up.weight", weight(ff, embd))
-            writer.add_tensor(f"blk.{i}.ffn_down.weight", weight(embd, ff))
+            for name, rows, cols in feed_forward(i, embd, ff):
+                writer.add_tensor(name, weight(rows, cols))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

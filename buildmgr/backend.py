@@ -15,6 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from buildmgr.crashes import Crash
 from buildmgr.devices import Role
 from buildmgr.findings import Check, Finding, Signature
 from buildmgr.memo import Memo
@@ -303,6 +304,29 @@ class ShaderCache(NamedTuple):
     prune: Callable[[Path, float, bool], list[Path]]  # (the cache, now, dry) → the entries no build used for a month
 
 
+class Fix(NamedTuple):
+    """How a build is made without a known runtime fault: defines that win over the recipe's, and targets left out."""
+
+    defines: Mapping[str, str] = MappingProxyType({})
+    left_out: tuple[str, ...] = ()  # e.g. a CPU variant of a GGML_BACKEND_DL build
+
+
+class RuntimeFault(NamedTuple):
+    """A way a built llama.cpp is known to crash at run time, told from what a post-mortem found (`Crash`), with its
+    cause and upstream references, what a user can do with the build as it is, and how a build leaves it out."""
+
+    name: str
+    matches: Callable[[Crash], bool]
+    cause: str  # what fails, and the upstream references
+    workaround: str  # with the build as it is
+    # (resolved defines, this CPU's flags) → how a build of those defines leaves the fault out; None: it cannot
+    fix: Callable[[Mapping[str, str], frozenset[str]], Fix | None]
+    fixed: str  # what the fix leaves out, said beside every build it is applied to
+
+    def explain(self) -> str:
+        return f"{self.cause}; with this build: {self.workaround}"
+
+
 class Backend(NamedTuple):
     """Everything about one backend as data: `backends/<name>/__init__.py` declares one as `BACKEND`, and the
     functions it names are in that package's modules, imported when first called (see `lazy`): a no-op build reads
@@ -329,6 +353,7 @@ class Backend(NamedTuple):
     capture: Capture | None = None  # its vendor tool
     device_code: DeviceCode | None = None  # the GPU code its binaries carry
     build_failures: tuple[Signature, ...] = ()  # how its known build failures show in a log, and their fixes
+    runtime_faults: tuple[RuntimeFault, ...] = ()  # how a build of it is known to crash, and how a build avoids it
     splits: Mapping[str, str | None] = MappingProxyType({})  # -sm mode → the rule it fails by; None: ran
     engines: Callable[[], EngineSource | None] | None = None  # opens its cards' engine readings (None: not here)
     engines_source: str = ""  # what those readings come from, in messages: NVML

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from buildmgr import __version__, backends, compile_cache, hostfacts, proc, proof, runtime, source, store
+from buildmgr import __version__, backends, compile_cache, host_faults, hostfacts, proc, proof, runtime, source, store
+from buildmgr.backend import RuntimeFault
 from buildmgr.cmake import Reply, read_reply, request_reply
 from buildmgr.config import Dirs
 from buildmgr.diagnose import diagnose
@@ -24,7 +25,7 @@ from buildmgr.progress import Reporter
 from buildmgr.receipt import SCHEMA as RECEIPT_SCHEMA
 from buildmgr.receipt import Receipt
 from buildmgr.recipes import BASE_DEFINES
-from buildmgr.smoke import prove_runs
+from buildmgr.smoke import ProofFailed, prove_runs
 
 
 def error_excerpt(lines: list[str], limit: int = TAIL_LINES) -> tuple[str, ...]:
@@ -213,7 +214,8 @@ def _configure(
 
 def _targets(plan: BuildPlan, reply: Reply) -> tuple[str, ...]:
     """The recipe's tools, plus each backend's ggml target: a DL backend is built only when named."""
-    return tuple(dict.fromkeys(plan.targets + proof.backend_targets(reply, plan.recipe.backends)))
+    backend_targets = [t for t in proof.backend_targets(reply, plan.recipe.backends) if t not in plan.left_out]
+    return tuple(dict.fromkeys(plan.targets + tuple(backend_targets)))
 
 
 def configure_only(plan: BuildPlan, dirs: Dirs, reporter: Reporter, environ: Mapping[str, str]) -> Configured:
@@ -254,6 +256,8 @@ def execute(
         reporter.say(
             f"building [bold]{plan.build_id}[/] from {plan.source.origin} ({plan.source.short_commit}); log: {log}"
         )
+        for fix in plan.fixes:
+            reporter.warn(f"{fix.fault}: {fix.line()}")
         try:
             remote = (
                 compile_cache.usable_remote(plan.remote_cache, reporter.warn) if plan.toolchain.ccache.found else None
@@ -276,7 +280,7 @@ def execute(
                         raise _fail("build failed", log)
             with store.staged(dirs, plan.build_id) as staging:
                 with reporter.phase("install"):
-                    install_targets(reply, plan.source.path, tree.build, targets, staging)
+                    install_targets(reply, plan.source.path, tree.build, targets, staging, plan.left_out)
                     if (plan.source.path / "LICENSE").is_file():  # a package of the prefix carries it, like upstream's
                         shutil.copy2(plan.source.path / "LICENSE", staging / "LICENSE")
                     needs = _runtime_needs(staging, log)
@@ -306,6 +310,7 @@ def execute(
                         "log": str(log),
                         "files": store.file_hashes(staging),
                         "toolchains": [dump(ref) for ref in plan.toolchains],
+                        "fixes": [dump(fix) for fix in plan.fixes],
                     }
                 )
                 store.publish(staging, prefix, receipt)
@@ -313,3 +318,18 @@ def execute(
             _drop_statslogs(statslog)
     reporter.say(f"[green]built[/] {plan.build_id} → {prefix}; {compile_cache.summary(receipt.ccache)}")
     return store.Build(plan.build_id, prefix, receipt)
+
+
+def learn(plan: BuildPlan, failed: ProofFailed, dirs: Dirs, reporter: Reporter) -> RuntimeFault | None:
+    """A proof that crashed on a known fault whose fix applies to this build: remember it for this compiler and CPU
+    (so that the next plan, and every later build, leaves it out) and say so. None: no fix applies."""
+    crash = failed.crash
+    fault = backends.runtime_fault(crash.fault) if crash.fault else None
+    facts = hostfacts.read()
+    if fault is None or fault.fix(dict(plan.defines), facts.cpu_flags) is None:
+        return None
+    compiler, cpu = host_faults.compiler_key(plan.toolchain), host_faults.cpu_key(facts.cpu, facts.cpu_flags)
+    host_faults.remember(dirs, host_faults.seen_now(fault, crash.line(), plan.build_id, compiler, cpu))
+    reporter.warn(f"{plan.build_id} was not published: {crash.line()}")
+    reporter.warn(f"{fault.name}: {fault.cause}")
+    return fault

@@ -24,11 +24,21 @@ class HostFacts:
         return platform.platform()
 
     @functools.cached_property
-    def cpu(self) -> str:
+    def _cpuinfo(self) -> list[str]:
         try:
-            lines = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines()
+            return Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines()
         except OSError:
-            lines = []
+            return []
+
+    @functools.cached_property
+    def cpu_flags(self) -> frozenset[str]:
+        """The first CPU's feature flags (x86's `flags`, ARM's `Features`)."""
+        line = next((ln for ln in self._cpuinfo if ln.startswith(("flags", "Features"))), "")
+        return frozenset(line.partition(":")[2].split())
+
+    @functools.cached_property
+    def cpu(self) -> str:
+        lines = self._cpuinfo
         named = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), "")
         if named:
             return named

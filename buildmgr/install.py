@@ -41,9 +41,17 @@ def _copy(source: Path, destination: Path) -> Path:
 
 
 def install_targets(
-    reply: Reply, source_dir: Path, build_dir: Path, targets: tuple[str, ...], dest: Path
+    reply: Reply,
+    source_dir: Path,
+    build_dir: Path,
+    targets: tuple[str, ...],
+    dest: Path,
+    left_out: tuple[str, ...] = (),
 ) -> list[Path]:
-    wanted = target_closure(reply, targets)
+    """Install the targets and what they depend on, except those `left_out` (a known fault's fix: a CPU variant that
+    the ggml target depends on in a GGML_BACKEND_DL build is compiled, never installed)."""
+    dropped = {t.id for t in reply.configuration.targets if t.name in left_out}
+    wanted = target_closure(reply, targets) - dropped
     installed: list[Path] = []
     for directory in reply.configuration.directories:
         for rule in directory.installers:

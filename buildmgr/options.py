@@ -11,11 +11,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildmgr import backends, hostfacts, kits, source, toolchain
+from buildmgr import backends, host_faults, hostfacts, kits, source, toolchain
 from buildmgr.config import Dirs, Settings, ensure_writable, resource_path
 from buildmgr.errors import UserError
 from buildmgr.memo import Memo
 from buildmgr.plan import RPATH_KEYS, Arch, BuildPlan, make_plan, parse_jobs
+from buildmgr.receipt import FixRecord
 from buildmgr.recipes import Recipe, compose, load_recipes, parse_defines, with_defines
 from buildmgr.source import SourceSpec, SourceTree
 
@@ -28,6 +29,7 @@ class BuildRequest:
     jobs: str | None = None
     defines: tuple[str, ...] = ()
     toolchains: tuple[str, ...] = ()  # added toolchains by id or name (--toolchain)
+    fixes: tuple[FixRecord, ...] = ()  # known faults to leave out whatever this host remembers (a receipt's, by verify)
 
 
 def all_recipes(dirs: Dirs, wanted: str = "", warn: Callable[[str], None] = lambda message: None) -> dict[str, Recipe]:
@@ -125,6 +127,7 @@ class Resolved:
     chosen: tuple[kits.Added, ...]
     settings: Settings
     memo: Memo  # what the preflight learnt, saved by `prepare`
+    fixes: tuple[FixRecord, ...] = ()  # known faults seen here, left out of this build
 
 
 def resolve(
@@ -174,8 +177,41 @@ def resolve(
             + " ('buildmgr doctor' shows every check)"
         )
     arch = resolve_arch(recipe, request, host, memo)
+    recipe, fixes = leave_out_faults(recipe, extra, host.toolchain, dirs, warn, request.fixes)
     local = source.resolve_source(spec, dirs) if spec.kind == "path" else None  # read only: checked before any write
-    return Resolved(recipe, spec, local, host, jobs, arch, report, chosen, loaded, memo)
+    return Resolved(recipe, spec, local, host, jobs, arch, report, chosen, loaded, memo, fixes)
+
+
+def leave_out_faults(
+    recipe: Recipe,
+    given: dict[str, str],
+    tools: toolchain.Toolchain,
+    dirs: Dirs,
+    warn: Callable[[str], None],
+    carried: tuple[FixRecord, ...] = (),
+) -> tuple[Recipe, tuple[FixRecord, ...]]:
+    """The recipe with the fixes of the runtime faults a proof saw here with this compiler (the user's own -D wins,
+    with a warning), and those `carried` by the request."""
+    seen = host_faults.read(dirs, warn)
+    if not seen:
+        for fix in carried:
+            recipe = with_defines(recipe, fix.defines)
+        return recipe, carried
+    facts = hostfacts.read()
+    applied, overruled = host_faults.fixes(
+        seen,
+        dict(recipe.defines),
+        given,
+        host_faults.compiler_key(tools),
+        host_faults.cpu_key(facts.cpu, facts.cpu_flags),
+        facts.cpu_flags,
+    )
+    for note in overruled:
+        warn(note)
+    fixes = (*carried, *(fix for fix in applied if fix.fault not in {c.fault for c in carried}))
+    for fix in fixes:
+        recipe = with_defines(recipe, fix.defines)
+    return recipe, fixes
 
 
 def prepare(resolved: Resolved, dirs: Dirs) -> BuildPlan:
@@ -205,9 +241,11 @@ def prepare(resolved: Resolved, dirs: Dirs) -> BuildPlan:
         resolved.report.versions,
         resolved.report.host_defines,
         tuple(added.receipt.ref() for added in chosen),
+        tuple(target for fix in resolved.fixes for target in fix.left_out),
     )
     return dataclasses.replace(
         plan,
+        fixes=resolved.fixes,
         remote_cache=resolved.settings.remote_cache,
         toolchain_environ=kits.overlay({}, chosen),
         runpath=kits.runpath(dirs, chosen),

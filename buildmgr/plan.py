@@ -9,7 +9,7 @@ from pathlib import Path
 
 from buildmgr.errors import UserError
 from buildmgr.jsonshape import dump
-from buildmgr.receipt import ToolchainRef
+from buildmgr.receipt import FixRecord, ToolchainRef
 from buildmgr.recipes import BASE_DEFINES, Recipe
 from buildmgr.source import SourceTree
 from buildmgr.toolchain import Toolchain
@@ -74,6 +74,8 @@ class BuildPlan:
     toolchains: tuple[ToolchainRef, ...] = ()  # added with `buildmgr toolchain add`: identity
     toolchain_environ: dict[str, str] = field(default_factory=dict)  # their variables (paths): not identity
     runpath: tuple[str, ...] = ()  # RPATH entries for their run-time libraries (follow from `toolchains`)
+    left_out: tuple[str, ...] = ()  # targets a known fault's fix leaves out: identity
+    fixes: tuple[FixRecord, ...] = ()  # known faults left out (their defines and `left_out` are the identity)
 
     @property
     def build_id(self) -> str:
@@ -93,6 +95,7 @@ def make_plan(
     backend_versions: dict[str, str] | None = None,
     host_defines: dict[str, str] | None = None,
     toolchains: tuple[ToolchainRef, ...] = (),
+    left_out: tuple[str, ...] = (),
 ) -> BuildPlan:
     defines = {**BASE_DEFINES, **dict(recipe.defines), **dict(arch.defines), **source.cmake_defines()}
     resolved = tuple(sorted(defines.items()))
@@ -106,6 +109,8 @@ def make_plan(
     }
     if toolchains:  # only then, so that every other build keeps its id
         identity["added_toolchains"] = [dump(ref) for ref in toolchains]
+    if left_out:
+        identity["left_out"] = list(left_out)
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
     return BuildPlan(
         recipe,
@@ -119,4 +124,5 @@ def make_plan(
         versions,
         dict(host_defines or {}),
         toolchains=toolchains,
+        left_out=left_out,
     )

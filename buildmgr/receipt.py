@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from buildmgr import jsonshape
+from buildmgr.crashes import Crash
 from buildmgr.jsonshape import OMIT_IF_EMPTY, OMIT_IF_NONE, ShapeError
 
 FILE_NAME = "buildmgr-receipt.json"
@@ -38,6 +39,23 @@ class ToolRun:
     seconds: float
     passed: bool
     detail: str
+    crash: Crash | None = field(default=None, metadata=OMIT_IF_NONE)  # what a post-mortem found of a crash
+
+
+@dataclass(frozen=True)
+class FixRecord:
+    """A known runtime fault left out of a build: its name, what it left out, the crash that taught it (seen here by
+    an earlier proof), and the defines or targets that leave it out."""
+
+    fault: str
+    fixed: str
+    crash: str
+    defines: dict[str, str]
+    left_out: tuple[str, ...] = ()
+
+    def line(self) -> str:
+        changed = ", ".join(f"{k}={v}" for k, v in self.defines.items()) or "left out: " + ", ".join(self.left_out)
+        return f"{self.fixed} ({self.crash}); {changed}"
 
 
 @dataclass(frozen=True)
@@ -45,6 +63,8 @@ class SmokeResult:
     passed: bool
     checks: tuple[ToolRun, ...] = field(default=())
     devices: tuple[str, ...] = ()  # devices the model ran on, besides the CPU
+    # the version of the kernels model the proof ran (proof_models.KERNELS_VERSION); None: before it, an F32 model only
+    kernels: int | None = field(default=None, metadata=OMIT_IF_NONE)
 
     def to_json(self) -> dict[str, Any]:
         dumped: dict[str, Any] = jsonshape.dump(self)
@@ -195,6 +215,8 @@ class Receipt(jsonshape.Record):
     installed_from: InstalledFrom | None = field(default=None, metadata=OMIT_IF_NONE)
     # added with `buildmgr toolchain add`; absent where there are none
     toolchains: tuple[ToolchainRef, ...] = field(default=(), metadata=OMIT_IF_EMPTY)
+    # known runtime faults left out of it; absent where there are none
+    fixes: tuple[FixRecord, ...] = field(default=(), metadata=OMIT_IF_EMPTY)
 
     @classmethod
     def from_json(cls, data: object) -> Receipt:

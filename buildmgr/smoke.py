@@ -1,9 +1,9 @@
-"""Prove a staged build runs: every tool's --version, then llama-bench on a tiny model."""
+"""Prove a staged build runs: every tool's --version, then llama-bench on the kernels model (`proof_models`) on the CPU
+and on each device; a failure is examined (`postmortem`) and told as a crash with its known fault and fix."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 from collections.abc import Mapping
@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildmgr import proc
+from buildmgr import postmortem, proc
 from buildmgr.backends import NOT_A_CARD
 from buildmgr.config import Dirs
+from buildmgr.crashes import Crash
 from buildmgr.errors import TAIL_LINES, BuildFailed
-from buildmgr.fsutil import locked
 from buildmgr.probe import ProbeResult, probe_build
+from buildmgr.proof_models import KERNEL_TYPES, KERNELS_VERSION, kernels_model
 from buildmgr.receipt import SmokeResult, ToolRun
 
 if TYPE_CHECKING:
@@ -25,69 +26,9 @@ if TYPE_CHECKING:
 
 TIMEOUT_S = 300
 VERSIONED_TOOLS = ("llama-cli", "llama-server", "llama-bench", "llama-completion")
-# Bump when the model below changes, so a cached file is never stale.
-MODEL_NAME = "tiny-llama-v1.gguf"
-
-
-def write_tiny_model(path: Path) -> None:
-    """A 2-layer, 64-wide llama with random F32 weights and a byte-level SentencePiece vocab.
-
-    About 0.5 MB. Enough for llama-bench and for tools that tokenize text.
-    """
-    import numpy as np
-    from gguf import GGUFWriter, TokenType
-
-    rng = np.random.default_rng(0)
-    n_embd, n_ff, n_layer, n_head, n_ctx = 64, 128, 2, 4, 256
-    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
-    types = [TokenType.UNKNOWN, TokenType.CONTROL, TokenType.CONTROL] + [TokenType.BYTE] * 256
-
-    writer = GGUFWriter(str(path), "llama")
-    writer.add_context_length(n_ctx)
-    writer.add_embedding_length(n_embd)
-    writer.add_block_count(n_layer)
-    writer.add_feed_forward_length(n_ff)
-    writer.add_head_count(n_head)
-    writer.add_head_count_kv(n_head)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_vocab_size(len(tokens))
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list(tokens)
-    writer.add_token_scores([0.0] * len(tokens))
-    writer.add_token_types(types)
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
-    writer.add_unk_token_id(0)
-
-    def weight(*shape: int) -> np.ndarray:  # numpy shapes are ggml's reversed
-        return (rng.standard_normal(shape) * 0.02).astype(np.float32)
-
-    writer.add_tensor("token_embd.weight", weight(len(tokens), n_embd))
-    writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
-    writer.add_tensor("output.weight", weight(len(tokens), n_embd))
-    for i in range(n_layer):
-        writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
-        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
-            writer.add_tensor(f"blk.{i}.{name}.weight", weight(n_embd, n_embd))
-        writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
-        writer.add_tensor(f"blk.{i}.ffn_gate.weight", weight(n_ff, n_embd))
-        writer.add_tensor(f"blk.{i}.ffn_up.weight", weight(n_ff, n_embd))
-        writer.add_tensor(f"blk.{i}.ffn_down.weight", weight(n_embd, n_ff))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-
-
-def tiny_model(cache_dir: Path) -> Path:
-    path = cache_dir / "smoke" / MODEL_NAME
-    if not path.exists():
-        with locked(path.with_suffix(".lock")):
-            if not path.exists():
-                tmp = path.with_name(f".{path.name}.{os.getpid()}")
-                write_tiny_model(tmp)
-                os.replace(tmp, path)
-    return path
+# A prefill of one whole micro-batch (the quantized matrix kernels, repacked buffers, a GPU's batched paths) and a
+# decode (the vector kernels), on the kernels model
+BENCH_ARGS = ("-p", "512", "-n", "8", "-r", "1", "-o", "json")
 
 
 def version_check(tool: Path, short_commit: str, env: dict[str, str]) -> ToolRun:
@@ -100,8 +41,21 @@ def version_check(tool: Path, short_commit: str, env: dict[str, str]) -> ToolRun
     return ToolRun([tool.name, "--version"], ran.returncode, ran.seconds, passed, detail)
 
 
-def bench_check(tool: Path, model: Path, env: dict[str, str], extra_args: tuple[str, ...] = ()) -> ToolRun:
-    command = [str(tool), "-m", str(model), "-p", "16", "-n", "8", "-r", "1", "-o", "json", *extra_args]
+@dataclass(frozen=True)
+class Models:
+    """The proof's models: the kernels model, and one of each weight type alone (run only after a failure)."""
+
+    kernels: Path
+    alone: Mapping[str, Path]
+
+    @classmethod
+    def in_cache(cls, cache_dir: Path) -> Models:
+        return cls(kernels_model(cache_dir), {kind: kernels_model(cache_dir, kind) for kind in KERNEL_TYPES})
+
+
+def bench_check(tool: Path, models: Models, env: dict[str, str], device: str) -> ToolRun:
+    """llama-bench on the kernels model on one device (`none`: the CPU); a failure is examined (`postmortem`)."""
+    command = [str(tool), "-m", str(models.kernels), *BENCH_ARGS, "-dev", device]
     ran = proc.run(command, timeout=TIMEOUT_S, env=env)
     passed, detail = False, ran.output.strip()[-400:]
     if ran.ok:
@@ -114,7 +68,20 @@ def bench_check(tool: Path, model: Path, env: dict[str, str], extra_args: tuple[
             passed, detail = bool(results), f"on {'CPU' if where == 'none' else where}: " + ", ".join(speeds)
         except (ValueError, KeyError, TypeError, IndexError):
             pass
-    return ToolRun([tool.name, *command[1:2], model.name, *command[3:]], ran.returncode, ran.seconds, passed, detail)
+    shown = [tool.name, "-m", models.kernels.name, *command[3:]]
+    if passed or ran.timed_out or not ran.started:
+        return ToolRun(shown, ran.returncode, ran.seconds, passed, detail)
+    crash = postmortem.examine(command, ran, env, "CPU" if device == "none" else device, models.alone)
+    told = "; ".join(filter(None, (crash.line(), crash.findings())))
+    return ToolRun(shown, ran.returncode, ran.seconds, False, f"{told}\n{detail}".strip(), crash)
+
+
+class ProofFailed(BuildFailed):
+    """The proof's kernels run failed, and a post-mortem told how (a known fault has a fix a build can take)."""
+
+    def __init__(self, message: str, *, log: Path, tail: tuple[str, ...], hints: tuple[str, ...], crash: Crash) -> None:
+        super().__init__(message, log=log, tail=tail, hints=hints)
+        self.crash = crash
 
 
 @dataclass(frozen=True)
@@ -123,8 +90,9 @@ class Smoked:
     probe: ProbeResult | None  # the probe that named the devices benched (None: no llama-bench to bench with)
 
 
-def smoke_run(prefix: Path, short_commit: str, model: Path, environ: Mapping[str, str]) -> Smoked:
-    """--version of every tool, then llama-bench on the CPU and on every device the build lists here.
+def smoke_run(prefix: Path, short_commit: str, models: Models, environ: Mapping[str, str]) -> Smoked:
+    """--version of every tool, then llama-bench on the kernels model on the CPU and on every device the build lists
+    here.
 
     The runs are independent (each its own process, each device its own bench), so they run side by side: the smoke
     run of a many-device build takes about as long as its slowest device, not their sum. The CPU's bench needs no
@@ -139,19 +107,20 @@ def smoke_run(prefix: Path, short_commit: str, model: Path, environ: Mapping[str
         versions = [pool.submit(version_check, tool, short_commit, env) for tool in tools]
         benches = []
         if bench.exists():
-            benches.append(pool.submit(bench_check, bench, model, env, ("-dev", "none")))
+            benches.append(pool.submit(bench_check, bench, models, env, "none"))
             listed = probe_build(prefix, env)
             devices = tuple(d.name for d in listed.devices if d.backend not in NOT_A_CARD)
-            benches += [pool.submit(bench_check, bench, model, env, ("-dev", name)) for name in devices]
+            benches += [pool.submit(bench_check, bench, models, env, name) for name in devices]
         checks = [future.result() for future in versions + benches]
-    return Smoked(SmokeResult(bool(checks) and all(c.passed for c in checks), tuple(checks), devices), listed)
+    passed = bool(checks) and all(c.passed for c in checks)
+    return Smoked(SmokeResult(passed, tuple(checks), devices, KERNELS_VERSION if bench.exists() else None), listed)
 
 
 def prove_runs(
     staging: Path, short_commit: str, dirs: Dirs, log: Path, reporter: Reporter, environ: Mapping[str, str]
 ) -> Smoked:
     """Run the staged build; raise (so nothing is published) unless every check passed."""
-    smoked = smoke_run(staging, short_commit, tiny_model(dirs.cache), environ)
+    smoked = smoke_run(staging, short_commit, Models.in_cache(dirs.cache), environ)
     result = smoked.result
     with open(log, "a", encoding="utf-8") as handle:
         handle.writelines(f"smoke: {shlex.join(c.command)} -> {c.returncode}: {c.detail}\n" for c in result.checks)
@@ -163,6 +132,15 @@ def prove_runs(
     failed = result.failures[0] if result.failures else None
     if failed is None:
         raise BuildFailed("smoke run failed (no llama tools in the prefix); the build was not published", log=log)
+    crashed = failed.crash
+    if crashed is not None:
+        raise ProofFailed(
+            f"the proof failed: {crashed.line()}; the build was not published",
+            log=log,
+            tail=(crashed.findings(),),
+            hints=tuple(known for known in (crashed.known(),) if known),
+            crash=crashed,
+        )
     last = failed.detail.splitlines()[-1][:160] if failed.detail else "no output"
     raise BuildFailed(
         f"smoke run failed ({' '.join(failed.command[:2])}: exit {failed.returncode}, {last}); "

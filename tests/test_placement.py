@@ -201,7 +201,7 @@ def test_suggest_uses_each_card_once_discrete_first():
 
 
 def test_weights_per_device_from_the_gguf_header(tmp_path):
-    from buildmgr.smoke import write_tiny_model
+    from buildmgr.proof_models import write_tiny_model
 
     model = tmp_path / "tiny.gguf"
     write_tiny_model(model)

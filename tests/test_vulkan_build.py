@@ -83,7 +83,7 @@ def test_the_model_ran_on_lavapipe_during_the_smoke_run(root, built):
     assert receipt["recipe"]["backends"] == ["CPU", "Vulkan"]
     assert receipt["smoke"]["devices"] == ["Vulkan0"]
     on_vulkan = [c for c in receipt["smoke"]["checks"] if c["command"][-2:] == ["-dev", "Vulkan0"]]
-    assert on_vulkan and on_vulkan[0]["passed"] and on_vulkan[0]["detail"].startswith("on Vulkan0: pp16")
+    assert on_vulkan and on_vulkan[0]["passed"] and on_vulkan[0]["detail"].startswith("on Vulkan0: pp512")
     assert Version(receipt["backend_versions"]["vulkan-headers"]) >= Version("1.3.272")
     assert "devices this build sees: Vulkan0" in built.stderr
 

@@ -58,6 +58,7 @@ def request_from_receipt(receipt: Receipt, known: dict[str, Any], pinned_commit:
         source=location,
         defines=tuple(f"{key}={value}" for key, value in sorted(extra.items())),
         toolchains=tuple(ref.id for ref in receipt.toolchains),
+        fixes=receipt.fixes,
     )
 
 

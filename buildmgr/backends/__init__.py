@@ -24,6 +24,7 @@ from buildmgr.backend import (
     DeviceCode,
     EngineReading,
     EngineSource,
+    Fix,
     Host,
     Kit,
     Layered,
@@ -31,6 +32,7 @@ from buildmgr.backend import (
     NameRole,
     PipSource,
     Report,
+    RuntimeFault,
     ShaderCache,
     Virtual,
 )
@@ -39,6 +41,7 @@ from buildmgr.findings import Check, Finding, Signature
 from buildmgr.memo import Memo, stamps
 
 if TYPE_CHECKING:
+    from buildmgr.crashes import Crash
     from buildmgr.devices import Captures
 
 __all__ = [
@@ -51,12 +54,14 @@ __all__ = [
     "DeviceCode",
     "EngineReading",
     "EngineSource",
+    "Fix",
     "Host",
     "Layered",
     "LogDevice",
     "NameRole",
     "PipSource",
     "Report",
+    "RuntimeFault",
     "Virtual",
 ]
 
@@ -156,6 +161,19 @@ def kernel_findings(device_code: Mapping[str, Sequence[str]], environ: Mapping[s
 
 def build_failures() -> tuple[Signature, ...]:
     return tuple(s for b in all_backends() for s in b.build_failures)
+
+
+def runtime_faults() -> tuple[RuntimeFault, ...]:
+    return tuple(f for b in all_backends() for f in b.runtime_faults)
+
+
+def runtime_fault(name: str) -> RuntimeFault | None:
+    return next((f for f in runtime_faults() if f.name == name), None)
+
+
+def known_fault(crash: Crash) -> RuntimeFault | None:
+    """The first known runtime fault a crash matches."""
+    return next((f for f in runtime_faults() if f.matches(crash)), None)
 
 
 def log_devices() -> list[LogDevice]:

@@ -36,6 +36,7 @@ PASSED_THROUGH = {
         "-nopo": ("-nopo", "--no-op-offload"),
         "--no-host": ("--no-host",),
         "-lm": ("-lm", "--load-mode"),
+        "--repack": ("--repack",),  # 0: the extra buffer types off (repack, AMX)
     }.items()
     for flag in spellings
 }

@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from buildmgr import backends, identity, proc
+from buildmgr import backends, identity, postmortem, proc
 from buildmgr.bench import limit, logs, membw, rows
 from buildmgr.bench.config import Asked, BenchConfig, Request, parse_config, read_toml, resolve
 from buildmgr.bench.judge import BUSY_PERCENT, HOST, Judgement, Role, Validity, judge, partial, slowdowns
 from buildmgr.bench.sampling import Sample, Sampler, cpu_times, services
 from buildmgr.bench.stats import CV_WARN, ratio, summarize
+from buildmgr.crashes import Crash
 from buildmgr.devices import Device
 from buildmgr.devices import Role as DeviceRole
 from buildmgr.errors import UserError
@@ -81,9 +82,12 @@ class Run:
     started: float = 0.0
     startup_s: float | None = None
     load_s: float | None = None
+    crash: Crash | None = None  # what a post-mortem found, where llama-bench died of a signal
 
     @property
     def failure(self) -> str | None:
+        if self.crash is not None:
+            return "; ".join(filter(None, (f"crashed: {self.crash.line()}", self.crash.findings(), self.crash.known())))
         return None if self.ran.ok and self.rows else self.ran.failure() if not self.ran.ok else "printed no results"
 
     def tail(self) -> list[str]:
@@ -302,8 +306,25 @@ def run_once(
     placed = {pci for pci in planned.devices.values() if pci}
     warnings = slowdowns(samples, placed)
     startup, load_s = logs.timing(events, started)
+    crash = None
+    if ran.returncode < 0 and not ran.timed_out:  # a signal: where it died, once, under gdb
+        device = ",".join(planned.devices) or "CPU"
+        crash = postmortem.examine(command, ran, dict(environ) | planned.env_set, device, extra=False)
     return Run(
-        round_, ran, found_rows, judgements, load, peak, warnings, samples, phases, spans, started, startup, load_s
+        round_,
+        ran,
+        found_rows,
+        judgements,
+        load,
+        peak,
+        warnings,
+        samples,
+        phases,
+        spans,
+        started,
+        startup,
+        load_s,
+        crash,
     )
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from buildmgr import backends
 from buildmgr.config import Context
+from buildmgr.proof_models import KERNELS_VERSION
 
 if TYPE_CHECKING:
     from buildmgr.cli import Subparsers
@@ -69,7 +70,13 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             )
         return 0
     prefix = plan.prefix(ctx.dirs.builds)
-    up_to_date = not args.rebuild and store.read_receipt(prefix) is not None
+    built = None if args.rebuild else store.read_receipt(prefix)
+    up_to_date = built is not None and (built.smoke.kernels or 0) >= KERNELS_VERSION
+    if built is not None and not up_to_date:
+        ctx.warn(
+            f"{plan.build_id} was proven on an F32 model only, which reaches none of the quantized kernels real models "
+            "run: building it again to prove it on the kernels model"
+        )
     if up_to_date:
         # plain text: importing rich would be a sixth of the no-op
         print(f"up to date: {plan.build_id} ({prefix}); --rebuild to build again", file=sys.stderr)
@@ -80,10 +87,21 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             ctx.warn(f"ccache not found: building without a compile cache ({INSTALL_HINTS['ccache']})")
         from buildmgr import builder
         from buildmgr.progress import Reporter
+        from buildmgr.smoke import ProofFailed
 
-        build = builder.execute(
-            plan, ctx.dirs, Reporter.for_environment(ctx.environ), ctx.environ, rebuild=args.rebuild
-        )
+        reporter = Reporter.for_environment(ctx.environ)
+        try:
+            build = builder.execute(plan, ctx.dirs, reporter, ctx.environ, rebuild=args.rebuild or built is not None)
+        except ProofFailed as failed:
+            fault = builder.learn(plan, failed, ctx.dirs, reporter)
+            if fault is None:
+                raise
+            fixed = plan_build(request, ctx.dirs, ctx.environ, lambda: ctx.settings, ctx.warn)
+            if fixed.build_id == plan.build_id:  # the user's own -D keeps the fault in
+                raise
+            reporter.warn(f"building again without it ({fault.fixed}); later builds with this compiler leave it out")
+            plan, prefix = fixed, fixed.prefix(ctx.dirs.builds)
+            build = builder.execute(plan, ctx.dirs, reporter, ctx.environ, rebuild=args.rebuild)
         devices = probe_after_build(ctx, build)
     if args.json:
         seen = _stored_devices(ctx, plan.build_id) if up_to_date else devices

@@ -117,7 +117,7 @@ def run_check(
     with `run_verify` run it."""
     from buildmgr.config import ensure_writable
     from buildmgr.errors import UserError
-    from buildmgr.smoke import tiny_model
+    from buildmgr.proof_models import tiny_model
 
     placements, notes = parse(command[0], command[1:], dict(environ))
     user_model = model or next((Path(p.model) for p in placements if p.model), None)

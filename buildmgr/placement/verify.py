@@ -6,8 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildmgr import proc
+from buildmgr import postmortem, proc
+from buildmgr.crashes import Crash
 from buildmgr.findings import Finding, errors, first_match
+from buildmgr.jsonshape import dump
 from buildmgr.placement import rules
 from buildmgr.placement.syntax import Placement, bench_args
 
@@ -16,13 +18,20 @@ VERIFY_TIMEOUT_S = 120
 
 @dataclass(frozen=True)
 class Outcome:
-    result: str  # ran | known | unknown
+    result: str  # ran | known | unknown | crashed
     exit_code: int | None
-    failure: str = ""  # the rule's id
+    failure: str = ""  # the rule's id; a crash's line
     tail: tuple[str, ...] = ()
+    crash: Crash | None = None  # what a post-mortem found, where llama-bench died of a signal
 
     def to_json(self) -> dict[str, object]:
-        return {"result": self.result, "exit_code": self.exit_code, "failure": self.failure, "tail": list(self.tail)}
+        told = {"crash": dump(self.crash)} if self.crash is not None else {}
+        return {
+            "result": self.result,
+            "exit_code": self.exit_code,
+            "failure": self.failure,
+            "tail": list(self.tail),
+        } | told
 
 
 def classify(code: int | None, output: str) -> Outcome:
@@ -40,6 +49,11 @@ def verify(bench: Path, model: Path, placement: Placement, environ: Mapping[str,
     ran = proc.run(command, env=dict(environ), timeout=VERIFY_TIMEOUT_S)
     if ran.timed_out:
         return Outcome("unknown", None, "", (ran.stderr,))
+    if ran.returncode < 0:  # a signal, not a refusal: where it died
+        device = ",".join(placement.devices) if placement.devices and placement.devices != ("none",) else "CPU"
+        crash = postmortem.examine(command, ran, environ, device)
+        tail = tuple(filter(None, (crash.findings(), crash.known())))
+        return Outcome("crashed", ran.returncode, crash.line(), tail, crash)
     return classify(ran.returncode, ran.output)
 
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from buildmgr.backend import Backend, Host, Names, Report
+from buildmgr.backend import Backend, Fix, Host, Names, Report, RuntimeFault
 from buildmgr.errors import UserError
 from buildmgr.findings import Check
+
+if TYPE_CHECKING:
+    from buildmgr.crashes import Crash
 
 # with GGML_CPU_ALL_VARIANTS its targets are ggml-cpu-haswell, ggml-cpu-skylakex, …
 NAMES = Names("CPU", "cpu", "CPU", "", "ggml-cpu")
@@ -31,6 +35,57 @@ def check_defines(defines: Mapping[str, str], machine: str) -> None:
         )
 
 
+# ggml's x86 feature options (GGML_NATIVE=OFF) and the /proc/cpuinfo flags each needs: what -march=native would give
+# ggml, listed, so that one of them can be left out
+X86_FEATURES = {
+    "GGML_SSE42": ("sse4_2",),
+    "GGML_AVX": ("avx",),
+    "GGML_F16C": ("f16c",),
+    "GGML_FMA": ("fma",),
+    "GGML_AVX2": ("avx2",),
+    "GGML_BMI2": ("bmi2",),
+    "GGML_AVX_VNNI": ("avx_vnni",),
+    "GGML_AVX512": ("avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"),
+    "GGML_AVX512_VBMI": ("avx512vbmi",),
+    "GGML_AVX512_VNNI": ("avx512_vnni",),
+    "GGML_AVX512_BF16": ("avx512_bf16",),
+}
+AMX = ("GGML_AMX_TILE", "GGML_AMX_INT8", "GGML_AMX_BF16")
+# GGML_CPU_ALL_VARIANTS' variants with AMX kernels
+AMX_VARIANTS = ("ggml-cpu-sapphirerapids",)
+
+
+def amx_crashed(crash: Crash) -> bool:
+    """On the CPU, with weights in ggml's AMX buffers or dead in an AMX function, and not with --repack 0."""
+    amx = "AMX" in crash.buffers or "amx" in (crash.function or "").lower()
+    return crash.device == "CPU" and amx and crash.without_extra is not False
+
+
+def without_amx(defines: Mapping[str, str], cpu_flags: frozenset[str]) -> Fix | None:
+    """A native build: GGML_NATIVE=OFF with this CPU's features listed, AMX off (only ggml-cpu compiles again). A
+    build of every CPU variant: the AMX variant left out, so that the loader picks the best of the others."""
+    if defines.get("GGML_BACKEND_DL") == "ON" and defines.get("GGML_CPU_ALL_VARIANTS") == "ON":
+        return Fix(left_out=AMX_VARIANTS)
+    if defines.get("GGML_NATIVE", "ON") != "ON" or not {"amx_tile", "amx_int8"} & cpu_flags:
+        return None
+    listed = {key: "ON" if set(flags) <= cpu_flags else "OFF" for key, flags in X86_FEATURES.items()}
+    return Fix(defines={"GGML_NATIVE": "OFF", **listed, **dict.fromkeys(AMX, "OFF")})
+
+
+AMX_KERNELS = RuntimeFault(
+    "amx-kernels",
+    amx_crashed,
+    cause="ggml's AMX kernels for quantized matmuls (its AMX buffer type, on for a CPU with AMX when the build "
+    "has -march=native or the sapphirerapids variant) crash on this CPU when built by this compiler: their tile "
+    "configuration is not kept ahead of the tile instructions nor granted per thread (llama.cpp PR #26954, "
+    "issue #28756)",
+    workaround="llama-bench --repack 0, llama-cli/llama-server --no-repack (every extra buffer type off, "
+    "repacking too); or build it again with buildmgr, which leaves the AMX kernels out",
+    fix=without_amx,
+    fixed="ggml's AMX kernels left out: they crashed here",
+)
+
+
 def why_absent(environ: Mapping[str, str], captures: object) -> str | None:
     return None  # the CPU is always a device
 
@@ -50,4 +105,5 @@ BACKEND = Backend(
     inspect=inspect,
     why_absent=why_absent,
     check_defines=check_defines,
+    runtime_faults=(AMX_KERNELS,),
 )
