@@ -309,6 +309,8 @@ class Fix(NamedTuple):
 
     defines: Mapping[str, str] = MappingProxyType({})
     left_out: tuple[str, ...] = ()  # e.g. a CPU variant of a GGML_BACKEND_DL build
+    # the defines without which it is no fix: a user's own -D of one keeps the fault in; of another, the user's wins
+    essential: tuple[str, ...] = ()
 
 
 class RuntimeFault(NamedTuple):

@@ -22,7 +22,10 @@ def signal_name(returncode: int) -> str | None:
     number = -returncode if returncode < 0 else returncode - 128 if 128 < returncode < 160 else 0
     if number <= 0:
         return None
-    return signal.Signals(number).name if number in signal.valid_signals() else f"signal {number}"
+    try:
+        return signal.Signals(number).name
+    except ValueError:  # a real-time signal has a number, no name
+        return f"signal {number}"
 
 
 def short_function(name: str) -> str:

@@ -96,9 +96,10 @@ def fixes(
         fix: Fix | None = fault.fix(defines, cpu_flags)
         if fix is None:
             continue
-        clash = sorted(set(fix.defines) & set(given))
+        clash = sorted(set(fix.essential) & set(given))
         if clash:
             overruled.append(f"{entry.fault} crashed here before ({entry.crash}); -D {', '.join(clash)} keeps it in")
             continue
-        applied.append(FixRecord(entry.fault, fault.fixed, entry.crash, dict(fix.defines), tuple(fix.left_out)))
+        defines = {key: value for key, value in fix.defines.items() if key not in given}  # the user's own win
+        applied.append(FixRecord(entry.fault, fault.fixed, entry.crash, defines, tuple(fix.left_out)))
     return applied, overruled

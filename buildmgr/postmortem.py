@@ -57,15 +57,17 @@ def examine(
         if kinds:
             again = with_model(command, models[kinds[0]])
     verbose = again if "-v" in again else [*again, "-v"]
-    traced, why = under_gdb(verbose, env)
-    if traced is None:
-        traced = proc.run(verbose, timeout=TIMEOUT_S, env=dict(env))
-    frame = innermost_frame(traced.output) if why == "" else None
-    if why == "" and frame is None:
-        why = "gdb printed no backtrace (the run under gdb did not crash)"
+    died = signal_name(ran.returncode)
+    traced, why = under_gdb(verbose, env) if died else (None, "it exited: no signal to trace")
+    if traced is None:  # the run itself, where it was verbose already and nothing else changed
+        traced = ran if verbose == list(command) else proc.run(verbose, timeout=TIMEOUT_S, env=dict(env))
+    # ggml prints its own backtrace (through gdb) as it aborts: the first run's output names the function too
+    frame = innermost_frame(traced.output) or innermost_frame(ran.output)
+    if frame is None and why == "":
+        why = "gdb timed out" if traced.timed_out else "gdb printed no backtrace (the run under gdb did not crash)"
     plain = proc.run([*again, "--repack", "0"], timeout=TIMEOUT_S, env=dict(env)).ok if extra else None
     crash = Crash(
-        signal_name(ran.returncode),
+        died,
         ran.returncode,
         device,
         kinds or weight_types(traced.output),

@@ -133,7 +133,7 @@ def prove_runs(
     if failed is None:
         raise BuildFailed("smoke run failed (no llama tools in the prefix); the build was not published", log=log)
     crashed = failed.crash
-    if crashed is not None:
+    if crashed is not None and crashed.signal is not None:
         raise ProofFailed(
             f"the proof failed: {crashed.line()}; the build was not published",
             log=log,

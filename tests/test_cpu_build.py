@@ -127,11 +127,14 @@ def test_on_a_cpu_whose_amx_kernels_crash_the_native_build_is_refused_then_built
         assert "fixes" not in receipt_of(env)
         pytest.skip("the native build's proof passed here: no AMX crash to leave out")
     refused = re.search(
-        r"^(cpu-[0-9a-f]{8}) was not published: (SIG\w+) on CPU with ([\w, ]+?) in (.+?) \(", first_build.stderr, re.M
+        r"^(cpu-[0-9a-f]{8}) was not published: (SIG\w+) on CPU with ([\w, ]+?)(?: in (.+?) \(.*)?$",
+        first_build.stderr,
+        re.M,
     )
     assert refused is not None, first_build.stderr
     assert "Q8_0" in refused[3] and "Q4_0" in refused[3] and "F16" not in refused[3].split(", ")
-    assert "amx" in refused[4].lower()  # gdb named the AMX kernel (ci/test.sh installs gdb)
+    if shutil.which("gdb"):  # ci/test.sh installs it: gdb names the AMX kernel
+        assert "amx" in refused[4].lower()
     listed = {b["id"] for b in json.loads(buildmgr(env, "list", "--json").stdout)["builds"]}
     assert refused[1] not in listed and receipt_of(env)["id"] in listed
     load = verbose_load(env)
@@ -173,9 +176,9 @@ def test_a_build_whose_quantized_kernels_crash_is_refused_with_the_crash_and_pub
         r"buildmgr: error: the proof failed: (SIG\w+) on CPU with ([\w, ]+?)(?: in (.+?) \(\S+\))?(?:: |; )", line
     )
     assert told is not None, result.stderr
-    assert told[3], "no function: " + result.stderr  # gdb is installed by ci/test.sh
+    assert told[3] or not shutil.which("gdb"), "no function: " + result.stderr  # ci/test.sh installs gdb
     if defines == ["-D", "GGML_NATIVE=ON"]:
-        assert "amx" in told[3].lower() and "likely fix: amx-kernels:" in result.stderr
+        assert "likely fix: amx-kernels:" in result.stderr and "amx" in (told[3] or "amx").lower()
     assert {b["id"] for b in json.loads(buildmgr(env, "list", "--json").stdout)["builds"]} == before
     log = Path(result.stderr.strip().splitlines()[-1].removeprefix("full log: "))
     assert log.is_file() and "smoke: llama-bench" in log.read_text()
@@ -648,13 +651,17 @@ def test_publish_signed_then_install_from_the_repository_over_http_into_a_fresh_
 def test_bench_refuses_a_config_naming_no_device_here_before_anything_runs(env, first_build):
     """Issue #33's cross-backend pair on a host without the second card: `-dev CUDA0,Vulkan1` names no device of
     this build here, so bench stops with exit 2 before any CONFIG runs (the valid one too), and writes nothing."""
-    model = next((Path(env["XDG_CACHE_HOME"]) / "buildmgr" / "smoke").glob("*.gguf"))
+    from buildmgr.proof_models import tiny_model
+
+    model = tiny_model(Path(env["XDG_CACHE_HOME"]) / "buildmgr")
+    results = Path(env["XDG_DATA_HOME"]) / "buildmgr" / "bench"
+    before = sorted(results.iterdir()) if results.exists() else []  # an earlier test's runs
     result = buildmgr(
         env, "bench", "-m", str(model), "-p", "16", "-n", "8", "--depth", "0",
         "one=cpu -dev none", "cross=cpu -dev Vulkan1 -sm layer",
     )  # fmt: skip
     assert_user_error(result, "CONFIG 'cross': Vulkan1 is not a device of this build here", "use -dev none")
-    assert not (Path(env["XDG_DATA_HOME"]) / "buildmgr" / "bench").exists()
+    assert (sorted(results.iterdir()) if results.exists() else []) == before
 
 
 def public_id(line: str) -> str:

@@ -68,6 +68,7 @@ def test_signals_are_named_from_either_way_of_reporting_them():
     assert signal_name(-11) == "SIGSEGV"
     assert signal_name(132) == "SIGILL"  # a shell's 128 + 4
     assert signal_name(1) is None
+    assert signal_name(-40) == "signal 40"  # a real-time signal has no name
 
 
 def test_the_load_log_tells_the_weight_types_and_where_they_were_loaded():
@@ -96,6 +97,11 @@ def test_an_amx_crash_is_the_known_fault_and_other_crashes_are_not():
     assert backends.known_fault(amx_crash(device="CUDA0")) is None
     assert backends.known_fault(amx_crash(without_extra=False)) is None  # fails without AMX too: something else
     assert backends.known_fault(amx_crash(buffers=("CPU_REPACK",), function="ggml_gemm_q4_0_8x8_q8_0")) is None
+    # an exit code, or a process killed from outside, with AMX buffers loaded as they always are on this CPU: not it
+    assert backends.known_fault(amx_crash(signal=None, returncode=1)) is None
+    assert backends.known_fault(amx_crash(signal="SIGKILL", returncode=-9)) is None
+    # AMX buffers, but nothing failed again alone: no evidence that AMX is the cause
+    assert backends.known_fault(amx_crash(function=None, kinds=())) is None
 
 
 def test_the_fix_lists_this_cpus_features_with_amx_off_and_leaves_other_builds_alone():
@@ -125,6 +131,9 @@ def test_a_fault_seen_is_fixed_only_for_the_same_compiler_and_cpu_and_the_users_
     assert host_faults.fixes(seen, args[0], {}, args[2], "Epyc (100 flags)", AMX_HOST) == ([], [])
     applied, overruled = host_faults.fixes(seen, args[0], {"GGML_NATIVE": "ON"}, *args[2:])
     assert applied == [] and "GGML_NATIVE" in overruled[0]
+    # a CPU feature of the user's own is theirs; the fix (AMX off, the list) stays
+    applied, overruled = host_faults.fixes(seen, args[0], {"GGML_AVX512": "OFF"}, *args[2:])
+    assert not overruled and "GGML_AVX512" not in applied[0].defines and applied[0].defines["GGML_AMX_INT8"] == "OFF"
 
 
 def test_a_remembered_fault_survives_a_second_one_and_a_broken_file_is_a_warning(tmp_path):
@@ -160,3 +169,23 @@ def test_an_abort_is_named_by_ggml_s_own_backtrace_and_its_assertion():
     crash = Crash("SIGABRT", -6, "CPU", (), "ggml_flash_attn_ext", "libggml-base.so.0", assertion=assertion(text))
     assert crash.line().endswith("(libggml-base.so.0): ggml.c:5515: GGML_ASSERT(ggml_can_mul_mat(k, q)) failed")
     assert backends.known_fault(crash) is None
+
+
+def test_a_receipts_fixes_are_carried_into_a_plan_whatever_this_host_remembers(tmp_path):
+    """`verify` rebuilds a build from its receipt on a host that never saw the fault: the receipt's fix is taken, so
+    the rebuild has the same defines and targets; where the host saw it too, the fix is taken once."""
+    from buildmgr.config import Dirs
+    from buildmgr.options import leave_out_faults
+    from buildmgr.receipt import FixRecord
+    from buildmgr.recipes import Recipe
+    from buildmgr.toolchain import Tool, Toolchain
+
+    dirs = Dirs(data=tmp_path / "d", config=tmp_path / "c", cache=tmp_path / "k")
+    tools = Toolchain(*(Tool(name, f"/usr/bin/{name}", "1") for name in ("cmake", "ninja", "cc", "c++", "ccache")))
+    recipe = Recipe("universal", "", ("CPU",), ("llama-bench",), (), (("GGML_BACKEND_DL", "ON"),))
+    carried = (FixRecord("amx-kernels", "left out", "SIGILL on CPU", {}, ("ggml-cpu-sapphirerapids",)),)
+    same, fixes = leave_out_faults(recipe, {}, tools, dirs, lambda m: None, carried)
+    assert fixes == carried and same == recipe
+    host_faults.remember(dirs, host_faults.Seen("amx-kernels", "/usr/bin/c++ 1", "any", "SIGILL", "u-1", "t"))
+    _, fixes = leave_out_faults(recipe, {}, tools, dirs, lambda m: None, carried)
+    assert fixes == carried  # once, not again from the host's memory

@@ -208,7 +208,9 @@ def test_run_check_runs_only_a_placement_that_works(root, built):
 
 
 def test_a_model_s_weights_are_placed_from_its_header(root, built):
-    model = next((root / "cache" / "buildmgr" / "smoke").glob("*.gguf"))
+    from buildmgr.proof_models import tiny_model
+
+    model = tiny_model(root / "cache" / "buildmgr")
     env = env_with(root, GGML_VK_VISIBLE_DEVICES="0")
     result = buildmgr(
         env, "check", "vulkan", "--model", str(model), "--verify", "--json", "--", "llama-cli", "-dev", "Vulkan0"
@@ -422,7 +424,9 @@ def test_a_model_server_running_refuses_the_bench_in_one_line_and_nothing_is_wri
     shutil.copy(shutil.which("sleep"), server)
     running = subprocess.Popen([str(server), "60"])
     try:
-        model = next((root / "cache" / "buildmgr" / "smoke").glob("*.gguf"))  # its context of 256 drops depth 4096
+        from buildmgr.proof_models import tiny_model
+
+        model = tiny_model(root / "cache" / "buildmgr")  # its context of 256 drops depth 4096
         results = root / "data" / "buildmgr" / "bench"
         before = sorted(results.iterdir()) if results.exists() else []
         result = buildmgr(env_with(root), "bench", "-m", str(model), "-p", "64", "-n", "16", "vulkan -dev none")

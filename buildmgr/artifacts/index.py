@@ -58,7 +58,8 @@ def summary_of(receipt: Receipt, receipt_sha256: str) -> Summary:
         receipt.finished,
         receipt.runtime,
         receipt.recipe.define("GGML_BACKEND_DL") == "ON",
-        receipt.recipe.define("GGML_NATIVE") == "ON",
+        # native, or a fix's list of the build host's own CPU features (GGML_NATIVE=OFF in its defines)
+        receipt.recipe.define("GGML_NATIVE") == "ON" or any("GGML_NATIVE" in fix.defines for fix in receipt.fixes),
         receipt_sha256,
         receipt.toolchains,
     )

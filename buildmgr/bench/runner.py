@@ -307,7 +307,7 @@ def run_once(
     warnings = slowdowns(samples, placed)
     startup, load_s = logs.timing(events, started)
     crash = None
-    if ran.returncode < 0 and not ran.timed_out:  # a signal: where it died, once, under gdb
+    if ran.started and ran.returncode < 0 and not ran.timed_out:  # a signal: where it died, once, under gdb
         device = ",".join(planned.devices) or "CPU"
         crash = postmortem.examine(command, ran, dict(environ) | planned.env_set, device, extra=False)
     return Run(

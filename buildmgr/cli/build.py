@@ -71,11 +71,13 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         return 0
     prefix = plan.prefix(ctx.dirs.builds)
     built = None if args.rebuild else store.read_receipt(prefix)
-    up_to_date = built is not None and (built.smoke.kernels or 0) >= KERNELS_VERSION
+    benched = built is not None and any("-m" in check.command for check in built.smoke.checks)
+    up_to_date = built is not None and (not benched or (built.smoke.kernels or 0) >= KERNELS_VERSION)
     if built is not None and not up_to_date:
+        proven = f"kernels model v{built.smoke.kernels}" if built.smoke.kernels else "an F32 model only"
         ctx.warn(
-            f"{plan.build_id} was proven on an F32 model only, which reaches none of the quantized kernels real models "
-            "run: building it again to prove it on the kernels model"
+            f"{plan.build_id} was proven on {proven}, and this buildmgr's proof runs kernels model v{KERNELS_VERSION} "
+            "(every weight type real models use): building it again (from the compile cache) to prove it"
         )
     if up_to_date:
         # plain text: importing rich would be a sixth of the no-op
@@ -96,7 +98,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             fault = builder.learn(plan, failed, ctx.dirs, reporter)
             if fault is None:
                 raise
-            fixed = plan_build(request, ctx.dirs, ctx.environ, lambda: ctx.settings, ctx.warn)
+            fixed = plan_build(request, ctx.dirs, ctx.environ, lambda: ctx.settings)  # its warnings were said
             if fixed.build_id == plan.build_id:  # the user's own -D keeps the fault in
                 raise
             reporter.warn(f"building again without it ({fault.fixed}); later builds with this compiler leave it out")

@@ -123,7 +123,7 @@ def placement(report: CheckReport) -> None:
                 + (f" ({outcome.failure})" if outcome.failure else "")
                 + f"; {test.agreement}"
             )
-            if outcome.result == "unknown":
+            if outcome.result in ("unknown", "crashed"):
                 for line in outcome.tail:
                     say(f"  {line}")
         if not test.findings and not errors(report.notes):

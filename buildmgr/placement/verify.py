@@ -49,18 +49,21 @@ def verify(bench: Path, model: Path, placement: Placement, environ: Mapping[str,
     ran = proc.run(command, env=dict(environ), timeout=VERIFY_TIMEOUT_S)
     if ran.timed_out:
         return Outcome("unknown", None, "", (ran.stderr,))
-    if ran.returncode < 0:  # a signal, not a refusal: where it died
+    outcome = classify(ran.returncode, ran.output)
+    if outcome.result == "unknown" and ran.started and ran.returncode < 0:  # no rule's abort: where it died
         device = ",".join(placement.devices) if placement.devices and placement.devices != ("none",) else "CPU"
         crash = postmortem.examine(command, ran, environ, device)
         tail = tuple(filter(None, (crash.findings(), crash.known())))
         return Outcome("crashed", ran.returncode, crash.line(), tail, crash)
-    return classify(ran.returncode, ran.output)
+    return outcome
 
 
 def agreement(findings: list[Finding], outcome: Outcome) -> str:
     """Did the run do what the rules predicted?"""
     predicted = errors(findings)
     if not predicted:
+        if outcome.result == "crashed":  # the crash's line is its failure, said beside this already
+            return "not predicted: it crashed"
         return (
             "as predicted: ran"
             if outcome.result == "ran"

@@ -56,20 +56,23 @@ AMX_VARIANTS = ("ggml-cpu-sapphirerapids",)
 
 
 def amx_crashed(crash: Crash) -> bool:
-    """On the CPU, with weights in ggml's AMX buffers or dead in an AMX function, and not with --repack 0."""
-    amx = "AMX" in crash.buffers or "amx" in (crash.function or "").lower()
-    return crash.device == "CPU" and amx and crash.without_extra is not False
+    """Killed by a fault (SIGILL, SIGSEGV, SIGBUS) on the CPU, dead in an AMX function or with its weights in ggml's
+    AMX buffers and failing again alone (a weight type, or the function), and not with --repack 0."""
+    faulted = crash.signal in ("SIGILL", "SIGSEGV", "SIGBUS")
+    amx = "amx" in (crash.function or "").lower() or ("AMX" in crash.buffers and bool(crash.kinds or crash.function))
+    return faulted and crash.device == "CPU" and amx and crash.without_extra is not False
 
 
 def without_amx(defines: Mapping[str, str], cpu_flags: frozenset[str]) -> Fix | None:
-    """A native build: GGML_NATIVE=OFF with this CPU's features listed, AMX off (only ggml-cpu compiles again). A
+    """A native build: GGML_NATIVE=OFF with this CPU's features listed, AMX off (only ggml-cpu's objects change: the
+    rest comes from the compile cache). A
     build of every CPU variant: the AMX variant left out, so that the loader picks the best of the others."""
     if defines.get("GGML_BACKEND_DL") == "ON" and defines.get("GGML_CPU_ALL_VARIANTS") == "ON":
         return Fix(left_out=AMX_VARIANTS)
     if defines.get("GGML_NATIVE", "ON") != "ON" or not {"amx_tile", "amx_int8"} & cpu_flags:
         return None
     listed = {key: "ON" if set(flags) <= cpu_flags else "OFF" for key, flags in X86_FEATURES.items()}
-    return Fix(defines={"GGML_NATIVE": "OFF", **listed, **dict.fromkeys(AMX, "OFF")})
+    return Fix(defines={"GGML_NATIVE": "OFF", **listed, **dict.fromkeys(AMX, "OFF")}, essential=("GGML_NATIVE", *AMX))
 
 
 AMX_KERNELS = RuntimeFault(
