@@ -214,8 +214,7 @@ def _configure(
 
 def _targets(plan: BuildPlan, reply: Reply) -> tuple[str, ...]:
     """The recipe's tools, plus each backend's ggml target: a DL backend is built only when named."""
-    backend_targets = [t for t in proof.backend_targets(reply, plan.recipe.backends) if t not in plan.left_out]
-    return tuple(dict.fromkeys(plan.targets + tuple(backend_targets)))
+    return tuple(dict.fromkeys(plan.targets + proof.backend_targets(reply, plan.recipe.backends)))
 
 
 def configure_only(plan: BuildPlan, dirs: Dirs, reporter: Reporter, environ: Mapping[str, str]) -> Configured:
@@ -325,10 +324,9 @@ def learn(plan: BuildPlan, failed: ProofFailed, dirs: Dirs, reporter: Reporter) 
     (so that the next plan, and every later build, leaves it out) and say so. None: no fix applies."""
     crash = failed.crash
     fault = backends.runtime_fault(crash.fault) if crash.fault else None
-    facts = hostfacts.read()
-    if fault is None or fault.fix(dict(plan.defines), facts.cpu_flags) is None:
+    if fault is None or fault.fix(dict(plan.defines), hostfacts.read().cpu_flags) is None:
         return None
-    compiler, cpu = host_faults.compiler_key(plan.toolchain), host_faults.cpu_key(facts.cpu, facts.cpu_flags)
+    compiler, cpu = host_faults.here(plan.toolchain)
     host_faults.remember(dirs, host_faults.seen_now(fault, crash.line(), plan.build_id, compiler, cpu))
     reporter.warn(f"{plan.build_id} was not published: {crash.line()}")
     reporter.warn(f"{fault.name}: {fault.cause}")

@@ -118,3 +118,7 @@ class Crash:
     def known(self) -> str | None:
         """The known fault, its cause and what to do; None where it matches none."""
         return f"{self.fault}: {self.explained}" if self.fault else None
+
+    def notes(self) -> tuple[str, ...]:
+        """What the post-mortem found, then the known fault: the lines said under the crash's own."""
+        return tuple(note for note in (self.findings(), self.known()) if note)

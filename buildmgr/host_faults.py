@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from buildmgr import backends, jsonshape
+from buildmgr import backends, hostfacts, jsonshape
 from buildmgr.backend import Fix, RuntimeFault
 from buildmgr.config import Dirs
 from buildmgr.fsutil import atomic_write_text, locked
@@ -39,12 +39,10 @@ class FaultsFile:
     seen: tuple[Seen, ...] = ()
 
 
-def compiler_key(toolchain: Toolchain) -> str:
-    return f"{toolchain.cxx.path} {toolchain.cxx.version}"
-
-
-def cpu_key(name: str, flags: frozenset[str]) -> str:
-    return f"{name} ({len(flags)} flags)"
+def here(toolchain: Toolchain) -> tuple[str, str]:
+    """What a fault seen here is kept under: the C++ compiler (path and version) and this CPU (name, flag count)."""
+    facts = hostfacts.read()
+    return f"{toolchain.cxx.path} {toolchain.cxx.version}", f"{facts.cpu} ({len(facts.cpu_flags)} flags)"
 
 
 def path(dirs: Dirs) -> Path:

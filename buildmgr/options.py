@@ -192,22 +192,15 @@ def leave_out_faults(
 ) -> tuple[Recipe, tuple[FixRecord, ...]]:
     """The recipe with the fixes of the runtime faults a proof saw here with this compiler (the user's own -D wins,
     with a warning), and those `carried` by the request."""
+    applied: list[FixRecord] = []
     seen = host_faults.read(dirs, warn)
-    if not seen:
-        for fix in carried:
-            recipe = with_defines(recipe, fix.defines)
-        return recipe, carried
-    facts = hostfacts.read()
-    applied, overruled = host_faults.fixes(
-        seen,
-        dict(recipe.defines),
-        given,
-        host_faults.compiler_key(tools),
-        host_faults.cpu_key(facts.cpu, facts.cpu_flags),
-        facts.cpu_flags,
-    )
-    for note in overruled:
-        warn(note)
+    if seen:
+        compiler, cpu = host_faults.here(tools)
+        applied, overruled = host_faults.fixes(
+            seen, dict(recipe.defines), given, compiler, cpu, hostfacts.read().cpu_flags
+        )
+        for note in overruled:
+            warn(note)
     fixes = (*carried, *(fix for fix in applied if fix.fault not in {c.fault for c in carried}))
     for fix in fixes:
         recipe = with_defines(recipe, fix.defines)

@@ -17,6 +17,11 @@ TIMEOUT_S = 300
 GDB_HINT = "gdb not found (apt-get install gdb names the function)"
 
 
+def device_of(devices: Sequence[str] | None) -> str:
+    """The device a run was asked to use, as a crash names it: `-dev none`, or none given, is the CPU."""
+    return ",".join(devices) if devices and tuple(devices) != ("none",) else "CPU"
+
+
 def with_model(command: Sequence[str], model: Path) -> list[str]:
     """The command with `-m`'s value replaced."""
     argv = list(command)

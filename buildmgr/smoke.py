@@ -71,7 +71,7 @@ def bench_check(tool: Path, models: Models, env: dict[str, str], device: str) ->
     shown = [tool.name, "-m", models.kernels.name, *command[3:]]
     if passed or ran.timed_out or not ran.started:
         return ToolRun(shown, ran.returncode, ran.seconds, passed, detail)
-    crash = postmortem.examine(command, ran, env, "CPU" if device == "none" else device, models.alone)
+    crash = postmortem.examine(command, ran, env, postmortem.device_of([device]), models.alone)
     told = "; ".join(filter(None, (crash.line(), crash.findings())))
     return ToolRun(shown, ran.returncode, ran.seconds, False, f"{told}\n{detail}".strip(), crash)
 

@@ -87,7 +87,7 @@ class Run:
     @property
     def failure(self) -> str | None:
         if self.crash is not None:
-            return "; ".join(filter(None, (f"crashed: {self.crash.line()}", self.crash.findings(), self.crash.known())))
+            return "; ".join((f"crashed: {self.crash.line()}", *self.crash.notes()))
         return None if self.ran.ok and self.rows else self.ran.failure() if not self.ran.ok else "printed no results"
 
     def tail(self) -> list[str]:
@@ -308,7 +308,7 @@ def run_once(
     startup, load_s = logs.timing(events, started)
     crash = None
     if ran.started and ran.returncode < 0 and not ran.timed_out:  # a signal: where it died, once, under gdb
-        device = ",".join(planned.devices) or "CPU"
+        device = postmortem.device_of(list(planned.devices))
         crash = postmortem.examine(command, ran, dict(environ) | planned.env_set, device, extra=False)
     return Run(
         round_,

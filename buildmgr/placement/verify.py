@@ -51,10 +51,8 @@ def verify(bench: Path, model: Path, placement: Placement, environ: Mapping[str,
         return Outcome("unknown", None, "", (ran.stderr,))
     outcome = classify(ran.returncode, ran.output)
     if outcome.result == "unknown" and ran.started and ran.returncode < 0:  # no rule's abort: where it died
-        device = ",".join(placement.devices) if placement.devices and placement.devices != ("none",) else "CPU"
-        crash = postmortem.examine(command, ran, environ, device)
-        tail = tuple(filter(None, (crash.findings(), crash.known())))
-        return Outcome("crashed", ran.returncode, crash.line(), tail, crash)
+        crash = postmortem.examine(command, ran, environ, postmortem.device_of(placement.devices))
+        return Outcome("crashed", ran.returncode, crash.line(), crash.notes(), crash)
     return outcome
 
 
