@@ -329,6 +329,38 @@ class RuntimeFault(NamedTuple):
         return f"{self.cause}; with this build: {self.workaround}"
 
 
+CMAKE_FALSE = frozenset({"0", "OFF", "NO", "FALSE", "N", "IGNORE", "NOTFOUND"})
+
+
+class RemovedKernels(NamedTuple):
+    """A build define that leaves a backend without the kernels of some ops: the scheduler then runs those ops on the
+    CPU, and llama.cpp says nothing. `asked` is the placement flag and value that ask for the ops anyway."""
+
+    define: str
+    value: str  # the define's value (CMake's spelling, upper case) that removes them
+    ops: tuple[str, ...]
+    device_prefix: str  # the backend's device names begin so (CUDA0, ROCm0)
+    flag: tuple[str, str]  # (Placement field, value) that makes llama.cpp use the ops
+    spelled: str  # that flag as a user writes it
+    what: str  # what the build lacks
+
+    @property
+    def message(self) -> str:
+        """The cause, with its two ways out."""
+        return f"{self.what}: rebuild without -D {self.define}={self.value}, or run without {self.spelled}"
+
+    @property
+    def note(self) -> str:
+        """Said beside a build or recipe of these defines."""
+        return (
+            f"{self.what} ({self.define}={self.value}): with {self.spelled} its {', '.join(self.ops)} runs on the CPU"
+        )
+
+    def removes(self, defines: Mapping[str, str]) -> bool:
+        given = defines.get(self.define, "").upper()
+        return given in CMAKE_FALSE if self.value == "OFF" else given == self.value
+
+
 class Backend(NamedTuple):
     """Everything about one backend as data: `backends/<name>/__init__.py` declares one as `BACKEND`, and the
     functions it names are in that package's modules, imported when first called (see `lazy`): a no-op build reads
@@ -356,6 +388,7 @@ class Backend(NamedTuple):
     device_code: DeviceCode | None = None  # the GPU code its binaries carry
     build_failures: tuple[Signature, ...] = ()  # how its known build failures show in a log, and their fixes
     runtime_faults: tuple[RuntimeFault, ...] = ()  # how a build of it is known to crash, and how a build avoids it
+    removed_kernels: tuple[RemovedKernels, ...] = ()  # defines that leave ops without this backend's kernels
     splits: Mapping[str, str | None] = MappingProxyType({})  # -sm mode → the rule it fails by; None: ran
     engines: Callable[[], EngineSource | None] | None = None  # opens its cards' engine readings (None: not here)
     engines_source: str = ""  # what those readings come from, in messages: NVML

@@ -484,6 +484,15 @@ def test_placement_check_on_the_cpu_build(env, first_build, tmp_path):
     assert set(test["weights_mib"]) == {"CPU"} and test["weights_mib"]["CPU"] > 0.1
     shown = buildmgr(env, "check", "cpu", "--model", str(model), "--", "llama-cli", "-dev", "none")
     assert f"weights per device: CPU {test['weights_mib']['CPU']} MiB" in shown.stderr, shown.stderr
+    # --model runs it once: the scheduler's own assignments, prefill and decode, every op on the one device there is
+    covered = test["coverage"]
+    assert covered["taken"] and covered["partial"] is None and covered["layers"] == {"CPU": 2}
+    assert [(g["phase"], g["tokens"]) for g in covered["graphs"]] == [("prefill", 512), ("decode", 1)]
+    for graph in covered["graphs"]:
+        assert {d for devices in graph["ops"].values() for d in devices} == {"CPU"}
+        assert graph["ops"]["MUL_MAT"]["CPU"] >= 2 * 7  # q, k, v, out, up, gate, down in each of 2 layers
+        assert (graph["splits"], graph["copied_bytes"], graph["off_layer_device"]) == (1, 0, [])
+    assert "every op of the device-placed layers ran on their device" in shown.stderr
 
 
 def test_a_handed_archive_is_verified_even_when_the_tree_is_synced(env, first_build, tmp_path):

@@ -1,3 +1,4 @@
+import json
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,17 @@ def test_user_recipes_override_shipped_ones(tmp_path: Path):
     recipes = load_recipes(resource_path("recipes"), tmp_path)
     assert recipes["cpu"].description == "mine"
     assert recipes["cpu"].source_file == str(tmp_path / "cpu.toml")
+
+
+def test_a_recipe_whose_defines_remove_kernels_says_which_ops_then_run_on_the_cpu(tmp_path: Path):
+    from conftest import buildmgr, make_env, user_recipe
+
+    body = 'description = "fast"\nbackends = ["CPU", "CUDA"]\ntargets = ["llama-bench"]\n[defines]\nGGML_CUDA = "ON"\n'
+    user_recipe(tmp_path, "cudafast", body + 'GGML_CUDA_FA = "OFF"\n')
+    user_recipe(tmp_path, "cudafull", body)
+    result = buildmgr(make_env(tmp_path), "recipes", "--json")
+    rows = {r["name"]: r for r in json.loads(result.stdout)["recipes"]}
+    assert rows["cudafast"]["removed_kernels"] == [
+        "this build has no CUDA FlashAttention kernels (GGML_CUDA_FA=OFF): with -fa 1 its FLASH_ATTN_EXT runs on the CPU"
+    ]
+    assert rows["cudafull"]["removed_kernels"] == [] and rows["vulkan"]["removed_kernels"] == []

@@ -217,6 +217,13 @@ def test_a_model_s_weights_are_placed_from_its_header(root, built):
     )
     [test] = json.loads(result.stdout)["tests"]
     assert result.returncode == 0 and test["findings"] == [] and test["verify"]["result"] == "ran"
+    # where each op ran: all on lavapipe but the token-embedding lookup (llama.cpp keeps the input layer on the CPU)
+    covered = test["coverage"]
+    assert covered["taken"] and covered["partial"] is None and covered["layers"] == {"Vulkan0": 2}
+    for graph in covered["graphs"]:
+        on_cpu = {op: d["CPU"] for op, d in graph["ops"].items() if "CPU" in d}
+        assert on_cpu == {"GET_ROWS": 1} and graph["ops"]["MUL_MAT"] == {"Vulkan0": graph["ops"]["MUL_MAT"]["Vulkan0"]}
+        assert graph["splits"] == 2 and graph["copied_bytes"] > 0 and graph["off_layer_device"] == []
     not_gguf = root / "model.txt"
     not_gguf.write_text("hello")
     assert_user_error(
@@ -295,6 +302,54 @@ def test_a_shader_cache_that_cannot_be_written_is_one_line_before_configuring(ro
         "set BUILDMGR_SHADER_CACHE to a writable directory, or unset it"
     )
     assert sorted(trees.glob("*")) == before
+
+
+def head_size_12_model(path: Path) -> Path:
+    """A llama whose attention heads are 12 wide: ggml-vulkan's FLASH_ATTN_EXT takes head sizes that are multiples of 8
+    only (supports_op at the pin), so with -fa on the scheduler runs attention on the CPU."""
+    sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
+    from gguf_model import write_model
+
+    write_model(path, embd=96, ff=192, layers=2, vocab=256, ctx=1024, dtype="f32", heads=8, kv_heads=4)
+    return path
+
+
+def test_coverage_names_the_op_lavapipe_cannot_run_and_bench_calls_that_config_partial(root, built):
+    model = head_size_12_model(root / "hs12.gguf")
+    env = env_with(root, GGML_VK_VISIBLE_DEVICES="0")
+    flags = ["--", "llama-cli", "-dev", "Vulkan0", "-fa", "on"]
+    result = buildmgr(env, "check", "vulkan", "--model", str(model), "--json", *flags)
+    [test] = json.loads(result.stdout)["tests"]
+    assert result.returncode == 0 and test["placement"]["flash_attn"] == "on", result.stderr
+    covered = test["coverage"]
+    cause = "Vulkan0 does not run FLASH_ATTN_EXT on these operands: a type, head size or shape its kernels do not cover"
+    assert covered["partial"] == f"FLASH_ATTN_EXT ×2 on CPU ({cause})"
+    for graph in covered["graphs"]:
+        assert graph["ops"]["FLASH_ATTN_EXT"] == {"CPU": 2}
+        [off] = graph["off_layer_device"]
+        assert (off["op"], off["device"], off["layer_device"], off["layers"]) == (
+            "FLASH_ATTN_EXT",
+            "CPU",
+            "Vulkan0",
+            [0, 1],
+        )
+        assert graph["splits"] == 2 + 2 * 2  # into the CPU and back, in each layer
+    decode = covered["graphs"][1]
+    assert decode["copied_bytes_per_token"] > 64 * 1024  # the KV cache crosses to the CPU for every token
+    without = buildmgr(env, "check", "vulkan", "--model", str(model), "--json", *flags[:-2])
+    assert json.loads(without.stdout)["tests"][0]["coverage"]["partial"] is None  # -fa auto: llama.cpp turns it off
+
+    args = ["-m", str(model), "--depth", "0", "-p", "32", "-n", "8", "--no-pg", "--runs", "1", "-r", "2", "--json"]
+    benched = buildmgr(env, "bench", *args, "vk-fa=vulkan -dev Vulkan0 -fa on", "vk=vulkan -dev Vulkan0")
+    assert benched.returncode == 0, benched.stderr
+    found = json.loads(benched.stdout)
+    by_config = {r["buildmgr"]["config"]: r["buildmgr"] for r in found["rows"] if r["n_gen"]}
+    assert by_config["vk-fa"]["validity"] == "partial"
+    assert by_config["vk-fa"]["evidence"][0] == f"partial: FLASH_ATTN_EXT ×2 on CPU ({cause})"
+    assert by_config["vk-fa"]["coverage"]["graphs"]["decode"]["off_layer_device"][0]["count"] == 2
+    assert by_config["vk"]["validity"] != "partial" and by_config["vk"]["coverage"]["partial"] is None
+    assert f"vk-fa is partial: FLASH_ATTN_EXT ×2 on CPU ({cause})" in found["verdicts"]
+    assert "vk-fa: coverage: FLASH_ATTN_EXT ×2 on CPU" in benched.stderr
 
 
 # --- bench: a cpu and a lavapipe placement measured side by side -----------------------------------------------------

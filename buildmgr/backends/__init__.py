@@ -31,6 +31,7 @@ from buildmgr.backend import (
     LogDevice,
     NameRole,
     PipSource,
+    RemovedKernels,
     Report,
     RuntimeFault,
     ShaderCache,
@@ -60,6 +61,7 @@ __all__ = [
     "LogDevice",
     "NameRole",
     "PipSource",
+    "RemovedKernels",
     "Report",
     "RuntimeFault",
     "Virtual",
@@ -174,6 +176,11 @@ def runtime_fault(name: str) -> RuntimeFault | None:
 def known_fault(crash: Crash) -> RuntimeFault | None:
     """The first known runtime fault a crash matches."""
     return next((f for f in runtime_faults() if f.matches(crash)), None)
+
+
+def removed_kernels(names: Sequence[str], defines: Mapping[str, str]) -> list[RemovedKernels]:
+    """What a build of these backends with these defines lacks: ops its devices hand to the CPU."""
+    return [gap for b in all_backends() if b.name in names for gap in b.removed_kernels if gap.removes(defines)]
 
 
 def log_devices() -> list[LogDevice]:

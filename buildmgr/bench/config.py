@@ -26,7 +26,6 @@ DEFAULT_REPETITIONS = 6
 PASSED_THROUGH = {
     flag: canonical
     for canonical, spellings in {
-        "-fa": ("-fa", "--flash-attn"),
         "-t": ("-t", "--threads"),
         "-b": ("-b", "--batch-size"),
         "-ub": ("-ub", "--ubatch-size"),

@@ -33,6 +33,7 @@ class Validity(Enum):
     VALID = "valid"
     FALLBACK = "invalid: fallback"
     UNPROVEN = "unproven"
+    PARTIAL = "partial"  # measured, but ops of the device-placed layers ran on the CPU (coverage says which)
     FAILED = "failed"
     NOT_RUN = "not run"
 
@@ -190,6 +191,12 @@ def judge(
         reasons = sorted({f"{w.device}: {w.verdict.value} ({w.phase})" for w in unsure}) + sorted(set(unresolved))
         return Judgement(Validity.UNPROVEN, tuple(reasons), tuple(work))
     return Judgement(Validity.VALID, (), tuple(work))
+
+
+def covered(validity: Validity, partial: str | None) -> Validity:
+    """A judgement with the coverage's finding: device-placed work on the CPU makes a valid or unproven test partial;
+    a fallback stays one (sampling saw more than the graph shows)."""
+    return Validity.PARTIAL if partial and validity in (Validity.VALID, Validity.UNPROVEN) else validity
 
 
 def slowdowns(samples: Sequence[Sample], placed: set[str]) -> list[str]:

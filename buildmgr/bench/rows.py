@@ -66,7 +66,8 @@ AXES: dict[str, tuple[str, ...]] = {
     "depth": ("n_depth",),
     HOST: (f"{KEY}.host", "cpu_info", "gpu_info"),
 }
-RANKED = (Validity.VALID, Validity.UNPROVEN)  # rows a comparison may rank; a fallback never wins
+# rows a comparison may rank (a partial one says so beside its name); a fallback never wins
+RANKED = (Validity.VALID, Validity.PARTIAL, Validity.UNPROVEN)
 # What `--rank` orders each group by, best first: throughput (higher is better) or energy per token (lower is).
 RANKS = ("ts", "j_per_token")
 DEFAULTS = ("0.00", 0, "none", False)  # llama-bench's spelling of a field left at its default: not shown in a label
@@ -150,6 +151,9 @@ class Meta:
     energy: tuple[Energy, ...] = field(default=(), metadata=OMIT_IF_EMPTY)
     j_per_token: float | None = field(default=None, metadata=OMIT_IF_NONE)  # every device's, in the test's phases
     notes: tuple[str, ...] = field(default=(), metadata=OMIT_IF_EMPTY)
+    # where its ops ran, taken once before its runs (placement.cover): splits, bytes copied per token, ops off their
+    # layers' device; its `partial` line where the CPU ran some
+    coverage: dict[str, Any] | None = field(default=None, metadata=OMIT_IF_NONE)
 
 
 @dataclass(frozen=True)
@@ -167,6 +171,14 @@ class Row:
     @property
     def config(self) -> str:
         return self.meta.config if self.meta is not None else ""
+
+    @property
+    def partial(self) -> str | None:
+        """What its coverage found on the CPU, where its validity is partial."""
+        if self.meta is None or self.meta.validity is not Validity.PARTIAL or not self.meta.coverage:
+            return None
+        found = self.meta.coverage.get("partial")
+        return found if isinstance(found, str) else None
 
     def to_json(self) -> dict[str, Any]:
         return self.fields | ({KEY: dump(self.meta)} if self.meta is not None else {})
@@ -299,6 +311,7 @@ class Compared:
     validity: Validity | None  # the worst of its rows; None: llama-bench's own
     rows: int
     j_per_token: float | None = None  # the median of its rows' (None: no row could read its energy)
+    partial: str | None = None  # what ran on the CPU, where its validity is partial
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -311,6 +324,7 @@ class Compared:
             "baseline": self.baseline,
             "vs_baseline": self.vs_baseline.to_json() if self.vs_baseline else None,
             "validity": self.validity.value if self.validity is not None else "",
+            "partial": self.partial,
             "rows": self.rows,
         }
 
@@ -361,6 +375,7 @@ def compare(rows: Sequence[Row], axis: str, baseline: str | None = None, rank: s
                     validity[value],
                     len(rs),
                     statistics.median(energies) if energies else None,
+                    next((p for r in rs if (p := r.partial)), None),
                 )
             )
         table += sorted(group, key=_ranking(rank)) if rank is not None else group
@@ -404,6 +419,7 @@ def _cells(entry: Compared) -> list[str]:
     cv = f"{entry.cv * 100:.1f} %" if entry.cv is not None else "—"
     joules = f"{entry.j_per_token:.4g}" if entry.j_per_token is not None else "—"
     state = entry.validity.value if entry.validity is not None else "—"
+    state += f": {entry.partial}" if entry.partial else ""
     return [entry.test, entry.value, median, cv, str(entry.n), shown, joules, state]
 
 
@@ -430,6 +446,7 @@ def _numbers(entry: Compared) -> list[object]:
         noise,
         entry.j_per_token if entry.j_per_token is not None else "",
         entry.validity.value if entry.validity is not None else "",
+        entry.partial or "",
         entry.rows,
     ]
 
@@ -438,7 +455,7 @@ def export_csv(table: Sequence[Compared], axis: str) -> str:
     """The JSON's field names and values, one row per entry (cv a fraction, the ratio's interval in two cells)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["test", axis, *CSV_COLUMNS, "j_per_token", "validity", "rows"])
+    writer.writerow(["test", axis, *CSV_COLUMNS, "j_per_token", "validity", "partial", "rows"])
     writer.writerows(_numbers(entry) for entry in table)
     return out.getvalue().rstrip("\n")
 
@@ -482,13 +499,15 @@ def verdicts(rows: Sequence[Row], devices_of: dict[str, int]) -> list[str]:
         if not ranked:
             lines.append(f"{test}: no configuration gave a usable result")
             continue
+        named = {r.config: r.config + (" (partial)" if r.partial else "") for r in ranked}
         if len(ranked) == 1 and len({r.config for r in members}) == 1:
             pass  # one CONFIG alone: nothing was compared, and nothing failed
         elif len(ranked) == 1:
-            lines.append(f"{test}: only {ranked[0].config} gave a usable result")
+            lines.append(f"{test}: only {named[ranked[0].config]} gave a usable result")
         else:
             lines.append(
-                f"{test}: " + compared(ratio(units(ranked[1]), units(ranked[0])), ranked[0].config, ranked[1].config)
+                f"{test}: "
+                + compared(ratio(units(ranked[1]), units(ranked[0])), named[ranked[0].config], named[ranked[1].config])
             )
         singles = [r for r in ranked if devices_of.get(r.config) == 1]
         for split in (r for r in ranked if devices_of.get(r.config, 0) > 1):
@@ -506,4 +525,6 @@ def verdicts(rows: Sequence[Row], devices_of: dict[str, int]) -> list[str]:
                 lines.append(
                     f"{test}: split {split.config} is not worth it: {shown} of the best single device {best.config}"
                 )
+    partial = {r.config: r.partial for r in rows if r.partial}
+    lines += [f"{config} is partial: {line}" for config, line in partial.items()]
     return lines

@@ -22,6 +22,7 @@ from buildmgr import backends, identity, postmortem, proc
 from buildmgr.bench import limit, logs, membw, rows
 from buildmgr.bench.config import Asked, BenchConfig, Request, parse_config, read_toml, resolve
 from buildmgr.bench.judge import BUSY_PERCENT, HOST, Judgement, Role, Validity, judge, partial, slowdowns
+from buildmgr.bench.judge import covered as with_coverage
 from buildmgr.bench.sampling import Sample, Sampler, cpu_times, services
 from buildmgr.bench.stats import CV_WARN, ratio, summarize
 from buildmgr.crashes import Crash
@@ -30,6 +31,7 @@ from buildmgr.devices import Role as DeviceRole
 from buildmgr.errors import UserError
 from buildmgr.findings import Finding, Severity, errors
 from buildmgr.placement.check import check, memory_findings, model_devices, read_gguf, weights_per_device
+from buildmgr.placement.cover import Covered, take
 from buildmgr.receipt import FILE_NAME as RECEIPT
 
 if TYPE_CHECKING:
@@ -358,6 +360,7 @@ def _rows_of(
     environ: Mapping[str, str],
     host_notes: list[str],
     host: rows.Host,
+    covered: Covered | None = None,
 ) -> list[rows.Row]:
     receipt = planned.build.prefix / RECEIPT
     failures = tuple({"round": r.round, "failure": r.failure, "tail": r.tail()} for r in runs if r.failure)
@@ -402,6 +405,10 @@ def _rows_of(
             validity, evidence = Validity.FAILED, tuple(str(f["failure"]) for f in failures) or ("no kept run",)
         else:
             validity, evidence = worst.validity, worst.evidence
+        found = covered.coverage if covered is not None else None
+        line = found.partial if found is not None else None
+        if line and validity in (Validity.VALID, Validity.UNPROVEN, Validity.FALLBACK):
+            validity, evidence = with_coverage(validity, line), (f"partial: {line}", *evidence)
         base = template or {
             "n_prompt": test[0],
             "n_gen": test[1],
@@ -476,9 +483,31 @@ def _rows_of(
             energy=energy,
             j_per_token=j_per_token,
             notes=tuple(notes),
+            coverage=covered.summary() if covered is not None else None,
         )
         made.append(rows.Row(fields, meta))
     return made
+
+
+def cover(planned: Planned, request: Request, environ: Mapping[str, str], say: Callable[[str], None]) -> Covered:
+    """Where the CONFIG's ops run, taken once before its runs, in its own environment and with its own flags."""
+    from buildmgr.placement.run import removed_kernels
+
+    covered = take(
+        planned.build.tool("llama-bench"),
+        planned.model,
+        planned.config.bench_args(),
+        dict(environ) | planned.env_set,
+        removed_kernels(planned.build),
+        request.workload.n_prompt or 512,
+    )
+    found = covered.coverage
+    if found is None:
+        say(f"  {planned.config.label}: coverage not taken: {covered.failure}")
+    else:
+        splits = "/".join(str(g.splits) for g in found.graphs)
+        say(f"  {planned.config.label}: coverage: {found.partial or 'every op on its device'} ({splits} splits)")
+    return covered
 
 
 def _s(value: float | None) -> float | None:
@@ -601,6 +630,7 @@ def bench(
                 if finding.severity is Severity.WARNING:
                     say(f"  {p.config.label}: {finding.line()}")
         runnable = [p for p in planned if p.blocked is None]
+        covered = {p.config.label: cover(p, request, environ, say) for p in runnable}
         runs: dict[str, list[Run]] = {p.config.label: [] for p in planned}
         executed: list[tuple[Planned, Run]] = []  # in the order they ran
         started = time.monotonic()
@@ -622,7 +652,10 @@ def bench(
                 done.append(run)
                 executed.append((p, run))
                 what = f"run {round_}/{rounds}"
-                outcome = run.failure or ", ".join(sorted({j.validity.value for j in run.judgements.values()}))
+                found = covered[p.config.label].coverage
+                line = found.partial if found is not None else None
+                judged = {with_coverage(j.validity, line).value for j in run.judgements.values()}
+                outcome = run.failure or ", ".join(sorted(judged))
                 say(
                     f"  {p.config.label}: {what}, depths {','.join(map(str, request.workload.depths))}: "
                     f"{run.ran.seconds:.1f} s, load {run.load_s or 0:.1f} s ({outcome}) · "
@@ -631,7 +664,11 @@ def bench(
     finally:
         for source in sources:
             source.close()
-    made = [row for p in planned for row in _rows_of(p, runs[p.config.label], request, environ, host_notes, host)]
+    made = [
+        row
+        for p in planned
+        for row in _rows_of(p, runs[p.config.label], request, environ, host_notes, host, covered.get(p.config.label))
+    ]
     made = _with_baseline(made)
     devices_of = {p.config.label: len(p.roles) for p in planned}
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

@@ -136,4 +136,8 @@ def probe_after_build(ctx: Context, build: Build, probed: ProbeResult | None = N
     render.say(f"devices this build sees: {render.device_names(entry.probe.devices)}")
     for reason in entry.absent:
         render.say(f"  {reason}")
+    from buildmgr.placement.run import removed_kernels
+
+    for gap in removed_kernels(build):
+        render.say(f"note: {gap.note}", "yellow")
     return [d.name for d in entry.probe.devices]

@@ -4,6 +4,7 @@ host, and a suggested -dev per build."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -129,6 +130,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         data = stored
         for change in inventory.environment_changes(data.builds, ctx.environ):
             ctx.warn(change)
+    data = dataclasses.replace(data, notes=(*data.notes, *_removed_kernels(ctx, data)))
     if args.suggest:
         return _suggest(data, args.prefer or "dgpu", args.json)
     if args.json:
@@ -136,6 +138,19 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     else:
         render.devices_table(data.cards, data.builds, data.notes)
     return 0
+
+
+def _removed_kernels(ctx: Context, data: Inventory) -> list[str]:
+    """What each build's defines left out of its backends' kernels: a device of it that cannot run what flags ask."""
+    from buildmgr import store
+    from buildmgr.placement.run import removed_kernels
+
+    return [
+        f"{build.id}: {gap.note}"
+        for build in store.installed(ctx.dirs)
+        if build.id in data.builds
+        for gap in removed_kernels(build)
+    ]
 
 
 def _suggest(data: Inventory, prefer: str, as_json: bool) -> int:

@@ -39,9 +39,14 @@ def register(sub: Subparsers, name: str) -> None:
 
 
 def recipes(args: argparse.Namespace, ctx: Context) -> int:
+    from buildmgr import backends
     from buildmgr import doctor as host
 
     states = host.recipes(ctx.dirs, ctx.environ, ctx.settings, ctx.warn)
+    removed = {
+        s.recipe.name: [g.note for g in backends.removed_kernels(s.recipe.backends, dict(s.recipe.defines))]
+        for s in states
+    }
     if args.json:
         rows = [
             s.recipe.to_json()
@@ -50,6 +55,7 @@ def recipes(args: argparse.Namespace, ctx: Context) -> int:
                 "missing": list(s.missing),
                 "toolchains": list(s.toolchains),
                 "file": s.recipe.source_file,
+                "removed_kernels": removed[s.recipe.name],
             }
             for s in states
         ]
@@ -61,7 +67,8 @@ def recipes(args: argparse.Namespace, ctx: Context) -> int:
         verdict = (
             f"[green]yes[/]{with_kits}" if state.buildable else "[red]no[/]: " + render.escape("; ".join(state.missing))
         )
-        table.add_row(state.recipe.name, ", ".join(state.recipe.backends), verdict, state.recipe.description)
+        described = "; ".join([state.recipe.description, *removed[state.recipe.name]])
+        table.add_row(state.recipe.name, ", ".join(state.recipe.backends), verdict, render.escape(described))
     render.show(table)
     return 0
 

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from buildmgr.devices import Device
     from buildmgr.findings import Check, Finding
     from buildmgr.inventory_file import BuildEntry, Card
+    from buildmgr.placement.cover import Covered
     from buildmgr.placement.run import CheckReport
 
 STYLES = {Severity.ERROR: "red", Severity.WARNING: "yellow"}
@@ -116,6 +117,8 @@ def placement(report: CheckReport) -> None:
             say(f"weights per device: {held or 'none'}")
         for found in test.findings:
             finding(found)
+        if test.coverage is not None:
+            coverage(test.coverage)
         if test.outcome is not None:
             outcome = test.outcome
             say(
@@ -126,12 +129,45 @@ def placement(report: CheckReport) -> None:
             if outcome.result in ("unknown", "crashed"):
                 for line in outcome.tail:
                     say(f"  {line}")
-        if not test.findings and not errors(report.notes):
+        if test.findings or errors(report.notes):
+            continue
+        if test.coverage is not None and test.coverage.coverage is not None and test.coverage.coverage.partial:
+            say("placement runs, with ops of its devices' layers on the CPU (coverage above)", "yellow")
+        else:
             say("placement ok", "green")
+
+
+def coverage(covered: Covered) -> None:
+    """Where each op ran, per graph: op × device node counts, splits, bytes copied per token, ops off their layers'
+    device with the cause."""
+    found = covered.coverage
+    if found is None:
+        say(f"coverage: not taken ({covered.failure})", "yellow")
+        return
+    say("coverage: layers " + ", ".join(f"{device} {count}" for device, count in found.layers.items()))
+    for graph in found.graphs:
+        ops = "; ".join(
+            f"{op} " + " ".join(f"{device}×{count}" for device, count in devices.items())
+            for op, devices in sorted(graph.ops.items())
+        )
+        say(
+            f"  {graph.phase} ({graph.tokens} tokens): {graph.splits} split(s), "
+            f"{_bytes(graph.copied_per_token)} copied between devices per token"
+        )
+        say(f"    ops: {ops}")
+        for off in graph.off:
+            layers = ",".join(map(str, off.layers))
+            say(f"    {off.op} ×{off.count} on {off.device}, not {off.home} (layers {layers}): {off.cause}", "yellow")
+    if found.partial is None:
+        say("  every op of the device-placed layers ran on their device", "green")
 
 
 def _size(size: int) -> str:
     return f"{size / 2**30:.2f} GiB" if size >= 2**30 else f"{size / 2**20:.1f} MiB"
+
+
+def _bytes(size: float) -> str:
+    return _size(round(size)) if size >= 2**20 else f"{size / 2**10:.1f} KiB"
 
 
 def devices_table(

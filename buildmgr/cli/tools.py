@@ -36,7 +36,9 @@ def register(sub: Subparsers, name: str) -> None:
             "--verify", action="store_true", help="prove it: run llama-bench with the same placement, tiny model"
         )
         p.add_argument(
-            "--model", type=Path, help="a GGUF model: weights per device from its header; --verify runs it -p 1 -n 1"
+            "--model",
+            type=Path,
+            help="a GGUF model: weights per device from its header, and where each op runs (one short run of it)",
         )
         p.add_argument("--json", action="store_true", help="print the findings and the devices as JSON")
         p.add_argument("words", nargs="*", metavar="-- TOOL ARGS", help="the tool's command line, after '--'")
@@ -74,7 +76,15 @@ def check(args: argparse.Namespace, ctx: Context) -> int:
     command = _tool_command(args, "check")
     build = store.find(ctx.dirs, args.build)
     build.installed_tool(command[0])
-    report = run_check(ctx.dirs, build, command, ctx.environ, model=args.model, run_verify=args.verify)
+    report = run_check(
+        ctx.dirs,
+        build,
+        command,
+        ctx.environ,
+        model=args.model,
+        run_verify=args.verify,
+        run_coverage=args.model is not None,
+    )
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from buildmgr import backends
+from buildmgr.backend import RemovedKernels
 from buildmgr.devices import Device, Role, Selection
 from buildmgr.errors import UserError
 from buildmgr.findings import Finding, Severity
@@ -30,6 +32,7 @@ class Here:
     moved: dict[str, str] = field(default_factory=dict)  # name → the card it meant at the last stored probe
     free_mib: dict[str, int | None] = field(default_factory=dict)
     host_free_mib: int | None = None
+    removed: tuple[RemovedKernels, ...] = ()  # ops whose kernels the build's defines left out
 
 
 def model_devices(placement: Placement, here: Here) -> tuple[list[str], list[Finding]]:
@@ -121,6 +124,26 @@ def check(placement: Placement, here: Here) -> list[Finding]:
             seen[device.physical_id] = device.name
     findings += _check_overrides(placement, here, chosen)
     findings += _check_split(placement, here, chosen, by_name)
+    findings += removed_findings(placement, here.removed, chosen)
+    return findings
+
+
+def removed_findings(placement: Placement, removed: Sequence[RemovedKernels], chosen: Sequence[str]) -> list[Finding]:
+    """The flags ask for ops this build's devices have no kernels for: llama.cpp runs them on the CPU, unsaid."""
+    findings = []
+    for gap in removed:
+        field_name, value = gap.flag
+        on = [name for name in chosen if name.startswith(gap.device_prefix)]
+        if getattr(placement, field_name) == value and on:
+            findings.append(
+                Finding(
+                    Severity.ERROR,
+                    f"{placement.flag(field_name)} {value}",
+                    f"{', '.join(gap.ops)} of the layers on {', '.join(on)} would run on the CPU: {gap.what}",
+                    f"rebuild without -D {gap.define}={gap.value}, or run without {placement.flag(field_name)} {value}",
+                    rules.KERNELS_REMOVED,
+                )
+            )
     return findings
 
 

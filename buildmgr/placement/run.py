@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 from buildmgr.findings import Finding, errors
 from buildmgr.placement.check import Here, check, memory_findings, model_devices, weights_per_device
-from buildmgr.placement.syntax import Placement, describe, parse
+from buildmgr.placement.cover import Covered, take
+from buildmgr.placement.syntax import Placement, bench_args, describe, parse, shaping_args
 from buildmgr.placement.verify import Outcome, agreement, verify
 
 if TYPE_CHECKING:
+    from buildmgr.backend import RemovedKernels
     from buildmgr.config import Dirs
     from buildmgr.store import Build
 
@@ -39,6 +41,7 @@ class Tested:
     findings: tuple[Finding, ...]
     outcome: Outcome | None = None  # with --verify
     weights: dict[str, int] | None = None  # with a model: bytes of weights each device would hold
+    coverage: Covered | None = None  # with --model: where each op ran
 
     @property
     def agreement(self) -> str:
@@ -52,6 +55,8 @@ class Tested:
         }
         if self.weights is not None:
             data["weights_mib"] = {name: round(size / 2**20, 1) for name, size in self.weights.items()}
+        if self.coverage is not None:
+            data["coverage"] = self.coverage.to_json()
         if self.outcome is not None:
             data["verify"] = self.outcome.to_json() | {"agreement": self.agreement}
         return data
@@ -71,6 +76,8 @@ class CheckReport:
         """1 where llama.cpp will certainly fail (or, verified, where a run did not run); else 0."""
         if errors(self.notes):  # a verify run in llama-bench's syntax cannot show these
             return 1
+        if any(t.coverage is not None and t.coverage.failure and not errors(t.findings) for t in self.tests):
+            return 1  # the coverage run itself failed
         if self.verified:
             return int(any(t.outcome is not None and t.outcome.result != "ran" for t in self.tests))
         return int(any(errors(t.findings) for t in self.tests))
@@ -84,6 +91,14 @@ class CheckReport:
             "tests": [t.to_json() for t in self.tests],
             "exit_code": self.exit_code,
         }
+
+
+def removed_kernels(build: Build) -> list[RemovedKernels]:
+    """What the build's defines left out of its backends' kernels."""
+    from buildmgr import backends
+
+    recipe = build.receipt.recipe
+    return backends.removed_kernels(recipe.backends, recipe.resolved_defines)
 
 
 def here_for(dirs: Dirs, build: Build, environ: Mapping[str, str]) -> tuple[Here, bool]:
@@ -100,6 +115,7 @@ def here_for(dirs: Dirs, build: Build, environ: Mapping[str, str]) -> tuple[Here
         view.moved,
         {d.name: d.memory_free_mib for d in view.devices},
         int(available_gib() * 1024),
+        tuple(removed_kernels(build)),
     )
     return here, view.fresh
 
@@ -112,9 +128,10 @@ def run_check(
     *,
     model: Path | None,
     run_verify: bool,
+    run_coverage: bool = False,
 ) -> CheckReport:
-    """Parse TOOL ARGS… (TOOL checked by the caller), check every placement against the build's devices here, and
-    with `run_verify` run it."""
+    """Parse TOOL ARGS… (TOOL checked by the caller), check every placement against the build's devices here, with
+    `run_coverage` run it once on the model to see where each op runs, and with `run_verify` prove the check."""
     from buildmgr.config import ensure_writable
     from buildmgr.errors import UserError
     from buildmgr.proof_models import tiny_model
@@ -136,6 +153,13 @@ def run_check(
             chosen, _ = model_devices(candidate, here)
             weights = weights_per_device(candidate, user_model, here, chosen)
             found += memory_findings(weights, here)
+        covered = None
+        if run_coverage and user_model is not None:
+            if errors(found):
+                covered = Covered(None, "not taken: the check above says llama.cpp would fail")
+            else:
+                args = [*bench_args(candidate), *shaping_args(command[0], command[1:])]
+                covered = take(build.tool("llama-bench"), user_model, args, environ, here.removed)
         outcome = None
         if run_verify:
             ensure_writable(dirs.cache, "set XDG_CACHE_HOME to a writable directory")
@@ -143,5 +167,5 @@ def run_check(
             outcome = verify(
                 build.tool("llama-bench"), model_file, candidate, environ, user_model=user_model is not None
             )
-        tests.append(Tested(candidate, tuple(found), outcome, weights))
+        tests.append(Tested(candidate, tuple(found), outcome, weights, covered))
     return CheckReport(build.id, command[0], fresh, tuple(notes), tuple(tests), run_verify)

@@ -48,8 +48,12 @@ OPTIONS = (
     Option("gpu_layers", ("-ngl", "--gpu-layers", "--n-gpu-layers"), "LLAMA_ARG_N_GPU_LAYERS"),
     Option("n_cpu_moe", ("-ncmoe", "--n-cpu-moe"), "LLAMA_ARG_N_CPU_MOE"),
     Option("cpu_moe", ("-cmoe", "--cpu-moe"), "LLAMA_ARG_CPU_MOE", takes_value=False),
+    Option("flash_attn", ("-fa", "--flash-attn"), "LLAMA_ARG_FLASH_ATTN"),
     Option("model", ("-m", "--model"), "LLAMA_ARG_MODEL"),
 )
+# common/arg.cpp at the pin (is_truthy, is_falsey, is_autoy): -fa's spellings, as llama.cpp resolves them
+FLASH_ATTN = {"on": "on", "enabled": "on", "true": "on", "1": "on", "off": "off", "disabled": "off", "false": "off"}
+FLASH_ATTN |= {"0": "off", "auto": "auto", "-1": "auto"}
 BY_FLAG = {flag: option for option in OPTIONS for flag in option.flags}
 
 
@@ -65,6 +69,7 @@ class Placement:
     gpu_layers: str | None = None
     n_cpu_moe: int | None = None
     cpu_moe: bool = False
+    flash_attn: str = "auto"  # on | off | auto: llama.cpp's default uses it where the layer's device can
     model: str | None = None
     spelled: dict[str, str] = field(default_factory=dict)  # key → how the user wrote it, for messages
 
@@ -81,6 +86,7 @@ class Placement:
             "gpu_layers": self.gpu_layers,
             "cpu_moe": self.cpu_moe,
             "n_cpu_moe": self.n_cpu_moe,
+            "flash_attn": self.flash_attn,
             "model": self.model,
         }
 
@@ -135,6 +141,10 @@ def _apply(values: dict[str, Any], key: str, value: str, flag: str) -> None:
         values[key] = values.get(key, ()) + _overrides(value, flag, COMMON.overrides)  # env and command line both apply
     elif key == "cpu_moe":
         values[key] = True
+    elif key == "flash_attn":
+        if value not in FLASH_ATTN:
+            raise UserError(f"{flag} {value!r}: one of on, off, auto (llama.cpp fails on it)")
+        values[key] = FLASH_ATTN[value]
     elif key == "gpu_layers":
         # common/arg.cpp at the pin: 'auto', 'all', else std::stoi (leading digits; anything else throws)
         if value not in ("auto", "all") and not re.match(r"\s*[+-]?\d", value):
@@ -231,6 +241,8 @@ def parse_bench(args: list[str]) -> tuple[list[Placement], list[Finding]]:
             lists["overrides"] = [_overrides(c, arg, BENCH.overrides) if c else () for c in combos]
         elif option.key == "gpu_layers":
             lists["gpu_layers"] = combos
+        elif option.key == "flash_attn":
+            lists["flash_attn"] = [_apply_one("flash_attn", c, arg) for c in combos]
         elif option.key == "model":
             lists["model"] = combos
     keys = list(lists)
@@ -253,6 +265,29 @@ def parse(tool: str, args: list[str], environ: dict[str, str]) -> tuple[list[Pla
     return [placement], findings
 
 
+# Options besides placement that shape the graph or move ops (llama-cli's spellings → llama-bench's): a coverage run
+# of a command line takes them along. The switches take no value in llama-cli and 0/1 in llama-bench.
+SHAPING = {"-ub": "-ub", "--ubatch-size": "-ub", "-b": "-b", "--batch-size": "-b", "-t": "-t", "--threads": "-t"}
+SHAPING |= {"-ctk": "-ctk", "--cache-type-k": "-ctk", "-ctv": "-ctv", "--cache-type-v": "-ctv"}
+SWITCHES = {"-nkvo": "-nkvo", "--no-kv-offload": "-nkvo", "-nopo": "-nopo", "--no-op-offload": "-nopo"}
+
+
+def shaping_args(tool: str, args: list[str]) -> list[str]:
+    """The SHAPING options and SWITCHES of ARGS in llama-bench's syntax (of a llama-bench list, its first value)."""
+    bench = Path(tool).name == "llama-bench"
+    words: list[str] = []
+    index = 0
+    while index < len(args):
+        arg, index = args[index], index + 1
+        name = arg.replace("_", "-") if arg.startswith("--") else arg
+        if name in SWITCHES and not bench:
+            words += [SWITCHES[name], "1"]
+        elif (name in SHAPING or name in SWITCHES) and index < len(args):
+            value, index = args[index], index + 1
+            words += [SHAPING.get(name) or SWITCHES[name], value.split(BENCH.tests)[0] if bench else value]
+    return words
+
+
 # --- writing them ----------------------------------------------------------------------------------------------
 
 
@@ -268,6 +303,8 @@ def write(placement: Placement, syntax: Syntax, layers: bool = False) -> list[st
         words += ["-ot", syntax.overrides.join(f"{p}={t}" for p, t in placement.overrides)]
     if layers and placement.gpu_layers is not None and placement.gpu_layers.lstrip("-").isdigit():
         words += ["-ngl", placement.gpu_layers]
+    if placement.flash_attn != "auto":
+        words += ["-fa", placement.flash_attn]
     return words
 
 

@@ -20,6 +20,7 @@ from buildmgr.backend import (
     NameRole,
     Names,
     PipSource,
+    RemovedKernels,
     Virtual,
     lazy,
 )
@@ -35,6 +36,18 @@ TOOLKIT_ROOTS = ("CUDA_HOME", "CUDAToolkit_ROOT", "CUDA_PATH")  # variables nami
 # Lowest capability each nvcc major can build, when `nvcc --list-gpu-arch` is not available.
 LOWEST_BY_MAJOR = {11: 35, 12: 50, 13: 75}
 _RUNTIME = "'buildmgr toolchain add cuda-runtime=={major}'"
+
+# ggml/src/ggml-cuda/CMakeLists.txt at the pin: GGML_CUDA_FA=OFF compiles GGML_CUDA_NO_FA, and supports_op then
+# refuses FLASH_ATTN_EXT; with -fa on the scheduler runs attention on the CPU (0.047x decode on an H200, issue #47)
+NO_FLASH_ATTENTION = RemovedKernels(
+    "GGML_CUDA_FA",
+    "OFF",
+    ("FLASH_ATTN_EXT",),
+    NAME,
+    ("flash_attn", "on"),
+    "-fa 1",
+    "this build has no CUDA FlashAttention kernels",
+)
 
 BUILD_FAILURES = (
     Signature(
@@ -214,6 +227,7 @@ BACKEND = Backend(
     log_empty=LOG_EMPTY,
     name_roles=NAME_ROLES,
     virtual=VIRTUAL,
+    removed_kernels=(NO_FLASH_ATTENTION,),
     other_names=("MUSA",),  # ggml-musa is ggml-cuda's code built for Moore Threads cards
     kits=KITS,
 )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from buildmgr.backend import ArchOption, Backend, Ci, DeviceCode, NameRole, Names, lazy
+from buildmgr.backend import ArchOption, Backend, Ci, DeviceCode, NameRole, Names, RemovedKernels, lazy
 from buildmgr.devices import Role
 
 NAMES = Names("ROCm", "hip", "HIP", "GGML_HIP", "ggml-hip")
@@ -144,4 +144,16 @@ BACKEND = Backend(
     engines=lazy(f"{__name__}.engines", "SysfsEngines.open"),
     engines_source="amdgpu sysfs",
     name_roles=NAME_ROLES,
+    # ggml-hip builds ggml-cuda's sources and takes the same define (ggml/src/ggml-hip/CMakeLists.txt at the pin)
+    removed_kernels=(
+        RemovedKernels(
+            "GGML_CUDA_FA",
+            "OFF",
+            ("FLASH_ATTN_EXT",),
+            NAMES.device,
+            ("flash_attn", "on"),
+            "-fa 1",
+            "this build has no ROCm FlashAttention kernels",
+        ),
+    ),
 )

@@ -1,0 +1,299 @@
+"""Where each op of a model runs: llama.cpp's own scheduler assignments (GGML_SCHED_DEBUG=2 with -v), read from a
+run's log into the prefill and the decode graph it reserved, and judged against the device each layer's weights were
+given. Pure: the run is placement.cover's."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from buildmgr.backend import RemovedKernels
+
+HOST = "CPU"  # the CPU backend's name in the scheduler's lines
+# The scheduler prints an op in 10 characters (ggml_op_desc, "%10.10s"): the longer names of the pin's ggml that an
+# inference graph holds, each the only one so begun once the training ops (…_BACK, OPT_…, CROSS_…) are left out.
+LONG_OPS = (
+    "FLASH_ATTN_EXT", "GATED_LINEAR_ATTN", "GATED_DELTA_NET", "LIGHTNING_INDEXER", "TIMESTEP_EMBEDDING",
+    "PAD_REFLECT_1D", "GET_REL_POS", "ADD_REL_POS", "COUNT_EQUAL", "DSV4_HC_COMB", "DSV4_HC_PRE", "DSV4_HC_POST",
+    "HARDSIGMOID", "GEGLU_QUICK", "SWIGLU_CLAMP",
+)  # fmt: skip
+_WHOLE = {name[:10]: name for name in LONG_OPS}
+
+_RESERVE = re.compile(r"graph_reserve: reserving a graph for ubatch with n_tokens =\s*(\d+)")
+_SPLIT = re.compile(r"^## SPLIT #(\d+): (\S+) # (\d+) inputs(?:: (.*))?$")
+_INPUT = re.compile(r"\[(.+?) \(\s*(\d+)([KM]?)\)\]")
+_NODE = re.compile(r"^node #\s*(\d+) \((.{10})\): (.{20}) \((.{5})\) \[(.{5}) .{8}\] use=\d+,c=\d+:(.*)$")
+_SOURCE = 46  # " %20.20s (%5.5s) [%5.5s %8.8s]"
+_LAYER = re.compile(r"load_tensors: layer\s+(\d+) assigned to device (\S+?),")
+_OVERRIDE = re.compile(r"tensor (\S+) \(.*\) buffer type overridden to (\S+)")
+_MOVED = re.compile(
+    r"tensor '(\S+)' \((\S+)\) \(and (\d+) others\) cannot be used with preferred buffer type (\S+), using (\S+) instead"
+)
+_SUFFIX = re.compile(r"-(\d+)$")
+_BLOCK = re.compile(r"^blk\.(\d+)\.")
+_UNITS = {"K": 2**10, "M": 2**20, "": 2**20}  # a size of 10000M and more loses its unit to "%5.5s"
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str  # as printed: at most 20 characters
+    device: str  # the first 5 characters of its backend's name
+
+    @property
+    def weight(self) -> bool:
+        return self.name.startswith(("blk.", "output", "token_embd")) and "(" not in self.name
+
+
+@dataclass(frozen=True)
+class Node:
+    op: str
+    name: str
+    device: str  # its split's backend, in full
+    sources: tuple[Source, ...]
+
+
+@dataclass(frozen=True)
+class Split:
+    device: str
+    inputs: tuple[tuple[str, int], ...]  # name, bytes (as the scheduler rounds them: whole KiB or MiB)
+    nodes: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
+class Graph:
+    tokens: int
+    splits: tuple[Split, ...]
+
+
+@dataclass(frozen=True)
+class Moved:
+    """The loader's note that weights could not go where their layer is (a type the device's kernels lack)."""
+
+    tensor: str
+    type: str
+    others: int
+    preferred: str
+    to: str
+
+
+@dataclass(frozen=True)
+class Log:
+    graphs: tuple[Graph, ...]  # those llama.cpp reserved, in order
+    layers: dict[int, str]  # layer → the device the loader assigned it (the last is the output layer)
+    overridden: dict[str, str]  # tensor → the buffer type the user's -ot gave it
+    moved: tuple[Moved, ...]
+
+
+def _size(number: str, unit: str) -> int:
+    return int(number) * _UNITS[unit]
+
+
+def _sources(rest: str) -> tuple[Source, ...]:
+    found = []
+    for start in range(0, len(rest) - _SOURCE + 1, _SOURCE):
+        chunk = rest[start : start + _SOURCE]
+        found.append(Source(chunk[1:21].strip(), chunk[31:36].strip()))
+    return tuple(found)
+
+
+def read(text: str) -> Log:
+    """The reserved graphs (each begins after llama.cpp's 'reserving a graph' line and ends at the next graph) and
+    what the loader said of each layer's device, the user's overrides and the weights it could not place."""
+    graphs: list[Graph] = []
+    tokens: int | None = None  # inside a reserved graph: its size
+    splits: list[Split] = []
+    layers: dict[int, str] = {}
+    overridden: dict[str, str] = {}
+    moved: list[Moved] = []
+
+    def close() -> None:
+        nonlocal tokens, splits
+        if tokens is not None and splits:
+            graphs.append(Graph(tokens, tuple(splits)))
+        tokens, splits = None, []
+
+    for line in text.splitlines():
+        if reserve := _RESERVE.search(line):
+            close()
+            tokens = int(reserve.group(1))
+        elif split := _SPLIT.match(line):
+            if split.group(1) == "0":
+                if splits:
+                    close()  # a graph printed with no 'reserving' line before it: a real run's, not reserved
+            if tokens is not None:
+                inputs = tuple((n, _size(s, u)) for n, s, u in _INPUT.findall(split.group(4) or ""))
+                splits.append(Split(split.group(2), inputs, ()))
+        elif node := _NODE.match(line):
+            if tokens is not None and splits:
+                op = node.group(2).strip()
+                entry = Node(_WHOLE.get(op, op), node.group(3).strip(), splits[-1].device, _sources(node.group(6)))
+                splits[-1] = Split(splits[-1].device, splits[-1].inputs, (*splits[-1].nodes, entry))
+        elif layer := _LAYER.search(line):
+            layers[int(layer.group(1))] = layer.group(2)
+        elif override := _OVERRIDE.search(line):
+            overridden[override.group(1)] = override.group(2)
+        elif found := _MOVED.search(line):
+            moved.append(Moved(found.group(1), found.group(2), int(found.group(3)), found.group(4), found.group(5)))
+    close()
+    return Log(tuple(graphs), layers, overridden, tuple(moved))
+
+
+# --- judging --------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Off:
+    """Ops of one kind that ran on another device than their layers' weights, and why where it can be known."""
+
+    op: str
+    device: str
+    home: str
+    layers: tuple[int, ...]
+    count: int
+    cause: str
+
+    def line(self) -> str:
+        return f"{self.op} ×{self.count} on {self.device} ({self.cause})"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "op": self.op,
+            "device": self.device,
+            "layer_device": self.home,
+            "layers": list(self.layers),
+            "count": self.count,
+            "cause": self.cause,
+        }
+
+
+@dataclass(frozen=True)
+class GraphCoverage:
+    phase: str  # prefill | decode
+    tokens: int
+    ops: dict[str, dict[str, int]]  # op → device → nodes
+    splits: int
+    copied_bytes: int  # the split inputs: what crosses between devices for one graph
+    off: tuple[Off, ...]
+
+    @property
+    def copied_per_token(self) -> float:
+        return self.copied_bytes / max(self.tokens, 1)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "phase": self.phase,
+            "tokens": self.tokens,
+            "ops": self.ops,
+            "splits": self.splits,
+            "copied_bytes": self.copied_bytes,
+            "copied_bytes_per_token": round(self.copied_per_token),
+            "off_layer_device": [o.to_json() for o in self.off],
+        }
+
+
+@dataclass(frozen=True)
+class Coverage:
+    layers: dict[str, int]  # device → repeating layers the loader gave it
+    graphs: tuple[GraphCoverage, ...]
+
+    @property
+    def off(self) -> list[Off]:
+        """Each kind of op off its layers' device, once: the graph where it is most."""
+        kinds: dict[tuple[str, str, str], Off] = {}
+        for graph in self.graphs:
+            for off in graph.off:
+                key = (off.op, off.device, off.cause)
+                if key not in kinds or kinds[key].count < off.count:
+                    kinds[key] = off
+        return list(kinds.values())
+
+    @property
+    def partial(self) -> str | None:
+        """One line where layers placed on a device run compute ops on the CPU; None where none does."""
+        lines = [o.line() for o in self.off if o.device == HOST]
+        return "; ".join(lines) or None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "layers": self.layers,
+            "graphs": [g.to_json() for g in self.graphs],
+            "partial": self.partial,
+        }
+
+
+def _layer_of(node: Node, current: int | None, output: int | None) -> int | None:
+    """The layer a node belongs to: its name's '-N' (llama.cpp names the tensors of layer N so), its weight's block,
+    the output layer for the output weights; else the layer of the nodes before it (a long name loses its suffix)."""
+    if suffix := _SUFFIX.search(node.name):
+        return int(suffix.group(1))
+    for source in node.sources:
+        if block := _BLOCK.match(source.name):
+            return int(block.group(1))
+        if source.name.startswith("output"):
+            return output
+        if source.name.startswith("token_embd"):
+            return None
+    return current
+
+
+def _cause(node: Node, home: str, log: Log, removed: Sequence[RemovedKernels]) -> str | None:
+    """Why a node left its layer's device; None where the user put it there (a weight -ot sent to that device)."""
+    for gap in removed:
+        if node.op in gap.ops and home.startswith(gap.device_prefix):
+            return gap.message
+    for source in node.sources:
+        if not source.weight or source.device != node.device[:5]:
+            continue
+        if any(name.startswith(source.name) for name in log.overridden):
+            return None
+        for moved in log.moved:
+            if moved.preferred.startswith(home) or home.startswith(moved.preferred):
+                return (
+                    f"{home} has no {node.op} kernel for {moved.type} weights: the loader kept {moved.tensor}"
+                    + (f" and {moved.others} others" if moved.others else "")
+                    + f" on the {moved.to}"
+                )
+        return f"its weights ({source.name}) are on the {node.device}"
+    return f"{home} does not run {node.op} on these operands: a type, head size or shape its kernels do not cover"
+
+
+def judge(graph: Graph, phase: str, log: Log, removed: Sequence[RemovedKernels]) -> GraphCoverage:
+    ops: dict[str, dict[str, int]] = {}
+    found: dict[tuple[str, str, str, str], list[int]] = {}
+    output = max(log.layers) if log.layers else None
+    current: int | None = None
+    for split in graph.splits:
+        for node in split.nodes:
+            ops.setdefault(node.op, {}).setdefault(node.device, 0)
+            ops[node.op][node.device] += 1
+            current = _layer_of(node, current, output)
+            home = log.layers.get(current) if current is not None else None
+            # only the CPU doing a device's work is a fallback: a device running a CPU layer's op is op offload
+            if home is None or node.device == home or node.device != HOST:
+                continue
+            cause = _cause(node, home, log, removed)
+            if cause is not None:
+                assert current is not None
+                found.setdefault((node.op, node.device, home, cause), []).append(current)
+    off = tuple(
+        Off(op, device, home, tuple(sorted(set(layers))), len(layers), cause)
+        for (op, device, home, cause), layers in found.items()
+    )
+    copied = sum(size for split in graph.splits for _, size in split.inputs)
+    return GraphCoverage(phase, graph.tokens, ops, len(graph.splits), copied, off)
+
+
+def cover(log: Log, removed: Sequence[RemovedKernels] = ()) -> Coverage | None:
+    """The prefill graph (the last reserved with the most tokens) and the decode graph (the last of one token) of the
+    run's last context; None where the log holds no reserved graph (GGML_SCHED_DEBUG or -v did not take)."""
+    if not log.graphs:
+        return None
+    prefill = max(reversed(log.graphs), key=lambda g: g.tokens)
+    decode = next((g for g in reversed(log.graphs) if g.tokens == 1), None)
+    chosen = [("prefill", prefill)] + ([("decode", decode)] if decode is not None and decode is not prefill else [])
+    repeating = {k: v for k, v in log.layers.items() if k != max(log.layers)}
+    counts: dict[str, int] = {}
+    for device in repeating.values():
+        counts[device] = counts.get(device, 0) + 1
+    return Coverage(counts, tuple(judge(graph, phase, log, removed) for phase, graph in chosen))

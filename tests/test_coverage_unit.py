@@ -1,0 +1,177 @@
+"""Coverage read from llama.cpp's scheduler lines (GGML_SCHED_DEBUG=2 with -v): the lines are written here exactly as
+ggml-backend.cpp's printf formats them at the pin (widths and truncation included), so the reading is tested on what
+it meets; the real runs are in test_cpu_build.py (CPU) and test_vulkan_build.py (lavapipe)."""
+
+from __future__ import annotations
+
+from buildmgr import backends, coverage
+from buildmgr.devices import Device, Role, Selection, State
+from buildmgr.placement.check import Here, check
+from buildmgr.placement.syntax import parse, shaping_args
+
+CUDA_FA_OFF = backends.removed_kernels(["CUDA"], {"GGML_CUDA_FA": "OFF"})
+
+
+def source(name: str, device: str, size: str = "1K") -> str:
+    return f" {name[:20]:>20} ({size[:5]:>5}) [{device[:5]:>5} {'':>8}]"
+
+
+def node(index: int, op: str, name: str, device: str, *sources: tuple[str, str]) -> str:
+    head = f"node #{index:3d} ({op[:10]:>10}): {name[:20]:>20} ({'1K':>5}) [{device[:5]:>5} {'':>8}] use=1,c=1:"
+    return head + "".join(source(n, d) for n, d in sources)
+
+
+def split(number: int, device: str, *inputs: tuple[str, str]) -> str:
+    text = f"## SPLIT #{number}: {device} # {len(inputs)} inputs"
+    return text + (": " + "".join(f"[{n} ({s:>5})] " for n, s in inputs) if inputs else "")
+
+
+def reserve(tokens: int) -> str:
+    return (
+        f"graph_reserve: reserving a graph for ubatch with n_tokens = {tokens:4d}, n_seqs =  1, n_outputs = {tokens:4d}"
+    )
+
+
+def layer_graph(device: str, layers: int, fa_device: str) -> list[str]:
+    """A llama graph as the scheduler prints it: token embeddings on the CPU, then each layer on `device` except its
+    FLASH_ATTN_EXT on `fa_device` (its own split each way)."""
+    lines = [split(0, "CPU"), node(0, "GET_ROWS", "inp_embd", "CPU", ("token_embd.weight", "CPU"))]
+    number = 1
+    index = 1
+    lines.append(split(number, device, ("inp_embd", "8K")))
+    for layer in range(layers):
+        lines.append(node(index, "MUL_MAT", f"Qcur-{layer}", device, (f"blk.{layer}.attn_q.weight", device)))
+        index += 1
+        if fa_device != device:
+            number += 1
+            lines.append(split(number, fa_device, (f"Qcur-{layer}", "8K"), (f"cache_k_l{layer} (view)", "1M")))
+        lines.append(node(index, "FLASH_ATTN_EXT", f"__fattn__-{layer}", fa_device, (f"Qcur-{layer}", device)))
+        index += 1
+        if fa_device != device:
+            number += 1
+            lines.append(split(number, device, (f"__fattn__-{layer}", "8K")))
+        # a name past 20 characters loses its '-N': the layer is the one before it
+        lines.append(node(index, "MUL_MAT", f"ffn_moe_weights_norm-{layer}", device))
+        index += 1
+    lines.append(node(index, "MUL_MAT", "result_output", device, ("output.weight", device)))
+    return lines
+
+
+def sched_log(device: str, layers: int, fa_device: str, preamble: tuple[str, ...] = ()) -> str:
+    assigned = [f"load_tensors: layer {n:3d} assigned to device {device}, is_swa = 0" for n in range(layers + 1)]
+    lines = [*preamble, *assigned]
+    for tokens in (1, 512, 1, 512):  # the fused-op probe, then pp, tg and pp again, as sched_reserve does
+        lines += [reserve(tokens), "", *layer_graph(device, layers, fa_device)]
+    lines += ["llama_context: graph splits = 3", *layer_graph(device, layers, "CPU")]  # a real run: not reserved
+    return "\n".join(lines)
+
+
+def test_flash_attention_on_the_cpu_of_a_cuda_build_without_its_kernels_is_named_with_its_cause():
+    found = coverage.cover(coverage.read(sched_log("CUDA0", 4, "CPU")), CUDA_FA_OFF)
+    assert found is not None
+    prefill, decode = found.graphs
+    assert (prefill.phase, prefill.tokens, decode.phase, decode.tokens) == ("prefill", 512, "decode", 1)
+    assert prefill.ops["FLASH_ATTN_EXT"] == {"CPU": 4}  # printed as FLASH_ATTN: the whole name back
+    assert prefill.ops["MUL_MAT"] == {"CUDA0": 9}
+    assert prefill.splits == 2 + 2 * 4
+    [off] = decode.off
+    assert (off.op, off.device, off.home, off.layers, off.count) == ("FLASH_ATTN_EXT", "CPU", "CUDA0", (0, 1, 2, 3), 4)
+    assert "no CUDA FlashAttention kernels" in off.cause and "GGML_CUDA_FA=OFF" in off.cause
+    assert found.partial == f"FLASH_ATTN_EXT ×4 on CPU ({off.cause})"
+    assert found.layers == {"CUDA0": 4}
+
+
+def test_without_a_define_to_blame_the_cause_is_the_backend_s_own_refusal():
+    found = coverage.cover(coverage.read(sched_log("Vulkan1", 2, "CPU")))
+    assert found is not None
+    [off] = found.graphs[0].off
+    assert off.home == "Vulkan1"  # from the split header: the node lines hold 5 characters, "Vulka"
+    assert off.cause.startswith("Vulkan1 does not run FLASH_ATTN_EXT on these operands")
+
+
+def test_every_op_on_its_layer_s_device_is_no_partial_and_copies_are_counted():
+    found = coverage.cover(coverage.read(sched_log("Vulkan0", 3, "Vulkan0")))
+    assert found is not None and found.partial is None
+    prefill = found.graphs[0]
+    assert prefill.splits == 2 and prefill.off == ()
+    assert prefill.copied_bytes == 8 * 1024 and prefill.copied_per_token == 16.0
+
+
+def test_a_log_without_scheduler_lines_has_no_coverage():
+    assert coverage.cover(coverage.read("load_tensors: layer   0 assigned to device CPU, is_swa = 0\n")) is None
+
+
+def test_weights_the_user_sent_to_the_cpu_are_no_fallback_but_those_the_loader_kept_there_are():
+    lines = ["load_tensors: layer   0 assigned to device CUDA0, is_swa = 0"]
+    lines += ["load_tensors: layer   1 assigned to device CUDA0, is_swa = 0"]
+    lines += [
+        "tensor blk.0.ffn_up.weight (4 MiB q8_0) buffer type overridden to CPU",
+        "done_getting_tensors: tensor 'blk.0.ffn_down.weight' (tq2_0) (and 3 others) cannot be used with preferred "
+        "buffer type CUDA0, using CPU instead",
+        reserve(1),
+        split(0, "CUDA0"),
+        node(0, "MUL_MAT", "Qcur-0", "CUDA0", ("blk.0.attn_q.weight", "CUDA0")),
+        split(1, "CPU", ("ffn_norm-0", "8K")),
+        node(1, "MUL_MAT", "ffn_up-0", "CPU", ("blk.0.ffn_up.weight", "CPU")),
+        node(2, "MUL_MAT", "ffn_down-0", "CPU", ("blk.0.ffn_down.weight", "CPU")),
+    ]
+    found = coverage.cover(coverage.read("\n".join(lines)))
+    assert found is not None
+    [off] = found.graphs[0].off
+    assert off.cause == (
+        "CUDA0 has no MUL_MAT kernel for tq2_0 weights: the loader kept blk.0.ffn_down.weight and 3 others on the CPU"
+    )
+    assert found.graphs[0].ops["MUL_MAT"] == {"CUDA0": 1, "CPU": 2}
+
+
+def test_a_size_too_wide_for_its_five_characters_is_read_as_mib():
+    lines = [reserve(1), split(0, "CUDA0", ("big", "12345M"), ("small", "3K"))]
+    found = coverage.read("\n".join(lines))
+    assert found.graphs[0].splits[0].inputs == (("big", 12345 * 2**20), ("small", 3 * 2**10))
+
+
+# --- the check of the flags ------------------------------------------------------------------------------------------
+
+
+def _cuda_here(removed=()) -> Here:
+    device = Device("CUDA0", "CUDA", 0, "NVIDIA H200", 143000, 140000, Role.GPU, "0000:19:00.0")
+    return Here((device,), {"CUDA0": Selection(State.USED)}, "0c1e570", removed=tuple(removed))
+
+
+def test_fa_on_a_cuda_device_of_a_build_without_its_kernels_is_refused_and_auto_is_not():
+    for flags in (["-dev", "CUDA0", "-fa", "1"], ["--flash-attn", "on"]):
+        [placement], _ = parse("llama-cli", flags, {})
+        [finding] = check(placement, _cuda_here(CUDA_FA_OFF))
+        assert finding.severity == "error" and finding.rule == "kernels-removed"
+        assert "FLASH_ATTN_EXT of the layers on CUDA0 would run on the CPU" in finding.message
+        assert finding.fix == f"rebuild without -D GGML_CUDA_FA=OFF, or run without {flags[-2]} on"
+        assert check(placement, _cuda_here()) == []
+    for flags in (["-fa", "auto"], ["-fa", "off"], []):
+        [placement], _ = parse("llama-cli", flags, {})
+        assert check(placement, _cuda_here(CUDA_FA_OFF)) == []
+    [placement], _ = parse("llama-cli", [], {"LLAMA_ARG_FLASH_ATTN": "enabled"})
+    assert placement.flash_attn == "on" and check(placement, _cuda_here(CUDA_FA_OFF))
+
+
+def test_only_the_value_that_removes_the_kernels_counts():
+    assert backends.removed_kernels(["CUDA"], {"GGML_CUDA_FA": "ON"}) == []
+    assert backends.removed_kernels(["CUDA"], {}) == []
+    assert backends.removed_kernels(["Vulkan"], {"GGML_CUDA_FA": "OFF"}) == []
+    assert [g.device_prefix for g in backends.removed_kernels(["ROCm"], {"GGML_CUDA_FA": "0"})] == ["ROCm"]
+
+
+def test_fa_in_llama_bench_s_syntax_is_one_test_per_value_and_the_run_takes_the_graph_shaping_flags():
+    placements, _ = parse("llama-bench", ["-dev", "CUDA0", "-fa", "0,1"], {})
+    assert [p.flash_attn for p in placements] == ["off", "on"]
+    assert placements[1].devices == ("CUDA0",)
+    args = ["-m", "m.gguf", "-ub", "256", "--cache-type-k", "q8_0", "-nkvo", "-t", "8", "-dev", "CUDA0"]
+    assert shaping_args("llama-cli", args) == ["-ub", "256", "-ctk", "q8_0", "-nkvo", "1", "-t", "8"]
+    assert shaping_args("llama-bench", ["-ub", "256,512", "-nkvo", "1"]) == ["-ub", "256", "-nkvo", "1"]
+
+
+def test_a_verified_run_of_a_placement_refused_for_removed_kernels_is_as_predicted():
+    from buildmgr.placement.verify import Outcome, agreement
+
+    [placement], _ = parse("llama-cli", ["-fa", "on"], {})
+    findings = check(placement, _cuda_here(CUDA_FA_OFF))
+    assert agreement(findings, Outcome("ran", 0)) == "as predicted: ran"
