@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from buildmgr.backend import RemovedKernels
 
 HOST = "CPU"  # the CPU backend's name in the scheduler's lines
+PHASES = ("prefill", "decode")
 # The scheduler prints an op in 10 characters (ggml_op_desc, "%10.10s"): the longer names of the pin's ggml that an
 # inference graph holds, each the only one so begun once the training ops (…_BACK, OPT_…, CROSS_…) are left out.
 LONG_OPS = (
@@ -25,7 +26,9 @@ _SPLIT = re.compile(r"^## SPLIT #(\d+): (\S+) # (\d+) inputs(?:: (.*))?$")
 _INPUT = re.compile(r"\[(.+?) \(\s*(\d+)([KM]?)\)\]")
 _NODE = re.compile(r"^node #\s*(\d+) \((.{10})\): (.{20}) \((.{5})\) \[(.{5}) .{8}\] use=\d+,c=\d+:(.*)$")
 _SOURCE = 46  # " %20.20s (%5.5s) [%5.5s %8.8s]"
+NAME_WIDTH = 20  # "%20.20s": a name of 20 characters may have been cut
 _LAYER = re.compile(r"load_tensors: layer\s+(\d+) assigned to device (\S+?),")
+_KV = re.compile(r"llama_kv_cache: layer\s+(\d+): dev = (\S+)")
 _OVERRIDE = re.compile(r"tensor (\S+) \(.*\) buffer type overridden to (\S+)")
 _MOVED = re.compile(
     r"tensor '(\S+)' \((\S+)\) \(and (\d+) others\) cannot be used with preferred buffer type (\S+), using (\S+) instead"
@@ -83,6 +86,7 @@ class Log:
     layers: dict[int, str]  # layer → the device the loader assigned it (the last is the output layer)
     overridden: dict[str, str]  # tensor → the buffer type the user's -ot gave it
     moved: tuple[Moved, ...]
+    kv: dict[int, str]  # layer → the device its KV cache is on (the CPU with -nkvo)
 
 
 def _size(number: str, unit: str) -> int:
@@ -106,6 +110,7 @@ def read(text: str) -> Log:
     layers: dict[int, str] = {}
     overridden: dict[str, str] = {}
     moved: list[Moved] = []
+    kv: dict[int, str] = {}
 
     def close() -> None:
         nonlocal tokens, splits
@@ -131,12 +136,14 @@ def read(text: str) -> Log:
                 splits[-1] = Split(splits[-1].device, splits[-1].inputs, (*splits[-1].nodes, entry))
         elif layer := _LAYER.search(line):
             layers[int(layer.group(1))] = layer.group(2)
+        elif cache := _KV.search(line):
+            kv[int(cache.group(1))] = cache.group(2)
         elif override := _OVERRIDE.search(line):
             overridden[override.group(1)] = override.group(2)
         elif found := _MOVED.search(line):
             moved.append(Moved(found.group(1), found.group(2), int(found.group(3)), found.group(4), found.group(5)))
     close()
-    return Log(tuple(graphs), layers, overridden, tuple(moved))
+    return Log(tuple(graphs), layers, overridden, tuple(moved), kv)
 
 
 # --- judging --------------------------------------------------------------------------------------------------------
@@ -197,22 +204,24 @@ class Coverage:
     layers: dict[str, int]  # device → repeating layers the loader gave it
     graphs: tuple[GraphCoverage, ...]
 
-    @property
-    def off(self) -> list[Off]:
-        """Each kind of op off its layers' device, once: the graph where it is most."""
+    def off(self, phases: Sequence[str] = PHASES) -> list[Off]:
+        """Each kind of op off its layers' device in these graphs, once: from the graph where it is most."""
         kinds: dict[tuple[str, str, str], Off] = {}
-        for graph in self.graphs:
+        for graph in (g for g in self.graphs if g.phase in phases):
             for off in graph.off:
                 key = (off.op, off.device, off.cause)
                 if key not in kinds or kinds[key].count < off.count:
                     kinds[key] = off
         return list(kinds.values())
 
+    def partial_in(self, phases: Sequence[str]) -> str | None:
+        """One line where layers placed on a device ran compute ops on the CPU in these graphs (a prefill row is
+        judged by the prefill graph, a decode row by the decode graph); None where none did."""
+        return "; ".join(o.line() for o in self.off(phases) if o.device == HOST) or None
+
     @property
     def partial(self) -> str | None:
-        """One line where layers placed on a device run compute ops on the CPU; None where none does."""
-        lines = [o.line() for o in self.off if o.device == HOST]
-        return "; ".join(lines) or None
+        return self.partial_in(PHASES)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -223,30 +232,46 @@ class Coverage:
 
 
 def _layer_of(node: Node, current: int | None, output: int | None) -> int | None:
-    """The layer a node belongs to: its name's '-N' (llama.cpp names the tensors of layer N so), its weight's block,
-    the output layer for the output weights; else the layer of the nodes before it (a long name loses its suffix)."""
-    if suffix := _SUFFIX.search(node.name):
+    """The layer a node belongs to: its name's '-N' (llama.cpp names the tensors of layer N so) where the name is whole
+    (the scheduler prints 20 characters: 'ffn_moe_swiglu_oai-12' reads '…oai-1'), its weight's block, the output layer
+    for the output weights (a tied one multiplies by token_embd), none for the input lookup; else the layer of the
+    nodes before it."""
+    if len(node.name) < NAME_WIDTH and (suffix := _SUFFIX.search(node.name)):
         return int(suffix.group(1))
     for source in node.sources:
         if block := _BLOCK.match(source.name):
             return int(block.group(1))
-        if source.name.startswith("output"):
+        if source.name.startswith("output") or (source.name.startswith("token_embd") and node.op != "GET_ROWS"):
             return output
         if source.name.startswith("token_embd"):
             return None
     return current
 
 
-def _cause(node: Node, home: str, log: Log, removed: Sequence[RemovedKernels]) -> str | None:
-    """Why a node left its layer's device; None where the user put it there (a weight -ot sent to that device)."""
+def _placed_by_user(node: Node, layer: int | None, log: Log, chosen: set[str]) -> bool:
+    """On the CPU because the user put what it reads there: a weight an -ot sent to the CPU, the KV cache -nkvo keeps
+    there, or the result of a node already so placed (the activations between two overridden matrices)."""
+    for source in node.sources:
+        if source.device != node.device[:5]:
+            continue
+        if source.weight and any(name.startswith(source.name) for name in log.overridden):
+            return True
+        if source.name.startswith("cache_") and layer is not None and log.kv.get(layer) == node.device:
+            return True
+        if source.name in chosen:
+            return True
+    return False
+
+
+def _cause(node: Node, home: str, log: Log, removed: Sequence[RemovedKernels]) -> str:
+    """Why a node left its layer's device: a define of the build, a weight the loader could not place there, or the
+    backend's own refusal."""
     for gap in removed:
         if node.op in gap.ops and home.startswith(gap.device_prefix):
             return gap.message
     for source in node.sources:
         if not source.weight or source.device != node.device[:5]:
             continue
-        if any(name.startswith(source.name) for name in log.overridden):
-            return None
         for moved in log.moved:
             if moved.preferred.startswith(home) or home.startswith(moved.preferred):
                 return (
@@ -263,6 +288,7 @@ def judge(graph: Graph, phase: str, log: Log, removed: Sequence[RemovedKernels])
     found: dict[tuple[str, str, str, str], list[int]] = {}
     output = max(log.layers) if log.layers else None
     current: int | None = None
+    chosen: set[str] = set()  # nodes the CPU runs because of where the user put their inputs (20-character names)
     for split in graph.splits:
         for node in split.nodes:
             ops.setdefault(node.op, {}).setdefault(node.device, 0)
@@ -272,10 +298,12 @@ def judge(graph: Graph, phase: str, log: Log, removed: Sequence[RemovedKernels])
             # only the CPU doing a device's work is a fallback: a device running a CPU layer's op is op offload
             if home is None or node.device == home or node.device != HOST:
                 continue
+            if _placed_by_user(node, current, log, chosen):
+                chosen.add(node.name)
+                continue
             cause = _cause(node, home, log, removed)
-            if cause is not None:
-                assert current is not None
-                found.setdefault((node.op, node.device, home, cause), []).append(current)
+            assert current is not None
+            found.setdefault((node.op, node.device, home, cause), []).append(current)
     off = tuple(
         Off(op, device, home, tuple(sorted(set(layers))), len(layers), cause)
         for (op, device, home, cause), layers in found.items()
@@ -292,7 +320,7 @@ def cover(log: Log, removed: Sequence[RemovedKernels] = ()) -> Coverage | None:
     prefill = max(reversed(log.graphs), key=lambda g: g.tokens)
     decode = next((g for g in reversed(log.graphs) if g.tokens == 1), None)
     chosen = [("prefill", prefill)] + ([("decode", decode)] if decode is not None and decode is not prefill else [])
-    repeating = {k: v for k, v in log.layers.items() if k != max(log.layers)}
+    repeating = {k: v for k, v in log.layers.items() if k != max(log.layers, default=None)}
     counts: dict[str, int] = {}
     for device in repeating.values():
         counts[device] = counts.get(device, 0) + 1

@@ -4,11 +4,13 @@ The runs themselves are in test_vulkan_build.py (lavapipe) and docs/real-runs.md
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import math
 import os
 import re
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -24,7 +26,7 @@ from buildmgr.backends.cuda import engines as cuda_engines
 from buildmgr.backends.hip import engines as hip_engines
 from buildmgr.bench import config as cfg
 from buildmgr.bench import logs, rows, stats
-from buildmgr.bench.judge import Role, Validity, Verdict, judge
+from buildmgr.bench.judge import MIN_IDLE_SECONDS, Role, Validity, Verdict, judge
 from buildmgr.bench.sampling import ProcessReading, Sample, read_process, services
 from buildmgr.errors import UserError
 from buildmgr.placement.check import FFN_EXPS
@@ -183,9 +185,11 @@ def test_the_all_gpu_runs_in_the_recorded_h200_samples_are_never_called_fallback
         for _, phases, samples in _recorded(name):
             for test in {p.test for p in phases}:
                 mine = [p for p in phases if p.test == test]
-                span = (min(p.start for p in mine) - 0.5, max(p.end for p in mine))
-                verdict = judge(mine, samples, [Role(name, H200_PCI)], 0.1, span=span)
-                assert verdict.validity is not Validity.FALLBACK, verdict
+                verdict = judge(mine, samples, [Role(name, H200_PCI)], 0.1)
+                # a phase NVML can sample was seen working; one shorter than its period may be left unproven
+                short = all(p.end - p.start < MIN_IDLE_SECONDS for p in mine)
+                allowed = {Validity.VALID, Validity.UNPROVEN} if short else {Validity.VALID}
+                assert verdict.validity in allowed, (name, test, verdict)
                 judged += 1
     assert judged == 3 * 4 * 6
 
@@ -200,13 +204,18 @@ def _gpu(at: float, busy: float, pci: str = H200_PCI) -> Sample:
     return Sample(at, (EngineReading(pci, busy, 1000, 1980, 300.0),), None)
 
 
-def test_a_phase_shorter_than_a_sampling_period_is_judged_over_its_test_or_left_unproven():
-    phase = logs.Phase(1, "generation", 10.0, 10.1)
+def test_a_phase_shorter_than_a_sampling_period_is_judged_over_its_test_s_timed_phases_or_left_unproven():
+    """Issue #48: a busy reading before the timed phase (the load, llama-bench's untimed warm-up) counted as work."""
+    phases = [logs.Phase(1, "generation", 10.0, 10.1), logs.Phase(1, "generation", 10.5, 10.6)]
     quiet = [_gpu(t / 10, 0.0) for t in range(95, 110)]
-    assert judge([phase], quiet, [Role("CUDA0", H200_PCI)], 0.1).validity is Validity.UNPROVEN
-    warm = [*quiet[:3], _gpu(9.85, 60.0), *quiet[3:]]
-    found = judge([phase], sorted(warm), [Role("CUDA0", H200_PCI)], 0.1, span=(9.8, 10.1))
-    assert found.validity is Validity.VALID and found.work[0].verdict is Verdict.WORKED_OVER_TEST
+    assert judge(phases[:1], quiet, [Role("CUDA0", H200_PCI)], 0.1).validity is Validity.UNPROVEN
+    before = sorted([*quiet, _gpu(9.85, 60.0)])
+    found = judge(phases[:1], before, [Role("CUDA0", H200_PCI)], 0.1)
+    assert found.validity is Validity.UNPROVEN and found.work[0].verdict is Verdict.TOO_SHORT
+    # a reading in another repetition's phase of the same test (up to one interval after it: NVML's share looks back)
+    inside = sorted([*quiet, _gpu(10.62, 60.0)])
+    found = judge(phases, inside, [Role("CUDA0", H200_PCI)], 0.1)
+    assert found.validity is Validity.VALID and {w.verdict for w in found.work} == {Verdict.WORKED_OVER_TEST}
 
 
 def test_a_gpu_outside_the_placement_that_works_is_a_fallback_and_one_nothing_reads_is_unproven():
@@ -286,7 +295,11 @@ def test_the_h200_rows_compare_by_devices_and_give_the_verdicts_of_the_run():
     assert not tg["devices=Vulkan0"]["vs_baseline"]["within_noise"]
     devices_of = {"cuda0": 1, "vulkan0": 1, "cuda0+vulkan0": 2, "moe-gpu": 1, "moe-cpu-experts": 1, "moe-ngl0": 1}
     lines = rows.verdicts(found, devices_of)
-    assert json.loads((H200 / "bench-summary.json").read_text())["verdicts"] == lines
+    # the run's own verdicts, with the one row that sampling could not prove (cuda0 tg128 @ d0, too short) now named
+    recorded = json.loads((H200 / "bench-summary.json").read_text())["verdicts"]
+    unproven = "no difference between vulkan0 and cuda0 (unproven) (1.00× [0.91, 1.11]: inside the noise)"
+    assert [line.replace("and cuda0 (1.00×", "and cuda0 (unproven) (1.00×") for line in recorded] == lines
+    assert f"tg128 @ d0 [dense.gguf]: {unproven}" in lines
     assert (
         "tg128 @ d4096 [dense.gguf]: split cuda0+vulkan0 is not worth it: 0.58× [0.56, 0.60] of the best single device vulkan0"
         in lines
@@ -497,13 +510,18 @@ def test_compare_plots_the_h200_rows(tmp_path):
     assert {e["validity"] for e in table if e["config"] == "moe-ngl0"} == {"invalid: fallback"}
 
 
-def test_each_row_is_compared_with_the_first_config_on_its_own_model():
+def test_each_row_is_compared_with_the_first_valid_config_on_its_own_model():
+    """Issue #48: the baseline was the first CONFIG even when it fell back. cuda0 came first on the dense model but
+    one of its rows is unproven (tg128 @ d0 too short to sample), so vulkan0, whose rows are all valid, is the base."""
     from buildmgr.bench.runner import _with_baseline
 
     found = _with_baseline(rows.read_rows([H200 / "rows.jsonl"]))
     baselines = {(r.meta.config, r.meta.baseline) for r in found}
-    assert ("moe-ngl0", "moe-gpu") in baselines and ("vulkan0", "cuda0") in baselines
-    assert all(r.meta.vs_baseline is None for r in found if r.meta.config in ("cuda0", "moe-gpu"))
+    assert ("moe-ngl0", "moe-gpu") in baselines and ("cuda0", "vulkan0") in baselines
+    assert all(r.meta.vs_baseline is None for r in found if r.meta.config in ("vulkan0", "moe-gpu"))
+    fell_back = [r for r in found if r.config == "moe-ngl0"]
+    reordered = _with_baseline(fell_back + [r for r in found if r.config != "moe-ngl0"])
+    assert {r.meta.baseline for r in reordered if r.config == "moe-ngl0"} == {"moe-gpu"}  # first, but fell back
     with pytest.raises(UserError, match="--baseline 'devices=CUDA9' is no value of --by devices"):
         rows.compare(found, "devices", "devices=CUDA9")
 
@@ -782,7 +800,7 @@ def test_virtual_devices_are_judged_by_their_card_s_engines():
     roles = roles_for(["CUDA0", "CUDA1"], {d.name: d for d in devices}, False)
     assert [r.pci_bus_id for r in roles] == [H200_PCI, H200_PCI]
     for _, phases, samples in _recorded("cuda0"):  # the card's real NVML samples of a run on it
-        verdict = judge(phases, samples, roles, 0.1, span=(phases[0].start - 0.5, phases[-1].end))
+        verdict = judge(phases, samples, roles, 0.1)
         assert verdict.validity is not Validity.FALLBACK and not any("not readable" in e for e in verdict.evidence)
         break
 
@@ -869,3 +887,41 @@ def test_a_plot_into_a_folder_that_does_not_exist_is_refused_and_nothing_made(tm
     result = buildmgr(make_env(tmp_path), "bench", "--compare", str(H200 / "rows.jsonl"), "--plot", str(target))
     assert_user_error(result, "is not a directory")
     assert not (tmp_path / "nonexist").exists()
+
+
+def test_one_statistic_ranks_and_compares_so_a_winner_never_wins_by_less_than_one():
+    """Issue #48: the winner was the highest pooled median while its ratio used process means: 'A wins by 0.90×'. Here
+    a's pooled median is higher (one fast process of many samples), b's processes are faster on the whole."""
+    a = _row("a", [[130.0] * 9, [80.0, 80.0], [80.0, 80.0]])
+    b = _row("b", [[110.0] * 2, [110.0] * 2, [111.0] * 2])
+    assert statistics.median(rows.samples(a)) > statistics.median(rows.samples(b))
+    [line] = rows.verdicts([a, b], {"a": 1, "b": 1})
+    assert line.startswith("pp512 @ d0: ") and ("b wins by" in line or "no difference between b and a" in line)
+
+
+def test_a_split_inside_the_noise_cannot_be_told_and_one_run_each_is_only_too_few_runs():
+    single = _row("single", [[100.0, 101.0], [99.0, 100.0], [98.0, 103.0]])
+    noisy_split = _row("split", [[90.0, 91.0], [104.0, 105.0], [99.0, 97.0]])
+    lines = rows.verdicts([single, noisy_split], {"single": 1, "split": 2})
+    assert lines[-1].startswith("pp512 @ d0: split split cannot be told from the best single device single (")
+    assert not any("not worth it" in line or "beats" in line for line in lines)
+    one = rows.verdicts([_row("single", [[100.0]]), _row("split", [[60.0]])], {"single": 1, "split": 2})
+    assert one[-1] == (
+        "pp512 @ d0: split split against the best single device single: 0.60× in one run each: too few runs to tell"
+    )
+    assert not any("not worth it" in line for line in one)
+    slower = _row("split", [[60.0, 61.0], [59.0, 60.0], [61.0, 60.0]])
+    assert "split split is not worth it: 0.60×" in rows.verdicts([single, slower], {"single": 1, "split": 2})[-1]
+
+
+def test_an_unproven_or_partial_winner_says_so_and_the_worst_state_is_one_definition():
+    from buildmgr.bench.judge import worst
+
+    fast = _row("fast", [[200.0, 201.0], [199.0, 200.0]])
+    fast = dataclasses.replace(fast, meta=dataclasses.replace(fast.meta, validity=Validity.UNPROVEN))
+    slow = _row("slow", [[100.0, 101.0], [99.0, 100.0]])
+    [line] = rows.verdicts([fast, slow], {"fast": 1, "slow": 1})
+    assert line.startswith("pp512 @ d0: fast (unproven) wins by 2.00×")
+    assert worst([Validity.VALID, Validity.UNPROVEN, Validity.FALLBACK]) is Validity.FALLBACK
+    assert worst([Validity.VALID, Validity.PARTIAL, Validity.UNPROVEN]) is Validity.PARTIAL
+    assert worst([]) is None

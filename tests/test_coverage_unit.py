@@ -60,7 +60,9 @@ def layer_graph(device: str, layers: int, fa_device: str) -> list[str]:
 def sched_log(device: str, layers: int, fa_device: str, preamble: tuple[str, ...] = ()) -> str:
     assigned = [f"load_tensors: layer {n:3d} assigned to device {device}, is_swa = 0" for n in range(layers + 1)]
     lines = [*preamble, *assigned]
-    for tokens in (1, 512, 1, 512):  # the fused-op probe, then pp, tg and pp again, as sched_reserve does
+    # the fused-op probe (here: its attention elsewhere), then pp, tg and pp again, as sched_reserve does
+    lines += [reserve(1), "", *layer_graph(device, layers, "CPU" if fa_device == device else device)]
+    for tokens in (512, 1, 512):
         lines += [reserve(tokens), "", *layer_graph(device, layers, fa_device)]
     lines += ["llama_context: graph splits = 3", *layer_graph(device, layers, "CPU")]  # a real run: not reserved
     return "\n".join(lines)
@@ -138,11 +140,11 @@ def _cuda_here(removed=()) -> Here:
     return Here((device,), {"CUDA0": Selection(State.USED)}, "0c1e570", removed=tuple(removed))
 
 
-def test_fa_on_a_cuda_device_of_a_build_without_its_kernels_is_refused_and_auto_is_not():
+def test_fa_on_a_cuda_device_of_a_build_without_its_kernels_is_named_and_auto_is_not():
     for flags in (["-dev", "CUDA0", "-fa", "1"], ["--flash-attn", "on"]):
         [placement], _ = parse("llama-cli", flags, {})
         [finding] = check(placement, _cuda_here(CUDA_FA_OFF))
-        assert finding.severity == "error" and finding.rule == "kernels-removed"
+        assert finding.severity == "warning" and finding.rule == "kernels-removed"
         assert "FLASH_ATTN_EXT of the layers on CUDA0 would run on the CPU" in finding.message
         assert finding.fix == f"rebuild without -D GGML_CUDA_FA=OFF, or run without {flags[-2]} on"
         assert check(placement, _cuda_here()) == []
@@ -175,3 +177,82 @@ def test_a_verified_run_of_a_placement_refused_for_removed_kernels_is_as_predict
     [placement], _ = parse("llama-cli", ["-fa", "on"], {})
     findings = check(placement, _cuda_here(CUDA_FA_OFF))
     assert agreement(findings, Outcome("ran", 0)) == "as predicted: ran"
+
+
+def _graph(*lines: str, assigned: tuple[str, ...] = ("CUDA0", "CUDA0", "CUDA0")) -> coverage.Log:
+    layers = [f"load_tensors: layer {n:3d} assigned to device {d}, is_swa = 0" for n, d in enumerate(assigned)]
+    return coverage.read("\n".join([*layers, reserve(1), *lines]))
+
+
+def test_what_the_user_put_on_the_cpu_is_no_fallback_nor_what_follows_from_it():
+    """-ot ffn=CPU: the matrices and the activations between them run on the CPU by the user's choice; -nkvo: the
+    attention over a KV cache kept on the CPU. Attention whose inputs are all on the device still counts."""
+    log = _graph(
+        "tensor blk.0.ffn_up.weight (4 MiB f16) buffer type overridden to CPU",
+        "tensor blk.0.ffn_gate.weight (4 MiB f16) buffer type overridden to CPU",
+        "llama_kv_cache: layer   1: dev = CPU",
+        split(0, "CUDA0"),
+        node(0, "MUL_MAT", "Qcur-0", "CUDA0", ("blk.0.attn_q.weight", "CUDA0")),
+        split(1, "CPU", ("Qcur-0", "8K")),
+        node(1, "FLASH_ATTN_EXT", "__fattn__-0", "CPU", ("Qcur-0", "CUDA0"), ("cache_k_l0 (view)", "CUDA0")),
+        node(2, "MUL_MAT", "ffn_up-0", "CPU", ("blk.0.ffn_up.weight", "CPU"), ("ffn_norm-0", "CPU")),
+        node(3, "MUL_MAT", "ffn_gate-0", "CPU", ("blk.0.ffn_gate.weight", "CPU"), ("ffn_norm-0", "CPU")),
+        node(4, "SWIGLU", "ffn_swiglu-0", "CPU", ("ffn_gate-0", "CPU"), ("ffn_up-0", "CPU")),
+        node(5, "FLASH_ATTN_EXT", "__fattn__-1", "CPU", ("Qcur-1", "CPU"), ("cache_k_l1 (view)", "CPU")),
+    )
+    found = coverage.cover(log)
+    assert found is not None
+    [off] = found.graphs[0].off
+    assert (off.op, off.layers) == ("FLASH_ATTN_EXT", (0,))
+
+
+def test_a_cut_name_keeps_no_false_layer_and_a_tied_output_is_the_output_layer():
+    """'ffn_moe_swiglu_oai-12' prints as 'ffn_moe_swiglu_oai-1'; a tied LM head multiplies by token_embd.weight."""
+    log = _graph(
+        split(0, "CUDA0"),
+        node(0, "MUL_MAT", "ffn_up-12", "CUDA0", ("blk.12.ffn_up.weight", "CUDA0")),
+        split(1, "CPU", ("ffn_up-12", "8K")),
+        node(1, "SWIGLU_OAI", "ffn_moe_swiglu_oai-12", "CPU", ("ffn_up-12", "CUDA0")),
+        node(2, "MUL_MAT", "result_output", "CPU", ("token_embd.weight", "CPU"), ("result_norm", "CPU")),
+        assigned=("CPU",) * 12 + ("CUDA0", "CUDA0"),
+    )
+    found = coverage.cover(log)
+    assert found is not None
+    by_op = {o.op: o for o in found.graphs[0].off}
+    assert by_op["SWIGLU_OAI"].layers == (12,) and by_op["SWIGLU_OAI"].home == "CUDA0"
+    assert (
+        by_op["MUL_MAT"].layers == (13,) and by_op["MUL_MAT"].cause == "its weights (token_embd.weight) are on the CPU"
+    )
+
+
+def test_a_row_is_judged_by_its_own_graph():
+    """A fallback in decode alone leaves the prefill rows whole."""
+    lines = ["load_tensors: layer   0 assigned to device CUDA0, is_swa = 0"]
+    lines += [reserve(512), split(0, "CUDA0"), node(0, "FLASH_ATTN_EXT", "__fattn__-0", "CUDA0")]
+    lines += [reserve(1), split(0, "CPU"), node(0, "FLASH_ATTN_EXT", "__fattn__-0", "CPU")]
+    found = coverage.cover(coverage.read("\n".join(lines)))
+    assert found is not None
+    assert found.partial_in(["prefill"]) is None
+    assert found.partial_in(["decode"]) == found.partial_in(["prefill", "decode"]) == found.partial
+    assert found.partial is not None and found.partial.startswith("FLASH_ATTN_EXT ×1 on CPU (CUDA0 does not run")
+
+
+def test_removed_kernels_warn_so_bench_measures_them_but_run_check_refuses_and_ngl_0_moves_nothing():
+    from buildmgr.findings import errors
+    from buildmgr.placement.run import CheckReport, Tested
+
+    [placement], _ = parse("llama-cli", ["-dev", "CUDA0", "-fa", "on"], {})
+    [finding] = check(placement, _cuda_here(CUDA_FA_OFF))
+    assert finding.severity == "warning" and errors([finding]) == []  # not a certain failure: bench runs it
+    report = CheckReport("cuda-x", "llama-cli", False, (), (Tested(placement, (finding,)),), False)
+    assert report.exit_code == 0 and report.refused == [finding]
+    [none], _ = parse("llama-cli", ["-dev", "CUDA0", "-fa", "on", "-ngl", "0"], {})
+    assert check(none, _cuda_here(CUDA_FA_OFF)) == []
+
+
+def test_check_covers_the_placement_bench_would_run():
+    from buildmgr.placement.check import bench_words
+
+    [placement], _ = parse("llama-cli", ["-dev", "CUDA0", "-cmoe", "-ncmoe", "3", "-fa", "on"], {})
+    words = bench_words(placement)
+    assert words[words.index("-ot") + 1].endswith("=CPU") and words[-4:] == ["-fa", "on", "-ncmoe", "3"]

@@ -338,6 +338,13 @@ def test_coverage_names_the_op_lavapipe_cannot_run_and_bench_calls_that_config_p
     assert decode["copied_bytes_per_token"] > 64 * 1024  # the KV cache crosses to the CPU for every token
     without = buildmgr(env, "check", "vulkan", "--model", str(model), "--json", *flags[:-2])
     assert json.loads(without.stdout)["tests"][0]["coverage"]["partial"] is None  # -fa auto: llama.cpp turns it off
+    # what the user put on the CPU is no fallback: the KV cache (-nkvo), the feed-forward (-ot) and what it feeds
+    kept = buildmgr(env, "check", "vulkan", "--model", str(model), "--json", *flags, "-nkvo")
+    assert json.loads(kept.stdout)["tests"][0]["coverage"]["partial"] is None, kept.stdout
+    moved = buildmgr(env, "check", "vulkan", "--model", str(model), "--json", *flags, "-ot", "ffn_.*=CPU")
+    graphs = json.loads(moved.stdout)["tests"][0]["coverage"]["graphs"]
+    assert {o["op"] for g in graphs for o in g["off_layer_device"]} == {"FLASH_ATTN_EXT"}, moved.stdout
+    assert graphs[1]["ops"]["SWIGLU"] == {"CPU": 2}  # decode runs them beside their CPU weights (prefill offloads)
 
     args = ["-m", str(model), "--depth", "0", "-p", "32", "-n", "8", "--no-pg", "--runs", "1", "-r", "2", "--json"]
     benched = buildmgr(env, "bench", *args, "vk-fa=vulkan -dev Vulkan0 -fa on", "vk=vulkan -dev Vulkan0")

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from buildmgr.errors import UserError
 from buildmgr.fsutil import read_user_text
-from buildmgr.placement.check import FFN_EXPS, cpu_overrides
-from buildmgr.placement.syntax import BY_FLAG, Placement, bench_args, parse_common
+from buildmgr.placement.check import bench_words, cpu_overrides
+from buildmgr.placement.syntax import BY_FLAG, Placement, parse_common
 
 DEFAULT_DEPTHS = (0, 4096)
 # Three processes per CONFIG: the process is the unit of repetition (samples inside one are not independent), and
@@ -90,13 +90,7 @@ class BenchConfig:
     def bench_args(self) -> list[str]:
         """The placement and the passed-through options in llama-bench's syntax (--cpu-moe, which llama-bench lacks,
         as the override llama.cpp makes of it)."""
-        placement = self.placement
-        if placement.cpu_moe:
-            placement = dataclasses.replace(placement, overrides=(*placement.overrides, (FFN_EXPS, "CPU")))
-        words = bench_args(placement)
-        if placement.n_cpu_moe:
-            words += ["-ncmoe", str(placement.n_cpu_moe)]
-        return words + list(self.extra)
+        return bench_words(self.placement) + list(self.extra)
 
     def flags(self) -> str:
         return shlex.join(self.bench_args())

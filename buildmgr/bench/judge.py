@@ -4,7 +4,7 @@ too short to sample, or a device nothing can read, leaves the result unproven, a
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from enum import Enum
 from typing import NamedTuple
 
@@ -93,7 +93,7 @@ def _busy(window: Sequence[Sample], pci: str) -> list[float]:
     return [r.busy_percent for s in window for r in s.engines if r.pci_bus_id == pci and r.busy_percent is not None]
 
 
-def _gpu_work(role: Role, phase: Phase, samples: Sequence[Sample], span: tuple[float, float], interval: float) -> Work:
+def _gpu_work(role: Role, phase: Phase, samples: Sequence[Sample], timed: Sequence[Phase], interval: float) -> Work:
     assert role.pci_bus_id is not None
     values = _busy(_window(samples, phase.start, phase.end, interval), role.pci_bus_id)
     # readings in the phase's first second may still average the phase before it
@@ -102,14 +102,16 @@ def _gpu_work(role: Role, phase: Phase, samples: Sequence[Sample], span: tuple[f
         if max(settled) > IDLE_PERCENT:
             return Work(role.name, phase.kind, len(settled), max(settled), Verdict.WORKED)
         return Work(role.name, phase.kind, len(settled), max(settled), Verdict.WAITING if role.waits else Verdict.IDLE)
-    around = _busy(_window(samples, *span, interval), role.pci_bus_id)
+    # a phase too short to sample: the readings of the test's timed phases, never of its load or warm-up (issue #48)
+    around = [v for p in timed for v in _busy(_window(samples, p.start, p.end, interval), role.pci_bus_id)]
     if around and max(around) > 0:
         return Work(role.name, phase.kind, len(around), max(around), Verdict.WORKED_OVER_TEST)
     return Work(role.name, phase.kind, len(values), max(values) if values else None, Verdict.TOO_SHORT)
 
 
 def _cpu_work(role: Role, phase: Phase, samples: Sequence[Sample], span: tuple[float, float]) -> Work:
-    """CPU time is a counter: its rate between two readings inside the phase (else inside the test) is their own."""
+    """CPU time is a counter: its rate between two readings inside the phase (else from the test's first timed phase
+    to its last) is their own."""
     for start, end, verdict in ((phase.start, phase.end, Verdict.WORKED), (*span, Verdict.WORKED_OVER_TEST)):
         timed = [
             (s.at, s.process.cpu_seconds)
@@ -137,11 +139,10 @@ def judge(
     roles: Sequence[Role],
     interval: float,
     load: LoadLog | None = None,
-    span: tuple[float, float] | None = None,
     expected: Mapping[str, float] | None = None,
 ) -> Judgement:
-    """One test of one run (`span`: from its start to its row): every timed phase, every role, and the GPUs outside
-    the placement. `expected`: each device's share of a phase's time from what it holds and its bandwidth (absent:
+    """One test of one run: every timed phase, every role, and the GPUs outside the placement; only readings inside
+    the timed phases count (not the load or llama-bench's untimed warm-up). `expected`: each device's share of a phase's time from what it holds and its bandwidth (absent:
     unknown); with partial offload, an idle reading counts only where that share is one sampling can see."""
     readable = {r.pci_bus_id for s in samples for r in s.engines if r.busy_percent is not None}
     placed = {r.pci_bus_id for r in roles if r.pci_bus_id}
@@ -149,15 +150,15 @@ def judge(
     work: list[Work] = []
     evidence: list[str] = []
     unresolved: list[str] = []
+    timed = (min(p.start for p in phases), max(p.end for p in phases)) if phases else (0.0, 0.0)
     for phase in phases:
-        around = span or (phase.start, phase.end)
         for role in roles:
             if role.on_cpu:
-                found = _cpu_work(role, phase, samples, around)
+                found = _cpu_work(role, phase, samples, timed)
             elif role.pci_bus_id is None or role.pci_bus_id not in readable:
                 found = Work(role.name, phase.kind, 0, None, Verdict.NOT_READABLE)
             else:
-                found = _gpu_work(role, phase, samples, around, interval)
+                found = _gpu_work(role, phase, samples, phases, interval)
             share = (expected or {}).get(role.name)
             if found.verdict is Verdict.IDLE and layers and not role.on_cpu and (share or 0) < RESOLVABLE_SHARE:
                 found = found._replace(verdict=Verdict.UNRESOLVED)
@@ -191,6 +192,23 @@ def judge(
         reasons = sorted({f"{w.device}: {w.verdict.value} ({w.phase})" for w in unsure}) + sorted(set(unresolved))
         return Judgement(Validity.UNPROVEN, tuple(reasons), tuple(work))
     return Judgement(Validity.VALID, (), tuple(work))
+
+
+# From the worst: a set of rows or runs is as good as its worst member (one definition, for rows and for runs).
+WORST_FIRST = (
+    Validity.FAILED,
+    Validity.NOT_RUN,
+    Validity.FALLBACK,
+    Validity.PARTIAL,
+    Validity.UNPROVEN,
+    Validity.VALID,
+)
+
+
+def worst(states: Iterable[Validity]) -> Validity | None:
+    """The worst of the states (None: there are none)."""
+    given = set(states)
+    return next((state for state in WORST_FIRST if state in given), None)
 
 
 def covered(validity: Validity, partial: str | None) -> Validity:

@@ -10,12 +10,12 @@ import csv
 import io
 import json
 import statistics
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from buildmgr.bench.judge import Validity
+from buildmgr.bench.judge import Validity, worst
 from buildmgr.bench.limit import Energy, Holding, Limit
 from buildmgr.bench.stats import Ratio, compared, geomean, ratio, summarize
 from buildmgr.errors import UserError
@@ -154,6 +154,7 @@ class Meta:
     # where its ops ran, taken once before its runs (placement.cover): splits, bytes copied per token, ops off their
     # layers' device; its `partial` line where the CPU ran some
     coverage: dict[str, Any] | None = field(default=None, metadata=OMIT_IF_NONE)
+    partial: str | None = field(default=None, metadata=OMIT_IF_NONE)  # what of its test's graph the CPU ran
 
 
 @dataclass(frozen=True)
@@ -175,10 +176,9 @@ class Row:
     @property
     def partial(self) -> str | None:
         """What its coverage found on the CPU, where its validity is partial."""
-        if self.meta is None or self.meta.validity is not Validity.PARTIAL or not self.meta.coverage:
+        if self.meta is None or self.meta.validity is not Validity.PARTIAL:
             return None
-        found = self.meta.coverage.get("partial")
-        return found if isinstance(found, str) else None
+        return self.meta.partial
 
     def to_json(self) -> dict[str, Any]:
         return self.fields | ({KEY: dump(self.meta)} if self.meta is not None else {})
@@ -354,9 +354,9 @@ def compare(rows: Sequence[Row], axis: str, baseline: str | None = None, rank: s
     for members in groups.values():
         values = {value: [s for r in rs for s in samples(r)] for value, rs in members.items()}
         independent = {value: [u for r in rs for u in units(r)] for value, rs in members.items()}
-        validity = {value: _validity(rs) for value, rs in members.items()}
+        validity = {value: worst(r.validity for r in rs if r.validity is not None) for value, rs in members.items()}
         usable = [v for v in members if validity[v] is None or validity[v] in RANKED]  # None: llama-bench's own
-        base = baseline if baseline in usable else (usable[0] if usable else None)
+        base = baseline if baseline in usable else first_usable(validity) if usable else None
         group = []
         for value, rs in members.items():
             summary = summarize(values[value])
@@ -395,10 +395,13 @@ def _ranking(rank: str) -> Callable[[Compared], tuple[bool, float]]:
     return key
 
 
-def _validity(rows: Sequence[Row]) -> Validity | None:
-    """The first state other than valid among the rows, else the first row's."""
-    states = [r.validity for r in rows]
-    return next((s for s in states if s not in (Validity.VALID, None)), states[0] if states else None)
+def first_usable(validity: Mapping[str, Validity | None]) -> str:
+    """The baseline among values in their order: the first valid one (None: llama-bench's own, not judged), else the
+    first that may be ranked, else the first."""
+    order = list(validity)
+    valid = [v for v in order if validity[v] in (Validity.VALID, None)]
+    ranked = [v for v in order if validity[v] in RANKED]
+    return (valid or ranked or order)[0]
 
 
 # --- exporters: one per format, over the one typed table ---------------------------------------------------------
@@ -486,7 +489,9 @@ def render(table: Sequence[Compared], axis: str, fmt: str) -> str:
 def verdicts(rows: Sequence[Row], devices_of: dict[str, int]) -> list[str]:
     """Per test at each depth: which CONFIG wins and by how much over the next; and for every split (a CONFIG over
     more than one device), whether it beats the best single device of this host at the same depth, by the rule
-    operators of mixed hosts go by: a split that does not is not worth its failure modes."""
+    operators of mixed hosts go by: a split that does not is not worth its failure modes. One statistic ranks and
+    compares (the geometric mean over processes, the unit of repetition); a difference inside the noise is "cannot
+    tell", and a winner that is partial or unproven says so beside its name."""
     models = {field_of(r, "model_filename") for r in rows}
     by_test: dict[str, list[Row]] = {}
     for row in rows:
@@ -494,12 +499,12 @@ def verdicts(rows: Sequence[Row], devices_of: dict[str, int]) -> list[str]:
         by_test.setdefault(test_name(row.fields) + model, []).append(row)
     lines = []
     for test, members in by_test.items():
-        usable = [r for r in members if r.validity in RANKED and samples(r)]
-        ranked = sorted(usable, key=lambda r: statistics.median(samples(r)), reverse=True)
+        usable = [r for r in members if r.validity in RANKED and units(r)]
+        ranked = sorted(usable, key=lambda r: geomean(units(r)), reverse=True)
+        named = {r.config: r.config + _tag(r) for r in ranked}
         if not ranked:
             lines.append(f"{test}: no configuration gave a usable result")
             continue
-        named = {r.config: r.config + (" (partial)" if r.partial else "") for r in ranked}
         if len(ranked) == 1 and len({r.config for r in members}) == 1:
             pass  # one CONFIG alone: nothing was compared, and nothing failed
         elif len(ranked) == 1:
@@ -511,20 +516,27 @@ def verdicts(rows: Sequence[Row], devices_of: dict[str, int]) -> list[str]:
             )
         singles = [r for r in ranked if devices_of.get(r.config) == 1]
         for split in (r for r in ranked if devices_of.get(r.config, 0) > 1):
+            name = named[split.config]
             if not singles:
-                lines.append(
-                    f"{test}: split {split.config}: no single-device configuration was measured to compare with"
-                )
+                lines.append(f"{test}: split {name}: no single-device configuration was measured to compare with")
                 continue
             best = singles[0]
             r = ratio(units(best), units(split))
-            if r is not None and not r.within_noise and r.value > 1:
-                lines.append(f"{test}: split {split.config} beats the best single device {best.config} by {r.text()}")
+            against = f"the best single device {named[best.config]}"
+            if r is None or r.low is None:
+                shown = f"{r.text()} in one run each" if r else "too few samples"
+                lines.append(f"{test}: split {name} against {against}: {shown}: too few runs to tell")
+            elif r.within_noise:
+                lines.append(f"{test}: split {name} cannot be told from {against} ({r.text()}: inside the noise)")
+            elif r.value > 1:
+                lines.append(f"{test}: split {name} beats {against} by {r.text()}")
             else:
-                shown = r.text() if r else "?"
-                lines.append(
-                    f"{test}: split {split.config} is not worth it: {shown} of the best single device {best.config}"
-                )
+                lines.append(f"{test}: split {name} is not worth it: {r.text()} of {against}")
     partial = {r.config: r.partial for r in rows if r.partial}
     lines += [f"{config} is partial: {line}" for config, line in partial.items()]
     return lines
+
+
+def _tag(row: Row) -> str:
+    """Beside a ranked CONFIG's name: what keeps its number from being the device's alone, or from being proven."""
+    return {Validity.PARTIAL: " (partial)", Validity.UNPROVEN: " (unproven)"}.get(row.validity or Validity.VALID, "")

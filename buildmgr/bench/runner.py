@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from buildmgr import backends, identity, postmortem, proc
 from buildmgr.bench import limit, logs, membw, rows
 from buildmgr.bench.config import Asked, BenchConfig, Request, parse_config, read_toml, resolve
-from buildmgr.bench.judge import BUSY_PERCENT, HOST, Judgement, Role, Validity, judge, partial, slowdowns
+from buildmgr.bench.judge import BUSY_PERCENT, HOST, Judgement, Role, Validity, judge, partial, slowdowns, worst
 from buildmgr.bench.judge import covered as with_coverage
 from buildmgr.bench.sampling import Sample, Sampler, cpu_times, services
 from buildmgr.bench.stats import CV_WARN, ratio, summarize
@@ -299,7 +299,6 @@ def run_once(
             planned.roles,
             request.interval,
             load,
-            spans.get(test),
             expected,
         )
         for test in range(1, len(found_rows) + 1)
@@ -338,8 +337,8 @@ def _test_key(row: Mapping[str, Any]) -> tuple[int, int, int]:
 
 
 def _worst(judgements: Sequence[Judgement]) -> Judgement | None:
-    order = (Validity.FALLBACK, Validity.UNPROVEN, Validity.VALID)
-    return next((j for state in order for j in judgements if j.validity is state), None)
+    state = worst(j.validity for j in judgements)
+    return next((j for j in judgements if j.validity is state), None)
 
 
 def _first_apart(first: Sequence[float], steady: Sequence[float]) -> str | None:
@@ -406,7 +405,8 @@ def _rows_of(
         else:
             validity, evidence = worst.validity, worst.evidence
         found = covered.coverage if covered is not None else None
-        line = found.partial if found is not None else None
+        graphs = [phase for phase, tokens in (("prefill", test[0]), ("decode", test[1])) if tokens]
+        line = found.partial_in(graphs) if found is not None else None
         if line and validity in (Validity.VALID, Validity.UNPROVEN, Validity.FALLBACK):
             validity, evidence = with_coverage(validity, line), (f"partial: {line}", *evidence)
         base = template or {
@@ -484,6 +484,7 @@ def _rows_of(
             j_per_token=j_per_token,
             notes=tuple(notes),
             coverage=covered.summary() if covered is not None else None,
+            partial=line,
         )
         made.append(rows.Row(fields, meta))
     return made
@@ -539,10 +540,13 @@ def _peak(readings: Iterable[Mapping[str, int]]) -> dict[str, int]:
 
 
 def _with_baseline(made: list[rows.Row]) -> list[rows.Row]:
-    """Each row with its ratio to the same test of the first CONFIG on the same model."""
-    first: dict[str, str] = {}
+    """Each row with its ratio to the same test of the baseline on the same model: the first CONFIG whose rows are
+    all valid, else the first that may be ranked, else the first (a fallback is a baseline only where all fell back)."""
+    states: dict[str, dict[str, list[Validity]]] = {}
     for row in made:
-        first.setdefault(rows.field_of(row, "model_filename"), row.config)
+        by_config = states.setdefault(rows.field_of(row, "model_filename"), {})
+        by_config.setdefault(row.config, []).append(row.validity or Validity.VALID)
+    first = {model: rows.first_usable({c: worst(v) for c, v in configs.items()}) for model, configs in states.items()}
     base = {
         (rows.field_of(r, "model_filename"), rows.test_name(r.fields)): rows.units(r)
         for r in made
@@ -653,7 +657,7 @@ def bench(
                 executed.append((p, run))
                 what = f"run {round_}/{rounds}"
                 found = covered[p.config.label].coverage
-                line = found.partial if found is not None else None
+                line = found.partial if found is not None else None  # of either graph: the rows say which
                 judged = {with_coverage(j.validity, line).value for j in run.judgements.values()}
                 outcome = run.failure or ", ".join(sorted(judged))
                 say(

@@ -152,7 +152,12 @@ def coverage(covered: Covered) -> None:
         )
         say(
             f"  {graph.phase} ({graph.tokens} tokens): {graph.splits} split(s), "
-            f"{_bytes(graph.copied_per_token)} copied between devices per token"
+            + (
+                "under 1 KiB"  # the scheduler prints each input in whole KiB
+                if graph.splits > 1 and not graph.copied_bytes
+                else _bytes(graph.copied_per_token)
+            )
+            + " copied between devices per token"
         )
         say(f"    ops: {ops}")
         for off in graph.off:

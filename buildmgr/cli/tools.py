@@ -62,8 +62,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
 
         report = run_check(ctx.dirs, build, command, ctx.environ, model=None, run_verify=False)
         render.placement(report)
-        if report.exit_code:
-            return report.exit_code
+        if report.refused:
+            return 1
     sys.stdout.flush()
     os.execv(path, [str(path), *command[1:]])
     return 0  # not reached

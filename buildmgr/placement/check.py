@@ -3,6 +3,7 @@ split modes, -ts), the weights each device would hold from a model's header, and
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 from collections.abc import Sequence
@@ -16,7 +17,7 @@ from buildmgr.devices import Device, Role, Selection
 from buildmgr.errors import UserError
 from buildmgr.findings import Finding, Severity
 from buildmgr.placement import rules
-from buildmgr.placement.syntax import COMMON, Placement
+from buildmgr.placement.syntax import COMMON, Placement, bench_args
 
 if TYPE_CHECKING:
     from gguf import GGUFReader
@@ -128,16 +129,28 @@ def check(placement: Placement, here: Here) -> list[Finding]:
     return findings
 
 
+def bench_words(placement: Placement) -> list[str]:
+    """The placement in llama-bench's syntax, --cpu-moe (which llama-bench lacks) as the override llama.cpp makes of
+    it and -ncmoe as itself."""
+    if placement.cpu_moe:
+        placement = dataclasses.replace(placement, overrides=(*placement.overrides, (FFN_EXPS, "CPU")))
+    words = bench_args(placement)
+    return words + (["-ncmoe", str(placement.n_cpu_moe)] if placement.n_cpu_moe else [])
+
+
 def removed_findings(placement: Placement, removed: Sequence[RemovedKernels], chosen: Sequence[str]) -> list[Finding]:
-    """The flags ask for ops this build's devices have no kernels for: llama.cpp runs them on the CPU, unsaid."""
+    """The flags ask for ops this build's devices have no kernels for: llama.cpp runs them on the CPU, unsaid. A
+    warning (llama.cpp runs, and bench measures it as partial) that `run --check` refuses."""
     findings = []
+    if placement.gpu_layers is not None and placement.gpu_layers.strip() in ("0", "+0", "-0"):
+        return []  # no layer on a device: nothing of theirs to move
     for gap in removed:
         field_name, value = gap.flag
         on = [name for name in chosen if name.startswith(gap.device_prefix)]
         if getattr(placement, field_name) == value and on:
             findings.append(
                 Finding(
-                    Severity.ERROR,
+                    Severity.WARNING,  # llama.cpp runs; `run --check` refuses it all the same
                     f"{placement.flag(field_name)} {value}",
                     f"{', '.join(gap.ops)} of the layers on {', '.join(on)} would run on the CPU: {gap.what}",
                     f"rebuild without -D {gap.define}={gap.value}, or run without {placement.flag(field_name)} {value}",

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from buildmgr.findings import Finding, errors
-from buildmgr.placement.check import Here, check, memory_findings, model_devices, weights_per_device
+from buildmgr.placement.check import Here, bench_words, check, memory_findings, model_devices, weights_per_device
 from buildmgr.placement.cover import Covered, take
-from buildmgr.placement.syntax import Placement, bench_args, describe, parse, shaping_args
+from buildmgr.placement.rules import KERNELS_REMOVED
+from buildmgr.placement.syntax import Placement, describe, parse, shaping_args
 from buildmgr.placement.verify import Outcome, agreement, verify
 
 if TYPE_CHECKING:
@@ -70,6 +71,13 @@ class CheckReport:
     notes: tuple[Finding, ...]  # on the command line as a whole
     tests: tuple[Tested, ...]
     verified: bool
+
+    @property
+    def refused(self) -> list[Finding]:
+        """What `run --check` will not run: llama.cpp's certain failures, and flags that ask for kernels the build's
+        defines left out (it runs, with those ops on the CPU)."""
+        found = [*self.notes, *(f for t in self.tests for f in t.findings)]
+        return errors(found) + [f for f in found if f.rule == KERNELS_REMOVED]
 
     @property
     def exit_code(self) -> int:
@@ -158,7 +166,7 @@ def run_check(
             if errors(found):
                 covered = Covered(None, "not taken: the check above says llama.cpp would fail")
             else:
-                args = [*bench_args(candidate), *shaping_args(command[0], command[1:])]
+                args = [*bench_words(candidate), *shaping_args(command[0], command[1:])]
                 covered = take(build.tool("llama-bench"), user_model, args, environ, here.removed)
         outcome = None
         if run_verify:
