@@ -298,7 +298,12 @@ def test_the_h200_rows_compare_by_devices_and_give_the_verdicts_of_the_run():
     # the run's own verdicts, with the one row that sampling could not prove (cuda0 tg128 @ d0, too short) now named
     recorded = json.loads((H200 / "bench-summary.json").read_text())["verdicts"]
     unproven = "no difference between vulkan0 and cuda0 (unproven) (1.00× [0.91, 1.11]: inside the noise)"
-    assert [line.replace("and cuda0 (1.00×", "and cuda0 (unproven) (1.00×") for line in recorded] == lines
+    guarded = "moe-cpu-experts [GGML_CUDA_NO_PINNED=1]"  # the environment bench set is beside the name it was set for
+    expected = [
+        line.replace("and cuda0 (1.00×", "and cuda0 (unproven) (1.00×").replace("moe-cpu-experts", guarded)
+        for line in recorded
+    ]
+    assert [*expected, f"moe-cpu-experts ran with GGML_CUDA_NO_PINNED=1: {rows.PINNING_GUARD}"] == lines
     assert f"tg128 @ d0 [dense.gguf]: {unproven}" in lines
     assert (
         "tg128 @ d4096 [dense.gguf]: split cuda0+vulkan0 is not worth it: 0.58× [0.56, 0.60] of the best single device vulkan0"
@@ -925,3 +930,26 @@ def test_an_unproven_or_partial_winner_says_so_and_the_worst_state_is_one_defini
     assert worst([Validity.VALID, Validity.UNPROVEN, Validity.FALLBACK]) is Validity.FALLBACK
     assert worst([Validity.VALID, Validity.PARTIAL, Validity.UNPROVEN]) is Validity.PARTIAL
     assert worst([]) is None
+
+
+def test_the_environment_bench_set_is_beside_the_config_in_the_table_and_what_allow_pinned_cost_is_said():
+    """Issue #48: GGML_CUDA_NO_PINNED=1 appeared only in the JSON's env_set, while it cost 0.67× against a hand run."""
+    from buildmgr.bench.runner import Planned, pinned_notes
+
+    found = rows.read_rows([H200 / "rows.jsonl"])
+    table = rows.compare(found, "config")
+    markdown = rows.render(table, "config", "md")
+    assert "| moe-cpu-experts [GGML_CUDA_NO_PINNED=1] |" in markdown and "| moe-gpu [" not in markdown
+    guarded = [e.to_json() for e in table if e.value == "moe-cpu-experts"]
+    assert guarded and all(e["env_set"] == {"GGML_CUDA_NO_PINNED": "1"} for e in guarded)
+    assert "GGML_CUDA_NO_PINNED=1" in rows.render(table, "config", "csv")
+    experts = next(r for r in found if r.config == "moe-cpu-experts")
+    pinned = dataclasses.replace(
+        experts, meta=dataclasses.replace(experts.meta, host_memory={"load_log": {"pinned_host_mib": 812.4}})
+    )
+    config = cfg.parse_config("moe-cpu-experts=cuda -dev CUDA0 -ot exps=CPU")
+    plan = Planned(config, None, Path("m.gguf"), (), {}, {}, (), {"GGML_CUDA_NO_PINNED": "1"})  # type: ignore[arg-type]
+    assert pinned_notes([plan], [pinned], allowed=True) == [
+        "--allow-pinned: moe-cpu-experts page-locked 812 MiB of host memory (not swappable while it ran)"
+    ]
+    assert pinned_notes([plan], [pinned], allowed=False) == []

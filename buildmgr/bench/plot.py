@@ -66,7 +66,7 @@ def draw(made: Sequence[rows.Row], title: str = "") -> Any:
             median = statistics.median(rows.samples(row))
             low, high = _interval(rows.units(row), median)
             fallback = row.validity is Validity.FALLBACK
-            label = row.config or rows.axis_value(row, "build")
+            label = (row.config or rows.axis_value(row, "build")) + row.env_tag
             if len({rows.field_of(r, "model_filename") for r in made}) > 1:
                 label += f" [{rows.field_of(row, 'model_filename')}]"
             bound = row.meta.limit_ts if row.meta is not None else None

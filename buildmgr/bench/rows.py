@@ -71,6 +71,11 @@ RANKED = (Validity.VALID, Validity.PARTIAL, Validity.UNPROVEN)
 # What `--rank` orders each group by, best first: throughput (higher is better) or energy per token (lower is).
 RANKS = ("ts", "j_per_token")
 DEFAULTS = ("0.00", 0, "none", False)  # llama-bench's spelling of a field left at its default: not shown in a label
+# What the only environment bench sets is for: said beside every number of a CONFIG it was set for.
+PINNING_GUARD = (
+    "bench's pinning guard for CPU-override CONFIGs (page-locked host memory cannot be swapped, and has starved shared"
+    " hosts); llama.cpp run by hand page-locks, which can be faster: --allow-pinned measures that"
+)
 
 
 @dataclass(frozen=True)
@@ -172,6 +177,12 @@ class Row:
     @property
     def config(self) -> str:
         return self.meta.config if self.meta is not None else ""
+
+    @property
+    def env_tag(self) -> str:
+        """The environment bench gave its runs, beside its name wherever its number is shown: " [K=V]"."""
+        env = self.meta.env_set if self.meta is not None else {}
+        return f" [{' '.join(f'{k}={v}' for k, v in sorted(env.items()))}]" if env else ""
 
     @property
     def partial(self) -> str | None:
@@ -312,6 +323,7 @@ class Compared:
     rows: int
     j_per_token: float | None = None  # the median of its rows' (None: no row could read its energy)
     partial: str | None = None  # what ran on the CPU, where its validity is partial
+    env_set: dict[str, str] = field(default_factory=dict)  # what bench set for its runs (the pinning guard)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -325,6 +337,7 @@ class Compared:
             "vs_baseline": self.vs_baseline.to_json() if self.vs_baseline else None,
             "validity": self.validity.value if self.validity is not None else "",
             "partial": self.partial,
+            "env_set": self.env_set,
             "rows": self.rows,
         }
 
@@ -376,6 +389,7 @@ def compare(rows: Sequence[Row], axis: str, baseline: str | None = None, rank: s
                     len(rs),
                     statistics.median(energies) if energies else None,
                     next((p for r in rs if (p := r.partial)), None),
+                    next((r.meta.env_set for r in rs if r.meta is not None and r.meta.env_set), {}),
                 )
             )
         table += sorted(group, key=_ranking(rank)) if rank is not None else group
@@ -423,7 +437,8 @@ def _cells(entry: Compared) -> list[str]:
     joules = f"{entry.j_per_token:.4g}" if entry.j_per_token is not None else "—"
     state = entry.validity.value if entry.validity is not None else "—"
     state += f": {entry.partial}" if entry.partial else ""
-    return [entry.test, entry.value, median, cv, str(entry.n), shown, joules, state]
+    env = f" [{' '.join(f'{k}={v}' for k, v in sorted(entry.env_set.items()))}]" if entry.env_set else ""
+    return [entry.test, entry.value + env, median, cv, str(entry.n), shown, joules, state]
 
 
 def _columns(axis: str) -> list[str]:
@@ -450,6 +465,7 @@ def _numbers(entry: Compared) -> list[object]:
         entry.j_per_token if entry.j_per_token is not None else "",
         entry.validity.value if entry.validity is not None else "",
         entry.partial or "",
+        " ".join(f"{k}={v}" for k, v in sorted(entry.env_set.items())),
         entry.rows,
     ]
 
@@ -458,7 +474,7 @@ def export_csv(table: Sequence[Compared], axis: str) -> str:
     """The JSON's field names and values, one row per entry (cv a fraction, the ratio's interval in two cells)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["test", axis, *CSV_COLUMNS, "j_per_token", "validity", "partial", "rows"])
+    writer.writerow(["test", axis, *CSV_COLUMNS, "j_per_token", "validity", "partial", "env_set", "rows"])
     writer.writerows(_numbers(entry) for entry in table)
     return out.getvalue().rstrip("\n")
 
@@ -501,7 +517,7 @@ def verdicts(rows: Sequence[Row], devices_of: dict[str, int]) -> list[str]:
     for test, members in by_test.items():
         usable = [r for r in members if r.validity in RANKED and units(r)]
         ranked = sorted(usable, key=lambda r: geomean(units(r)), reverse=True)
-        named = {r.config: r.config + _tag(r) for r in ranked}
+        named = {r.config: r.config + r.env_tag + _tag(r) for r in ranked}
         if not ranked:
             lines.append(f"{test}: no configuration gave a usable result")
             continue
@@ -534,6 +550,8 @@ def verdicts(rows: Sequence[Row], devices_of: dict[str, int]) -> list[str]:
                 lines.append(f"{test}: split {name} is not worth it: {r.text()} of {against}")
     partial = {r.config: r.partial for r in rows if r.partial}
     lines += [f"{config} is partial: {line}" for config, line in partial.items()]
+    guarded = {r.config: r.env_tag.strip(" []") for r in rows if r.env_tag}
+    lines += [f"{config} ran with {env}: {PINNING_GUARD}" for config, env in guarded.items()]
     return lines
 
 

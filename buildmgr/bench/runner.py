@@ -530,6 +530,19 @@ def _host_memory(planned: Planned, runs: Sequence[Run], environ: Mapping[str, st
     }
 
 
+def pinned_notes(planned: Sequence[Planned], made: Sequence[rows.Row], allowed: bool) -> list[str]:
+    """What --allow-pinned cost: the host memory each CPU-override CONFIG page-locked, from its load log."""
+    notes = []
+    for p in planned if allowed else ():
+        if not (p.guard and p.config.cpu_overrides):
+            continue
+        found = [r.meta.host_memory.get("load_log") for r in made if r.meta is not None and r.config == p.config.label]
+        pinned = max((log.get("pinned_host_mib") or 0.0 for log in found if log), default=None)
+        held = "an unknown amount of" if pinned is None else f"{pinned:.0f} MiB of"
+        notes.append(f"--allow-pinned: {p.config.label} page-locked {held} host memory (not swappable while it ran)")
+    return notes
+
+
 def _peak(readings: Iterable[Mapping[str, int]]) -> dict[str, int]:
     """The highest of each memory figure over these readings (of samples, or of runs' peaks)."""
     peak: dict[str, int] = {}
@@ -674,6 +687,9 @@ def bench(
         for row in _rows_of(p, runs[p.config.label], request, environ, host_notes, host, covered.get(p.config.label))
     ]
     made = _with_baseline(made)
+    for note in pinned_notes(planned, made, request.allow_pinned):
+        notes.append(note)
+        say(f"note: {note}")
     devices_of = {p.config.label: len(p.roles) for p in planned}
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     path = dirs.bench / f"{stamp}-{os.getpid()}.jsonl"
