@@ -953,3 +953,20 @@ def test_the_environment_bench_set_is_beside_the_config_in_the_table_and_what_al
         "--allow-pinned: moe-cpu-experts page-locked 812 MiB of host memory (not swappable while it ran)"
     ]
     assert pinned_notes([plan], [pinned], allowed=False) == []
+
+
+def test_a_warm_up_process_runs_first_and_is_kept_apart_from_the_timed_ones():
+    """Issue #48: Vulkan0's first process compiled its pipelines, and pp512 @ d0 pooled it: CV 42 %, no answer."""
+    from buildmgr.bench.runner import _warm_apart
+
+    assert cfg.Workload().warmup == 1
+    steady = [47100.0, 47300.0, 46900.0, 47000.0]
+    assert _warm_apart([20800.0, 21900.0, 22400.0], steady) == (
+        "warm-up process 0.47× of steady state: a first process pays what later ones do not"
+    )
+    assert _warm_apart([47050.0, 47200.0], steady) is None
+    configs = [cfg.parse_config("cpu")]
+    request, _ = cfg.resolve(cfg.Asked(model=Path("m.gguf"), warmup=0), configs, lambda model: None)
+    assert request.workload.warmup == 0
+    with pytest.raises(UserError, match="--warmup -1: at least 0"):
+        cfg.resolve(cfg.Asked(model=Path("m.gguf"), warmup=-1), configs, lambda model: None)

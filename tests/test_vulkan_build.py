@@ -418,18 +418,21 @@ def test_bench_runs_each_config_at_each_depth_interleaved_and_keeps_every_sample
             assert state["validity"] == "failed" and row["avg_ts"] is None
             assert any("failed to create context" in line for line in state["failures"][0]["tail"])
             continue
-        # two processes of -r 3: each one's first repetition kept apart, the other two are its steady state
+        # two processes of -r 3: each one's first repetition kept apart, the other two are its steady state; and the
+        # warm-up process before them, all three of its repetitions kept apart (issue #48: a cold first process)
         assert [len(run) for run in state["runs_ts"]] == [2, 2] and len(state["first_ts"]) == 2
+        assert len(state["warmup_ts"]) == 3 and not set(state["warmup_ts"]) & set(row["samples_ts"])
         assert row["samples_ts"] == [v for run in state["runs_ts"] for v in run]
         assert row["avg_ts"] == pytest.approx(sum(row["samples_ts"]) / 4, rel=1e-3)
-        assert [t["round"] for t in state["timing"]] == [1, 2] and all(t["load_s"] > 0 for t in state["timing"])
+        assert [t["round"] for t in state["timing"]] == [0, 1, 2] and all(t["load_s"] > 0 for t in state["timing"])
+        assert state["runs"] == 2
         assert state["host"]["cpu_gbs"] > 0 and state["host"]["cards"] == []
         if row["n_gen"]:  # the decode's bound: every byte the CPU side reads per token at the measured bandwidth
             assert state["limit_percent"] > 0 and state["limit_ts"] > 0
     with gzip.open(benched["samples"], "rt") as handle:
         order = [(run["config"], run["round"]) for run in map(json.loads, handle)]
-    # interleaved (A B C A B C), and the failed CONFIG not run again
-    assert order == [(c, r) for r in (1, 2) for c in configs[:-1] if r == 1 or c != "broken"]
+    # a warm-up round first, then interleaved (A B C A B C); the failed CONFIG (at its warm-up) not run again
+    assert order == [(c, r) for r in (0, 1, 2) for c in configs[:-1] if r == 0 or c != "broken"]
 
 
 def test_bench_proves_which_device_worked_and_flags_the_fallback(root, benched):

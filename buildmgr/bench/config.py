@@ -22,6 +22,9 @@ DEFAULT_RUNS = 3
 # Six timed repetitions per process: the first is kept apart (it still pays warm-up inside the process: pp512 on an
 # H200 read half of steady state, issue #31), the other five are llama-bench's own default of -r 5.
 DEFAULT_REPETITIONS = 6
+# One warm-up process per CONFIG before the timed ones (hyperfine's --warmup): a first process pays what later ones
+# do not (Vulkan0 compiled its pipelines, 20.8 s against 3.6 s, issue #48); its t/s are kept apart, never pooled.
+DEFAULT_WARMUP = 1
 # llama-bench options that are not placement but change what is measured: passed through, one value per CONFIG.
 PASSED_THROUGH = {
     flag: canonical
@@ -52,6 +55,7 @@ class Workload:
     pg: bool = True
     runs: int = DEFAULT_RUNS  # llama-bench processes per CONFIG, interleaved with the other CONFIGs'
     repetitions: int = DEFAULT_REPETITIONS  # llama-bench's -r in each: the first timed one kept apart
+    warmup: int = DEFAULT_WARMUP  # untimed processes per CONFIG before the first timed one (round 0)
 
     def tests(self) -> list[tuple[int, int, int]]:
         """(n_prompt, n_gen, n_depth) of each test, in llama-bench's order: per depth, pp, then tg, then pp+tg."""
@@ -239,6 +243,7 @@ class Asked:
     pg: bool = True
     runs: int | None = None
     repetitions: int | None = None
+    warmup: int | None = None
     interval: float | None = None
     timeout: float | None = None
     allow_busy: bool = False
@@ -268,18 +273,20 @@ def resolve(
     n_gen = asked.n_gen if asked.n_gen is not None else defaults.workload.n_gen
     runs = asked.runs if asked.runs is not None else defaults.workload.runs
     repetitions = asked.repetitions if asked.repetitions is not None else defaults.workload.repetitions
+    warmup = asked.warmup if asked.warmup is not None else defaults.workload.warmup
     interval = asked.interval if asked.interval is not None else defaults.interval
     timeout = asked.timeout if asked.timeout is not None else defaults.timeout
     for value, flag, minimum in ((runs, "--runs", 1), (n_prompt, "-p", 1), (n_gen, "-n", 1)):
         _at_least(value, flag, minimum)
     _at_least(repetitions, "-r", 2, " (the first timed repetition of each process is kept apart from steady state)")
+    _at_least(warmup, "--warmup", 0)
     _at_least(interval, "--interval", 0.01)
     _at_least(timeout, "--timeout", 1)
     depths = parse_depths(asked.depth) if asked.depth is not None else defaults.workload.depths
     before_models()
     contexts = [context_of(model) for model in dict.fromkeys(c.model(asked.model) for c in configs)]
     n_ctx = min((c for c in contexts if c is not None), default=None)
-    workload = Workload(n_prompt, n_gen, pg=asked.pg, runs=runs, repetitions=repetitions)
+    workload = Workload(n_prompt, n_gen, pg=asked.pg, runs=runs, repetitions=repetitions, warmup=warmup)
     depths, notes = fit_depths(depths, asked.depth is not None, workload, n_ctx)
     workload = dataclasses.replace(workload, depths=depths)
     request = Request(asked.model, tuple(configs), workload, interval, timeout, asked.allow_busy, asked.allow_pinned)

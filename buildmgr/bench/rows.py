@@ -134,7 +134,8 @@ class Meta:
     evidence: tuple[str, ...]
     summary: dict[str, Any]
     noisy: bool
-    warmup_ts: tuple[float, ...] = field(default=(), metadata=OMIT_IF_EMPTY)  # schema 1's discarded first round
+    # the warm-up process's t/s (round 0), never pooled with the timed ones; schema 1: its discarded first round
+    warmup_ts: tuple[float, ...] = field(default=(), metadata=OMIT_IF_EMPTY)
     runs: int = 0
     failures: tuple[dict[str, Any], ...] = ()
     engine: tuple[dict[str, Any], ...] = ()

@@ -1,5 +1,5 @@
 """The bench stage: each CONFIG checked against this host first, the host checked for other GPU users, then every
-CONFIG run in turn (A B C A B C …, a discarded first round) with llama-bench timing and buildmgr sampling, and the
+CONFIG run in turn (a warm-up process each, kept apart, then A B C A B C …) with llama-bench timing and buildmgr sampling, and the
 rows, their samples and the verdicts written under `<data>/bench/`. The edge of the bench package: it reads and runs;
 the modules it calls do not."""
 
@@ -352,6 +352,16 @@ def _first_apart(first: Sequence[float], steady: Sequence[float]) -> str | None:
     return f"first repetition {lead / median:.2f}× of steady state: warm-up inside the process"
 
 
+def _warm_apart(warm: Sequence[float], steady: Sequence[float]) -> str | None:
+    """A sentence where the warm-up process lies beyond the steady state's spread (and more than 5 % off)."""
+    if not warm or not steady:
+        return None
+    lead, median = statistics.median(warm), statistics.median(steady)
+    if min(steady) <= lead <= max(steady) or abs(lead / median - 1) <= CV_WARN:
+        return None
+    return f"warm-up process {lead / median:.2f}× of steady state: a first process pays what later ones do not"
+
+
 def _rows_of(
     planned: Planned,
     runs: list[Run],
@@ -363,7 +373,8 @@ def _rows_of(
 ) -> list[rows.Row]:
     receipt = planned.build.prefix / RECEIPT
     failures = tuple({"round": r.round, "failure": r.failure, "tail": r.tail()} for r in runs if r.failure)
-    runs_kept = [r for r in runs if not r.failure]
+    runs_kept = [r for r in runs if not r.failure and r.round > 0]
+    warmed = [r for r in runs if not r.failure and r.round == 0]
     fingerprint = hashlib.sha256(receipt.read_bytes()).hexdigest() if receipt.is_file() else None
     host_memory = _host_memory(planned, runs_kept, environ)
     warnings = (*sorted({w for r in runs for w in r.warnings}), *host_notes)
@@ -383,6 +394,14 @@ def _rows_of(
         template: dict[str, Any] | None = None
         engine: list[dict[str, Any]] = []
         tokens = (test[0] or 0) + (test[1] or 0)
+        warm = [
+            tokens * 1e9 / t
+            for run in warmed
+            for row in run.rows
+            if _test_key(row) == test
+            for t in row.get("samples_ns") or []
+            if t > 0
+        ]
         for run in runs_kept:
             for index, row in enumerate(run.rows, 1):
                 if _test_key(row) != test:
@@ -421,7 +440,8 @@ def _rows_of(
         }
         fields = rows.merge_timing(base, steady) if steady else dict(base)
         summary = summarize(fields.get("samples_ts") or [])
-        notes = [n for n in (_first_apart(first, fields.get("samples_ts") or []),) if n]
+        apart = (_first_apart(first, fields.get("samples_ts") or []), _warm_apart(warm, fields.get("samples_ts") or []))
+        notes = [n for n in apart if n]
         layers = partial(load)
         if layers:
             shown = next((h for h in held if h.device != limit.CPU), None)
@@ -464,8 +484,8 @@ def _rows_of(
             evidence,
             summary.to_json(),
             summary.noisy,
-            (),
-            len(runs),
+            tuple(round(v, 2) for v in warm),
+            sum(1 for r in runs if r.round > 0),  # timed processes; the warm-up ones are apart
             failures,
             tuple(engine),
             host_memory,
@@ -652,7 +672,8 @@ def bench(
         executed: list[tuple[Planned, Run]] = []  # in the order they ran
         started = time.monotonic()
         rounds = request.workload.runs
-        for round_ in range(1, rounds + 1):
+        # round 0: the warm-up processes, each CONFIG's before any timed one
+        for round_ in [0] * request.workload.warmup + list(range(1, rounds + 1)):
             for p in runnable:
                 done = runs[p.config.label]
                 if any(r.failure for r in done):
@@ -668,7 +689,7 @@ def bench(
                 )
                 done.append(run)
                 executed.append((p, run))
-                what = f"run {round_}/{rounds}"
+                what = f"run {round_}/{rounds}" if round_ else "warm-up (kept apart)"
                 found = covered[p.config.label].coverage
                 line = found.partial if found is not None else None  # of either graph: the rows say which
                 judged = {with_coverage(j.validity, line).value for j in run.judgements.values()}

@@ -54,6 +54,12 @@ def register(sub: Subparsers, name: str) -> None:
         type=int,
         help=f"timed repetitions in each process, the first kept apart (default {defaults.workload.repetitions})",
     )
+    p.add_argument(
+        "--warmup",
+        type=int,
+        help="untimed llama-bench processes per CONFIG before the timed ones, kept apart "
+        f"(default {defaults.workload.warmup})",
+    )
     p.add_argument("--interval", type=float, help=f"seconds between engine samples (default {defaults.interval:g})")
     p.add_argument("--timeout", type=float, help=f"seconds one run may take (default {defaults.timeout:g})")
     p.add_argument("--allow-busy", action="store_true", help="run although other processes use the GPUs")
@@ -100,6 +106,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         not args.no_pg,
         args.runs,
         args.repetitions,
+        args.warmup,
         args.interval,
         args.timeout,
         args.allow_busy,
