@@ -25,7 +25,7 @@ from buildmgr.backends import EngineReading
 from buildmgr.backends.cuda import engines as cuda_engines
 from buildmgr.backends.hip import engines as hip_engines
 from buildmgr.bench import config as cfg
-from buildmgr.bench import logs, rows, stats
+from buildmgr.bench import limit, logs, rows, stats
 from buildmgr.bench.judge import MIN_IDLE_SECONDS, Role, Validity, Verdict, judge
 from buildmgr.bench.sampling import ProcessReading, Sample, read_process, services
 from buildmgr.errors import UserError
@@ -970,3 +970,18 @@ def test_a_warm_up_process_runs_first_and_is_kept_apart_from_the_timed_ones():
     assert request.workload.warmup == 0
     with pytest.raises(UserError, match="--warmup -1: at least 0"):
         cfg.resolve(cfg.Asked(model=Path("m.gguf"), warmup=-1), configs, lambda model: None)
+
+
+def test_energy_is_taken_over_the_repetitions_speed_is_and_a_cpu_that_ran_layers_must_be_read():
+    """Issue #48: the first repetition was out of t/s but in J/token; an unreadable CPU counter dropped the CPU from
+    the total, so CPU-override CONFIGs ranked cheaper."""
+    from buildmgr.bench.runner import steady_phases
+
+    reps = [logs.Phase(3, kind, t, t + 0.5) for t in (1.0, 2.0, 3.0) for kind in ("prompt", "generation")]
+    kept = steady_phases(list(reversed(reps)))
+    assert sorted(p.start for p in kept) == [2.0, 2.0, 3.0, 3.0]  # the first of each kind left out
+    gpu = limit.Energy("CUDA0", "generation", "energy counter", 40.0, 1.0, None)
+    cpu = limit.Energy("CPU", "generation", "RAPL", None, 0.0, None, unknown="RAPL is not readable")
+    phases = [logs.Phase(2, "generation", 1.0, 2.0), logs.Phase(2, "generation", 3.0, 4.0)]
+    assert limit.per_token([gpu, cpu], phases, {"generation": 100}, cpu_works=False) == pytest.approx(0.2)
+    assert limit.per_token([gpu, cpu], phases, {"generation": 100}, cpu_works=True) is None

@@ -175,3 +175,15 @@ def energy(
                 )
             )
     return tuple(found)
+
+
+def per_token(
+    energy: Sequence[Energy], phases: Sequence[Phase], per_kind: Mapping[str, int], cpu_works: bool
+) -> float | None:
+    """A test's joules per token: every known entry's joules (each card once) over the tokens of its phases; None
+    unless every device that did the work was read (the CPU only where it ran layers: counting a GPU alone for a
+    CONFIG whose CPU ran half the layers would rank it cheaper)."""
+    known = [e for e in energy if e.joules is not None]
+    counted = sum(per_kind[k] * sum(1 for p in phases if p.kind == k) for k in {e.phase for e in energy})
+    whole = bool(known) and all(e.joules is not None for e in energy if cpu_works or e.device != CPU)
+    return round(sum(e.joules or 0 for e in known) / counted, 5) if whole and counted else None

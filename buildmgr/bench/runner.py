@@ -352,6 +352,15 @@ def _first_apart(first: Sequence[float], steady: Sequence[float]) -> str | None:
     return f"first repetition {lead / median:.2f}× of steady state: warm-up inside the process"
 
 
+def steady_phases(phases: Sequence[logs.Phase]) -> list[logs.Phase]:
+    """A process's timed phases of one test without its first repetition's (the first of each kind), which t/s keeps
+    apart: energy is taken over the same repetitions as speed."""
+    first = {
+        kind: min((p for p in phases if p.kind == kind), key=lambda p: p.start) for kind in {p.kind for p in phases}
+    }
+    return [p for p in phases if p not in first.values()]
+
+
 def _warm_apart(warm: Sequence[float], steady: Sequence[float]) -> str | None:
     """A sentence where the warm-up process lies beyond the steady state's spread (and more than 5 % off)."""
     if not warm or not steady:
@@ -413,7 +422,7 @@ def _rows_of(
                 by_run.append(tuple(float(f"{tokens * 1e9 / t:.6g}") for t in ns[1:] if t > 0))
                 judgements.append(run.judgements[index])
                 engine += [{"round": run.round, **w.to_json()} for w in run.judgements[index].work]
-                phases += [p for p in run.phases if p.test == index]
+                phases += steady_phases([p for p in run.phases if p.test == index])
                 samples += run.samples
         worst = _worst(judgements)
         evidence: tuple[str, ...]
@@ -465,11 +474,9 @@ def _rows_of(
             energy = tuple(
                 dataclasses.replace(e, unknown=membw.rapl_unreadable()) if e.device == limit.CPU else e for e in energy
             )
-        known = [e for e in energy if e.joules is not None]
-        spent = sum(e.joules or 0 for e in known)
-        counted = sum(per_kind[k] * sum(1 for p in phases if p.kind == k) for k in {e.phase for e in energy})
-        whole = bool(known) and all(e.joules is not None for e in energy if e.device != limit.CPU)
-        j_per_token = round(spent / counted, 5) if whole and counted else None
+        # the CPU's counter counts where the CPU runs layers; elsewhere it may be unreadable (RAPL needs root)
+        cpu_works = planned.config.cpu_overrides or bool(layers) or any(r.name == HOST for r in planned.roles)
+        j_per_token = limit.per_token(energy, phases, per_kind, cpu_works)
         first_summary = summarize(first)
         meta = rows.Meta(
             rows.SCHEMA,
