@@ -27,9 +27,9 @@ _INPUT = re.compile(r"\[(.+?) \(\s*(\d+)([KM]?)\)\]")
 _NODE = re.compile(r"^node #\s*(\d+) \((.{10})\): (.{20}) \((.{5})\) \[(.{5}) .{8}\] use=\d+,c=\d+:(.*)$")
 _SOURCE = 46  # " %20.20s (%5.5s) [%5.5s %8.8s]"
 NAME_WIDTH = 20  # "%20.20s": a name of 20 characters may have been cut
-_LAYER = re.compile(r"load_tensors: layer\s+(\d+) assigned to device (\S+?),")
+LAYER_LINE = re.compile(r"load_tensors: layer\s+(\d+) assigned to device (\S+?),")
 _KV = re.compile(r"llama_kv_cache: layer\s+(\d+): dev = (\S+)")
-_OVERRIDE = re.compile(r"tensor (\S+) \(.*\) buffer type overridden to (\S+)")
+OVERRIDE_LINE = re.compile(r"tensor (\S+) \(.*\) buffer type overridden to (\S+)")
 _MOVED = re.compile(
     r"tensor '(\S+)' \((\S+)\) \(and (\d+) others\) cannot be used with preferred buffer type (\S+), using (\S+) instead"
 )
@@ -134,11 +134,11 @@ def read(text: str) -> Log:
                 op = node.group(2).strip()
                 entry = Node(_WHOLE.get(op, op), node.group(3).strip(), splits[-1].device, _sources(node.group(6)))
                 splits[-1] = Split(splits[-1].device, splits[-1].inputs, (*splits[-1].nodes, entry))
-        elif layer := _LAYER.search(line):
+        elif layer := LAYER_LINE.search(line):
             layers[int(layer.group(1))] = layer.group(2)
         elif cache := _KV.search(line):
             kv[int(cache.group(1))] = cache.group(2)
-        elif override := _OVERRIDE.search(line):
+        elif override := OVERRIDE_LINE.search(line):
             overridden[override.group(1)] = override.group(2)
         elif found := _MOVED.search(line):
             moved.append(Moved(found.group(1), found.group(2), int(found.group(3)), found.group(4), found.group(5)))

@@ -690,7 +690,8 @@ def test_the_bandwidth_limit_of_a_decode_from_what_each_device_holds_and_its_kv_
     load = logs.load_log(lines)
     held = limit.holdings(load, ["CUDA0"])
     assert [(h.device, h.share) for h in held] == [("CUDA0", 0.8889), ("CPU", 0.1111)]
-    read = limit.read_per_token(held, load, 2, 4096, 128, looked_up_mib=125.0)  # the CPU holds only the embeddings
+    embeddings = limit.ModelBytes((("token_embd.weight", 125 << 20),), 32000, 1.0)
+    read = limit.read_per_token(held, load, 2, 4096, 128, embeddings)  # the CPU holds only the embeddings
     assert read == {"CUDA0": pytest.approx((1000 + 200 * 4160 / 4352) * 1.048576, abs=0.01), "CPU": 0.0}
     found = limit.decode_limit(read, {"CUDA0": (card.peak_gbs, card.peak_basis)}, median=2000.0)
     assert found.limit_ts == pytest.approx(4916.7 / (read["CUDA0"] / 1000), rel=1e-3)
@@ -743,6 +744,12 @@ def test_the_cpu_bandwidth_is_measured_once_per_host_and_kept(tmp_path):
     kept[key]["gbs"] = 12345.0
     (tmp_path / membw.FILE).write_text(json.dumps(kept))
     assert membw.cpu_bandwidth(tmp_path, "h", "cpu").gbs == 12345.0  # read back, not measured again
+    again = membw.cpu_bandwidth(tmp_path, "h", "cpu", again=True)  # asked: measured again, and kept
+    assert again.gbs != 12345.0 and json.loads((tmp_path / membw.FILE).read_text())[key]["gbs"] == again.gbs
+    # issue #48: one taken while other work kept the CPUs busy was kept, and every later limit took it
+    busy = membw.cpu_bandwidth(tmp_path / "other", "h", "cpu", busy=True)
+    assert busy.basis.endswith("while the host was busy with other work: low, and not kept")
+    assert not (tmp_path / "other" / membw.FILE).exists()
 
 
 H200_31 = FIXTURES / "h200" / "bench31"  # bench/gpu-bench-steady.sh, 2026-12-02 (issue #31)
@@ -985,3 +992,48 @@ def test_energy_is_taken_over_the_repetitions_speed_is_and_a_cpu_that_ran_layers
     phases = [logs.Phase(2, "generation", 1.0, 2.0), logs.Phase(2, "generation", 3.0, 4.0)]
     assert limit.per_token([gpu, cpu], phases, {"generation": 100}, cpu_works=False) == pytest.approx(0.2)
     assert limit.per_token([gpu, cpu], phases, {"generation": 100}, cpu_works=True) is None
+
+
+def _moe_model(path: Path) -> Path:
+    sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
+    from gguf_model import write_model
+
+    write_model(path, embd=128, ff=256, layers=4, vocab=1000, ctx=512, experts=8, used=2, dtype="f32")
+    return path
+
+
+def test_the_limit_reads_each_tensor_where_the_run_put_it_and_a_moe_reads_the_experts_it_uses(tmp_path):
+    """Issue #48: every weight buffer counted as read per token: with mmap the CPU_Mapped buffer is the whole file,
+    and a MoE reads n_used/n_expert of its expert tensors, not all of them."""
+    from buildmgr.bench.runner import model_bytes
+
+    model = model_bytes(_moe_model(tmp_path / "moe.gguf"))
+    assert model.expert_share == 2 / 8 and model.vocab == 1000 and not model.tied
+    sizes = dict(model.tensors)
+    lines = [f"load_tensors: layer {n:3d} assigned to device CUDA0, is_swa = 0" for n in range(5)]
+    lines += [f"tensor {name} (1 MiB f32) buffer type overridden to CPU" for name in sizes if name.startswith("blk.3.")]
+    lines += ["load_tensors:   CPU_Mapped model buffer size =   999.00 MiB"]  # mmap: the whole file, never all read
+    load = logs.load_log(lines)
+    read = limit.weights_read(model, load, ["CUDA0"])
+
+    def per_token(names):
+        return sum(sizes[n] * (model.expert_share if "_exps" in n else 1.0) for n in names) / 2**20
+
+    gpu = [n for n in sizes if n.startswith(("blk.0.", "blk.1.", "blk.2.", "output"))]
+    cpu = [n for n in sizes if n.startswith("blk.3.")]
+    assert read["CUDA0"] == pytest.approx(per_token(gpu))
+    assert read["CPU"] == pytest.approx(per_token(cpu) + sizes["token_embd.weight"] / 1000 / 2**20)
+    experts = sum(sizes[n] for n in sizes if "_exps" in n) / 2**20
+    assert read["CUDA0"] + read["CPU"] < sum(sizes.values()) / 2**20 - experts * 0.7  # 6 of 8 experts unread
+
+
+def test_a_tied_head_reads_the_embeddings_whole_and_a_row_split_is_bounded_by_its_slowest_device():
+    tied = limit.ModelBytes((("token_embd.weight", 100 << 20), ("blk.0.attn_q.weight", 10 << 20)), 1000, 1.0)
+    load = logs.load_log([f"load_tensors: layer {n:3d} assigned to device CUDA0, is_swa = 0" for n in range(2)])
+    read = limit.weights_read(tied, load, ["CUDA0"])
+    assert read == {"CUDA0": pytest.approx(110.0), "CPU": pytest.approx(0.1)}
+    bandwidth = {"CUDA0": (1000.0, "test"), "CUDA1": (500.0, "test")}
+    turns = limit.decode_limit({"CUDA0": 1000.0, "CUDA1": 1000.0}, bandwidth, 100.0)
+    together = limit.decode_limit({"CUDA0": 1000.0, "CUDA1": 1000.0}, bandwidth, 100.0, parallel=True)
+    # 1000 MB at 1000 GB/s and at 500 GB/s: 1 ms and 2 ms one after the other (a layer split), or 2 ms at once
+    assert turns.limit_ts == pytest.approx(1000 / 3, abs=0.01) and together.limit_ts == pytest.approx(500.0)

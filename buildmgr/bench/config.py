@@ -225,6 +225,7 @@ class Request:
     timeout: float = 1800.0  # seconds one run may take
     allow_busy: bool = False
     allow_pinned: bool = False
+    remeasure: bool = False  # the CPU's bandwidth measured again, not taken from what is kept
 
 
 DEFAULT_REQUEST = Request(None, (), DEFAULT_WORKLOAD)
@@ -248,6 +249,7 @@ class Asked:
     timeout: float | None = None
     allow_busy: bool = False
     allow_pinned: bool = False
+    remeasure: bool = False
 
 
 def _at_least(value: float, flag: str, minimum: float, why: str = "") -> None:
@@ -289,5 +291,7 @@ def resolve(
     workload = Workload(n_prompt, n_gen, pg=asked.pg, runs=runs, repetitions=repetitions, warmup=warmup)
     depths, notes = fit_depths(depths, asked.depth is not None, workload, n_ctx)
     workload = dataclasses.replace(workload, depths=depths)
-    request = Request(asked.model, tuple(configs), workload, interval, timeout, asked.allow_busy, asked.allow_pinned)
+    request = Request(
+        asked.model, tuple(configs), workload, interval, timeout, asked.allow_busy, asked.allow_pinned, asked.remeasure
+    )
     return request, notes

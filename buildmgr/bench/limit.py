@@ -5,6 +5,7 @@ each device's energy per token in each timed phase (a counter that only grows: N
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -13,6 +14,7 @@ from buildmgr.bench.sampling import Sample
 
 CPU = "CPU"  # every CPU-side buffer (CPU, CPU_Mapped, CPU_REPACK, CUDA_Host …) and the CPU's energy
 MIB = 1.048576  # MB
+_BLOCK = re.compile(r"^blk\.(\d+)\.")
 # NVML's energy counter moves in steps of its update period (tens of ms): readings inside the phases must span this
 # much before their difference is a rate rather than a step.
 MIN_ENERGY_SECONDS = 0.5
@@ -70,14 +72,68 @@ def holdings(load: LoadLog, devices: Sequence[str]) -> tuple[Holding, ...]:
     return tuple(Holding(d, round(m, 2), round(m / total, 4)) for d, m in mib.items() if d != CPU or m)
 
 
+@dataclass(frozen=True)
+class ModelBytes:
+    """What decoding a token reads of a model, from its GGUF header (each tensor's type and shape give its bytes)."""
+
+    tensors: tuple[tuple[str, int], ...]  # name, bytes
+    vocab: int  # rows of token_embd.weight: a token looks up one
+    expert_share: float  # experts used per token over experts (1.0: no experts)
+
+    @property
+    def tied(self) -> bool:
+        """No output.weight: the LM head multiplies by token_embd.weight, read whole."""
+        return not any(name == "output.weight" for name, _ in self.tensors)
+
+
+def _tensor_device(name: str, load: LoadLog, devices: Sequence[str]) -> str:
+    """Where the run put a tensor: an -ot's buffer type, else its layer's device (the output layer's for output.*),
+    else the CPU (the input layer: llama.cpp keeps it there)."""
+    if name in load.overridden:
+        return device_of(load.overridden[name], devices)
+    if (block := _BLOCK.match(name)) and int(block.group(1)) in load.layers:
+        found = load.layers[int(block.group(1))]
+    elif name.startswith("output") and load.layers:
+        found = load.layers[max(load.layers)]
+    else:
+        return CPU
+    return found if found in devices else CPU
+
+
+def weights_read(model: ModelBytes, load: LoadLog, devices: Sequence[str]) -> dict[str, float]:
+    """MiB of weights each device reads per decoded token, tensor by tensor: dense tensors whole, expert tensors by
+    the share of experts a token uses, one row of the token embeddings (all of them again where the head is tied)."""
+    read: dict[str, float] = {}
+    for name, size in model.tensors:
+        device = _tensor_device(name, load, devices)
+        if name == "token_embd.weight":
+            share = 1 / max(model.vocab, 1)
+            if model.tied:
+                out = _tensor_device("output.weight", load, devices)
+                read[out] = read.get(out, 0.0) + size / 2**20
+        elif "_exps" in name:
+            share = model.expert_share
+        else:
+            share = 1.0
+        read[device] = read.get(device, 0.0) + size * share / 2**20
+    return read
+
+
 def read_per_token(
-    held: Sequence[Holding], load: LoadLog, test: int, n_depth: int, n_gen: int, looked_up_mib: float
+    held: Sequence[Holding], load: LoadLog, test: int, n_depth: int, n_gen: int, model: ModelBytes | None
 ) -> dict[str, float]:
-    """MB each device reads per generated token: its weights (the CPU's less the token embeddings, of which a token
-    reads one row) and its KV cache's share of the cells a token attends to on average (the depth and half the
-    tokens generated), from the test's own context."""
+    """MB each device reads per generated token: its weights, tensor by tensor where the load log says where each
+    layer went (else what its model buffers hold, the CPU's less the token embeddings, of which a token reads one
+    row), and its KV cache's share of the cells a token attends to on average (the depth and half the tokens
+    generated), from the test's own context."""
     devices = [h.device for h in held if h.device != CPU]
-    read = {h.device: h.weights_mib - (looked_up_mib if h.device == CPU else 0.0) for h in held}
+    if model is not None and load.layers:
+        read = weights_read(model, load, devices)
+    else:
+        looked_up = (
+            next((size / 2**20 for name, size in model.tensors if name == "token_embd.weight"), 0.0) if model else 0.0
+        )
+        read = {h.device: h.weights_mib - (looked_up if h.device == CPU else 0.0) for h in held}
     cells = load.cells.get(test)
     for buffer, size in load.kv.get(test, {}).items() if cells else ():
         owner = device_of(buffer, devices)
@@ -87,15 +143,20 @@ def read_per_token(
 
 
 def decode_limit(
-    read_mb: Mapping[str, float], bandwidth: Mapping[str, tuple[float | None, str]], median: float | None
+    read_mb: Mapping[str, float],
+    bandwidth: Mapping[str, tuple[float | None, str]],
+    median: float | None,
+    parallel: bool = False,
 ) -> Limit:
-    """tokens/s if every device read its bytes at its peak bandwidth, one after another; and the median's share."""
+    """tokens/s if every device read its bytes at its peak bandwidth, one after another (a layer split takes turns),
+    or at once (`parallel`: -sm row and tensor, where the slowest device bounds); and the median's share."""
     gbs = {d: bandwidth.get(d, (None, "no bandwidth known"))[0] for d in read_mb}
     lacking = [d for d, mb in read_mb.items() if mb > 0 and gbs[d] is None]
     if lacking:
         why = "; ".join(f"{d}: {bandwidth.get(d, (None, 'no bandwidth known'))[1]}" for d in lacking)
         return Limit(None, None, dict(read_mb), gbs, f"no peak bandwidth for {why}")
-    seconds = sum(mb / 1000 / g for d, mb in read_mb.items() if mb > 0 and (g := gbs[d]))
+    times = [mb / 1000 / g for d, mb in read_mb.items() if mb > 0 and (g := gbs[d])]
+    seconds = max(times, default=0.0) if parallel else sum(times)
     if not seconds:
         return Limit(None, None, dict(read_mb), gbs, "no bytes read per token were found in the load log")
     limit = 1 / seconds

@@ -9,6 +9,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from buildmgr.coverage import LAYER_LINE, OVERRIDE_LINE
+
 _PROGRESS = re.compile(r"^llama-bench: benchmark (\d+)/(\d+): (.*)$")
 # tools/llama-bench at the pin prints these before each timed phase, and "starting", "warmup … run" and "depth run"
 # before the untimed ones.
@@ -86,6 +88,8 @@ class LoadLog:
     offloaded: tuple[int, int] | None = None  # (layers offloaded, layers)
     kv: dict[int, dict[str, float]] = field(default_factory=dict)  # test → buffer type → KV MiB (a context per test)
     cells: dict[int, int] = field(default_factory=dict)  # test → the KV cache's cells
+    layers: dict[int, str] = field(default_factory=dict)  # layer → its device (the last: the output layer)
+    overridden: dict[str, str] = field(default_factory=dict)  # tensor → the buffer type an -ot gave it
 
     def weights(self) -> dict[str, float]:
         """MiB of model buffer per buffer type."""
@@ -111,6 +115,8 @@ def load_log(lines: Iterable[str]) -> LoadLog:
     offloaded = None
     kv: dict[int, dict[str, float]] = {}
     cells: dict[int, int] = {}
+    layers: dict[int, str] = {}
+    overridden: dict[str, str] = {}
     test = 0  # the progress lines in the same stream say which test's context a line is of
     for line in lines:
         if match := _PROGRESS.match(line):
@@ -127,7 +133,11 @@ def load_log(lines: Iterable[str]) -> LoadLog:
                 used.append(match.group(1))
         elif match := _OFFLOADED.search(line):
             offloaded = (int(match.group(1)), int(match.group(2)))
-    return LoadLog(buffers, tuple(used), offloaded, kv, cells)
+        elif match := LAYER_LINE.search(line):
+            layers[int(match.group(1))] = match.group(2)
+        elif match := OVERRIDE_LINE.search(line):
+            overridden[match.group(1)] = match.group(2)
+    return LoadLog(buffers, tuple(used), offloaded, kv, cells, layers, overridden)
 
 
 def timing(events: list[Event], started: float) -> tuple[float | None, float | None]:

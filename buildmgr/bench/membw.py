@@ -9,8 +9,9 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from buildmgr.fsutil import atomic_write_text, locked
 
@@ -34,29 +35,40 @@ def _host_key(hostname: str, cpu: str) -> str:
 
 
 def measure() -> Bandwidth:
-    """Every usable core reads its own slice of one ARRAY_MIB array with numpy (which releases the GIL in the
-    sum); the fastest of PASSES passes."""
+    """Every usable core reads its own slice of ARRAY_MIB with numpy (which releases the GIL in the sum), a slice
+    that core's thread wrote first, so that on a NUMA host its pages are its own node's (a STREAM-like read); the
+    fastest of PASSES passes."""
     try:
         import numpy as np  # gguf's dependency, so always here with buildmgr
     except ImportError:
         return Bandwidth(None, "numpy is not importable, so the CPU's bandwidth was not measured")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    data = np.ones(ARRAY_MIB << 17, dtype=np.float64)  # 8 bytes each
-    slices = np.array_split(data, cores)
-    best = 0.0
-    for _ in range(PASSES):
-        threads = [threading.Thread(target=np.add.reduce, args=(part,)) for part in slices]
+    parts: list[np.ndarray[Any, Any]] = [np.empty(0)] * cores
+
+    def touch(index: int) -> None:
+        parts[index] = np.ones((ARRAY_MIB << 17) // cores, dtype=np.float64)  # 8 bytes each
+
+    def each(target: Callable[[int], object]) -> float:
+        threads = [threading.Thread(target=target, args=(i,)) for i in range(cores)]
         start = time.perf_counter()
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
-        best = max(best, data.nbytes / (time.perf_counter() - start) / 1e9)
-    return Bandwidth(round(best, 1), f"measured here: {cores} threads summing {ARRAY_MIB} MiB, best of {PASSES}")
+        return time.perf_counter() - start
+
+    each(touch)
+    total = sum(part.nbytes for part in parts)
+    best = max(total / each(lambda i: np.add.reduce(parts[i])) / 1e9 for _ in range(PASSES))
+    return Bandwidth(
+        round(best, 1),
+        f"measured here: {cores} threads each summing its own first-touched slice of {ARRAY_MIB} MiB, best of {PASSES}",
+    )
 
 
-def cpu_bandwidth(cache: Path, hostname: str, cpu: str) -> Bandwidth:
-    """The kept measurement of this host, else a new one (about a second), kept."""
+def cpu_bandwidth(cache: Path, hostname: str, cpu: str, *, busy: bool = False, again: bool = False) -> Bandwidth:
+    """The kept measurement of this host, else a new one (about a second), kept; `again`: a new one whatever is
+    kept. One taken while the host is `busy` reads low: it is said so and not kept."""
     path = cache / FILE
     key = _host_key(hostname, cpu)
     with locked(cache / f"{FILE}.lock"):
@@ -65,9 +77,11 @@ def cpu_bandwidth(cache: Path, hostname: str, cpu: str) -> Bandwidth:
         except (OSError, ValueError):
             kept = {}
         found = kept.get(key) if isinstance(kept, dict) else None
-        if isinstance(found, dict) and isinstance(found.get("gbs"), (int, float)):
+        if not again and isinstance(found, dict) and isinstance(found.get("gbs"), (int, float)):
             return Bandwidth(float(found["gbs"]), str(found.get("basis", "measured here")))
         made = measure()
+        if busy and made.gbs is not None:
+            return Bandwidth(made.gbs, made.basis + ", while the host was busy with other work: low, and not kept")
         if made.gbs is not None:
             kept = kept if isinstance(kept, dict) else {}
             kept[key] = {"gbs": made.gbs, "basis": made.basis, "at": time.strftime("%Y-%m-%d")}

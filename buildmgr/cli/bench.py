@@ -70,6 +70,11 @@ def register(sub: Subparsers, name: str) -> None:
         + ", ".join(f"{k}={v}" for k, v in backends.pinning_guards(backends.known_backends()).items())
         + " is set for them)",
     )
+    p.add_argument(
+        "--remeasure-cpu",
+        action="store_true",
+        help="measure the CPU's memory bandwidth again (it is measured once per host and kept)",
+    )
     p.add_argument("--plot", type=Path, metavar="PNG", help="tokens/s against depth (needs buildmgr[plot])")
     p.add_argument("--compare", type=Path, nargs="+", metavar="FILE", help="compare rows of these files instead")
     p.add_argument(
@@ -111,6 +116,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         args.timeout,
         args.allow_busy,
         args.allow_pinned,
+        args.remeasure_cpu,
     )
     request, notes = runner.prepare(asked, (lambda: plot.require(args.plot)) if args.plot else lambda: None)
     status = _Status(request.workload)
