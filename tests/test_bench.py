@@ -24,8 +24,8 @@ from buildmgr import proc
 from buildmgr.backends import EngineReading
 from buildmgr.backends.cuda import engines as cuda_engines
 from buildmgr.backends.hip import engines as hip_engines
+from buildmgr.bench import compare, limit, logs, rows, stats, verdicts
 from buildmgr.bench import config as cfg
-from buildmgr.bench import limit, logs, rows, stats
 from buildmgr.bench.judge import MIN_IDLE_SECONDS, Role, Validity, Verdict, judge
 from buildmgr.bench.sampling import ProcessReading, Sample, read_process, services
 from buildmgr.errors import UserError
@@ -289,12 +289,12 @@ def test_merged_timing_is_what_llama_bench_computes():
 
 def test_the_h200_rows_compare_by_devices_and_give_the_verdicts_of_the_run():
     found = rows.read_rows([H200 / "rows.jsonl"])
-    table = [entry.to_json() for entry in rows.compare(found, "devices")]
+    table = [entry.to_json() for entry in compare.compare(found, "devices")]
     tg = {e["devices"]: e for e in table if e["test"] == "tg128 @ d4096" and "dense" not in str(e)}
     assert tg["devices=Vulkan0"]["vs_baseline"]["ratio"] == pytest.approx(1.27, abs=0.01)
     assert not tg["devices=Vulkan0"]["vs_baseline"]["within_noise"]
     devices_of = {"cuda0": 1, "vulkan0": 1, "cuda0+vulkan0": 2, "moe-gpu": 1, "moe-cpu-experts": 1, "moe-ngl0": 1}
-    lines = rows.verdicts(found, devices_of)
+    lines = verdicts.verdicts(found, devices_of)
     # the run's own verdicts, with the one row that sampling could not prove (cuda0 tg128 @ d0, too short) now named
     recorded = json.loads((H200 / "bench-summary.json").read_text())["verdicts"]
     unproven = "no difference between vulkan0 and cuda0 (unproven) (1.00× [0.91, 1.11]: inside the noise)"
@@ -303,7 +303,7 @@ def test_the_h200_rows_compare_by_devices_and_give_the_verdicts_of_the_run():
         line.replace("and cuda0 (1.00×", "and cuda0 (unproven) (1.00×").replace("moe-cpu-experts", guarded)
         for line in recorded
     ]
-    assert [*expected, f"moe-cpu-experts ran with GGML_CUDA_NO_PINNED=1: {rows.PINNING_GUARD}"] == lines
+    assert [*expected, f"moe-cpu-experts ran with GGML_CUDA_NO_PINNED=1: {verdicts.PINNING_GUARD}"] == lines
     assert f"tg128 @ d0 [dense.gguf]: {unproven}" in lines
     assert (
         "tg128 @ d4096 [dense.gguf]: split cuda0+vulkan0 is not worth it: 0.58× [0.56, 0.60] of the best single device vulkan0"
@@ -316,9 +316,9 @@ def test_one_config_alone_gets_no_verdict_and_one_usable_among_several_is_named(
     """Issue #35: one CONFIG alone was told "only cpu gave a usable result", as if others had failed."""
     found = rows.read_rows([H200 / "rows.jsonl"])
     alone = [r for r in found if r.config == "moe-gpu"]
-    assert alone and rows.verdicts(alone, {"moe-gpu": 1}) == []
+    assert alone and verdicts.verdicts(alone, {"moe-gpu": 1}) == []
     beside_a_fallback = [r for r in found if r.config in ("moe-gpu", "moe-ngl0")]
-    lines = rows.verdicts(beside_a_fallback, {"moe-gpu": 1, "moe-ngl0": 1})
+    lines = verdicts.verdicts(beside_a_fallback, {"moe-gpu": 1, "moe-ngl0": 1})
     assert lines and all(line.endswith("only moe-gpu gave a usable result") for line in lines)
 
 
@@ -344,7 +344,7 @@ def test_two_runs_of_one_config_compare_by_their_files(tmp_path):
     row = {"n_prompt": 0, "n_gen": 128, "n_depth": 0, "avg_ts": 50.0, "samples_ts": [49.0, 51.0], "devices": "auto"}
     (tmp_path / "a.jsonl").write_text(json.dumps(row) + "\n")
     (tmp_path / "b.jsonl").write_text(json.dumps(row | {"samples_ts": [99.0, 101.0]}) + "\n")
-    table = rows.compare(rows.read_rows([tmp_path / "a.jsonl", tmp_path / "b.jsonl"]), "_file")
+    table = compare.compare(rows.read_rows([tmp_path / "a.jsonl", tmp_path / "b.jsonl"]), "_file")
     assert [(e.value, e.baseline) for e in table] == [
         (f"_file={tmp_path / 'a.jsonl'}", f"_file={tmp_path / 'a.jsonl'}"),
         (f"_file={tmp_path / 'b.jsonl'}", f"_file={tmp_path / 'a.jsonl'}"),
@@ -357,7 +357,7 @@ def test_llama_bench_s_own_json_and_jsonl_are_read(tmp_path):
     (tmp_path / "a.json").write_text(json.dumps([row, row | {"devices": "none", "samples_ts": [25.0, 25.5]}]))
     (tmp_path / "b.jsonl").write_text(json.dumps(row | {"n_depth": 512}) + "\n")
     found = rows.read_rows([tmp_path / "a.json", tmp_path / "b.jsonl"])
-    table = rows.compare(found, "devices")
+    table = compare.compare(found, "devices")
     assert [(e.test, e.value, e.summary_median) for e in table] == [
         ("tg128 @ d0", "devices=auto", 50.0),
         ("tg128 @ d0", "devices=none", 25.25),
@@ -366,7 +366,7 @@ def test_llama_bench_s_own_json_and_jsonl_are_read(tmp_path):
     import csv
 
     # issue #35: cells held text (`0.5 %`, `—`, `baseline`); a spreadsheet reads numbers, and nothing as empty
-    cells = list(csv.DictReader(rows.render(table, "devices", "csv").splitlines()))
+    cells = list(csv.DictReader(compare.render(table, "devices", "csv").splitlines()))
     assert len(cells) == 3 and cells[0]["test"] == "tg128 @ d0" and cells[1]["devices"] == "devices=none"
     assert float(cells[0]["median_ts"]) == 50.0 and float(cells[0]["cv"]) == pytest.approx(2**0.5 / 50, rel=0.01)
     assert cells[0]["baseline"] == cells[0]["devices"] and cells[0]["vs_baseline"] == cells[0]["within_noise"] == ""
@@ -376,7 +376,7 @@ def test_llama_bench_s_own_json_and_jsonl_are_read(tmp_path):
     with pytest.raises(UserError, match="neither JSON nor JSONL"):
         rows.read_rows([tmp_path / "c.txt"])
     with pytest.raises(UserError, match="--by 'colour'"):
-        rows.compare(found, "colour")
+        compare.compare(found, "colour")
 
 
 # --- samplers on recorded readings --------------------------------------------------------------------------------
@@ -469,9 +469,9 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path):
 
 def test_compare_ranks_by_energy_per_token_as_well_as_throughput():
     found = rows.read_rows([H200_31 / "rows.jsonl"])
-    as_read = [(e.test, e.value) for e in rows.compare(found, "config")]
-    by_ts = [(e.test, e.value) for e in rows.compare(found, "config", rank="ts")]
-    by_energy = {e.test: e for e in rows.compare(found, "config", rank="j_per_token") if e.value == "vk0"}
+    as_read = [(e.test, e.value) for e in compare.compare(found, "config")]
+    by_ts = [(e.test, e.value) for e in compare.compare(found, "config", rank="ts")]
+    by_energy = {e.test: e for e in compare.compare(found, "config", rank="j_per_token") if e.value == "vk0"}
     assert as_read[:4] == [
         ("pp512 @ d0", "cuda0"),
         ("pp512 @ d0", "vk0"),
@@ -481,7 +481,7 @@ def test_compare_ranks_by_energy_per_token_as_well_as_throughput():
     # on the H200 at d4096, Vulkan0 decoded faster (695 vs 515 t/s) and for less energy (0.57 vs 0.86 J/token);
     # at d0 CUDA0 decoded faster (780 vs 761) but Vulkan0 spent less (0.43 vs 0.49 J/token)
     assert by_ts.index(("tg128 @ d0", "cuda0")) < by_ts.index(("tg128 @ d0", "vk0"))
-    ranked = [(e.test, e.value) for e in rows.compare(found, "config", rank="j_per_token")]
+    ranked = [(e.test, e.value) for e in compare.compare(found, "config", rank="j_per_token")]
     assert ranked.index(("tg128 @ d0", "vk0")) < ranked.index(("tg128 @ d0", "cuda0"))
     assert by_energy["tg128 @ d4096"].j_per_token == pytest.approx(0.57044)
     assert by_energy["pp512 @ d0"].j_per_token is None  # no row of it could read its energy: ranked last, not zero
@@ -518,7 +518,7 @@ def test_compare_plots_the_h200_rows(tmp_path):
 def test_each_row_is_compared_with_the_first_valid_config_on_its_own_model():
     """Issue #48: the baseline was the first CONFIG even when it fell back. cuda0 came first on the dense model but
     one of its rows is unproven (tg128 @ d0 too short to sample), so vulkan0, whose rows are all valid, is the base."""
-    from buildmgr.bench.runner import _with_baseline
+    from buildmgr.bench.aggregate import with_baseline as _with_baseline
 
     found = _with_baseline(rows.read_rows([H200 / "rows.jsonl"]))
     baselines = {(r.meta.config, r.meta.baseline) for r in found}
@@ -528,7 +528,7 @@ def test_each_row_is_compared_with_the_first_valid_config_on_its_own_model():
     reordered = _with_baseline(fell_back + [r for r in found if r.config != "moe-ngl0"])
     assert {r.meta.baseline for r in reordered if r.config == "moe-ngl0"} == {"moe-gpu"}  # first, but fell back
     with pytest.raises(UserError, match="--baseline 'devices=CUDA9' is no value of --by devices"):
-        rows.compare(found, "devices", "devices=CUDA9")
+        compare.compare(found, "devices", "devices=CUDA9")
 
 
 def test_one_run_each_is_never_called_a_difference_or_none():
@@ -601,12 +601,12 @@ def _row(config: str, runs: list[list[float]], first: list[float] | None = None,
 
 def test_steady_state_decides_the_verdict_and_the_first_repetition_is_said_apart():
     """The 12-01 verdict 'vk0 wins by 1.77×' came from first repetitions alone; steady state says CUDA0 is faster."""
-    from buildmgr.bench.runner import _first_apart
+    from buildmgr.bench.aggregate import _first_apart
 
     assert cfg.Workload().args()[6:8] == ["-r", "6"]  # several repetitions per process, not -r 1
     cuda = _row("cuda0", [list(CUDA0_PP512[1:]), [53400.0, 53900.0, 54200.0, 54500.0]], [27090.0, 26500.0])
     vk = _row("vk0", [[47100.0, 47300.0, 46900.0, 47000.0], [46800.0, 47200.0, 47400.0, 47100.0]], [47000.0, 46900.0])
-    [line] = rows.verdicts([cuda, vk], {"cuda0": 1, "vk0": 1})
+    [line] = verdicts.verdicts([cuda, vk], {"cuda0": 1, "vk0": 1})
     assert line.startswith("pp512 @ d0: cuda0 wins by 1.1")
     assert _first_apart(list(cuda.meta.first_ts), rows.samples(cuda)) == (
         "first repetition 0.50× of steady state: warm-up inside the process"
@@ -617,13 +617,13 @@ def test_steady_state_decides_the_verdict_and_the_first_repetition_is_said_apart
 def test_the_process_is_the_unit_so_one_process_each_has_no_interval_however_tight_its_samples():
     a = _row("a", [[100.0, 100.2, 99.8, 100.1, 99.9]])
     b = _row("b", [[120.0, 120.1, 119.9, 120.2, 119.8]])
-    [_, other] = rows.compare([a, b], "config")
+    [_, other] = compare.compare([a, b], "config")
     assert other.vs_baseline is not None and other.vs_baseline.low is None  # no tight interval from one process
     three = [
         _row("a", [[100.0, 100.1], [100.4, 100.5], [99.6, 99.7]]),
         _row("b", [[101, 101.1], [99, 99.1], [130, 130.1]]),
     ]
-    [_, spread] = rows.compare(three, "config")
+    [_, spread] = compare.compare(three, "config")
     assert spread.vs_baseline is not None and spread.vs_baseline.within_noise  # processes disagree: wide
 
 
@@ -666,9 +666,9 @@ def test_rows_of_two_hosts_are_never_pooled_and_compare_by_host():
     b = dataclasses.replace(a, meta=dataclasses.replace(a.meta, host=h200))
     c = _row("cuda0", [[150.0, 151.0], [152.0, 151.5]], n_gen=128, n_prompt=0)
     c = dataclasses.replace(c, meta=dataclasses.replace(c.meta, host=rtx))
-    by_config = rows.compare([b, c], "config")
+    by_config = compare.compare([b, c], "config")
     assert [(e.value, e.n, e.vs_baseline) for e in by_config] == [("cuda0", 4, None), ("cuda0", 4, None)]
-    by_host = rows.compare([b, c], rows.HOST)
+    by_host = compare.compare([b, c], rows.HOST)
     assert by_host[0].value.startswith("gpu-a (Xeon; NVIDIA H200 0000:00:06.0 570.1)")
     assert by_host[1].vs_baseline is not None and by_host[1].vs_baseline.value == pytest.approx(0.25, rel=0.01)
 
@@ -803,7 +803,7 @@ def test_the_recorded_h200_rows_keep_steady_state_first_repetitions_limit_and_en
 def test_virtual_devices_are_judged_by_their_card_s_engines():
     """GGML_CUDA_DEVICES=2 on one H200 (fixtures/h200/virtual34): NVML reads the card, 0000:00:06.0; the two devices
     are 0000:00:06.0-v0 and -v1. Both must be read through the card, never 'not readable'."""
-    from buildmgr.bench.runner import roles_for
+    from buildmgr.bench.prepare import roles_for
     from buildmgr.probe import api_devices
 
     records = (FIXTURES / "h200" / "virtual34" / "api-virtual.json").read_text()
@@ -880,7 +880,7 @@ def test_a_cpu_busy_with_other_work_makes_the_host_busy():
     import subprocess
     import sys
 
-    from buildmgr.bench.runner import busy_host
+    from buildmgr.bench.prepare import busy_host
 
     loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
     try:
@@ -907,23 +907,23 @@ def test_one_statistic_ranks_and_compares_so_a_winner_never_wins_by_less_than_on
     a = _row("a", [[130.0] * 9, [80.0, 80.0], [80.0, 80.0]])
     b = _row("b", [[110.0] * 2, [110.0] * 2, [111.0] * 2])
     assert statistics.median(rows.samples(a)) > statistics.median(rows.samples(b))
-    [line] = rows.verdicts([a, b], {"a": 1, "b": 1})
+    [line] = verdicts.verdicts([a, b], {"a": 1, "b": 1})
     assert line.startswith("pp512 @ d0: ") and ("b wins by" in line or "no difference between b and a" in line)
 
 
 def test_a_split_inside_the_noise_cannot_be_told_and_one_run_each_is_only_too_few_runs():
     single = _row("single", [[100.0, 101.0], [99.0, 100.0], [98.0, 103.0]])
     noisy_split = _row("split", [[90.0, 91.0], [104.0, 105.0], [99.0, 97.0]])
-    lines = rows.verdicts([single, noisy_split], {"single": 1, "split": 2})
+    lines = verdicts.verdicts([single, noisy_split], {"single": 1, "split": 2})
     assert lines[-1].startswith("pp512 @ d0: split split cannot be told from the best single device single (")
     assert not any("not worth it" in line or "beats" in line for line in lines)
-    one = rows.verdicts([_row("single", [[100.0]]), _row("split", [[60.0]])], {"single": 1, "split": 2})
+    one = verdicts.verdicts([_row("single", [[100.0]]), _row("split", [[60.0]])], {"single": 1, "split": 2})
     assert one[-1] == (
         "pp512 @ d0: split split against the best single device single: 0.60× in one run each: too few runs to tell"
     )
     assert not any("not worth it" in line for line in one)
     slower = _row("split", [[60.0, 61.0], [59.0, 60.0], [61.0, 60.0]])
-    assert "split split is not worth it: 0.60×" in rows.verdicts([single, slower], {"single": 1, "split": 2})[-1]
+    assert "split split is not worth it: 0.60×" in verdicts.verdicts([single, slower], {"single": 1, "split": 2})[-1]
 
 
 def test_an_unproven_or_partial_winner_says_so_and_the_worst_state_is_one_definition():
@@ -932,7 +932,7 @@ def test_an_unproven_or_partial_winner_says_so_and_the_worst_state_is_one_defini
     fast = _row("fast", [[200.0, 201.0], [199.0, 200.0]])
     fast = dataclasses.replace(fast, meta=dataclasses.replace(fast.meta, validity=Validity.UNPROVEN))
     slow = _row("slow", [[100.0, 101.0], [99.0, 100.0]])
-    [line] = rows.verdicts([fast, slow], {"fast": 1, "slow": 1})
+    [line] = verdicts.verdicts([fast, slow], {"fast": 1, "slow": 1})
     assert line.startswith("pp512 @ d0: fast (unproven) wins by 2.00×")
     assert worst([Validity.VALID, Validity.UNPROVEN, Validity.FALLBACK]) is Validity.FALLBACK
     assert worst([Validity.VALID, Validity.PARTIAL, Validity.UNPROVEN]) is Validity.PARTIAL
@@ -941,15 +941,16 @@ def test_an_unproven_or_partial_winner_says_so_and_the_worst_state_is_one_defini
 
 def test_the_environment_bench_set_is_beside_the_config_in_the_table_and_what_allow_pinned_cost_is_said():
     """Issue #48: GGML_CUDA_NO_PINNED=1 appeared only in the JSON's env_set, while it cost 0.67× against a hand run."""
-    from buildmgr.bench.runner import Planned, pinned_notes
+    from buildmgr.bench.aggregate import pinned_notes
+    from buildmgr.bench.prepare import Planned
 
     found = rows.read_rows([H200 / "rows.jsonl"])
-    table = rows.compare(found, "config")
-    markdown = rows.render(table, "config", "md")
+    table = compare.compare(found, "config")
+    markdown = compare.render(table, "config", "md")
     assert "| moe-cpu-experts [GGML_CUDA_NO_PINNED=1] |" in markdown and "| moe-gpu [" not in markdown
     guarded = [e.to_json() for e in table if e.value == "moe-cpu-experts"]
     assert guarded and all(e["env_set"] == {"GGML_CUDA_NO_PINNED": "1"} for e in guarded)
-    assert "GGML_CUDA_NO_PINNED=1" in rows.render(table, "config", "csv")
+    assert "GGML_CUDA_NO_PINNED=1" in compare.render(table, "config", "csv")
     experts = next(r for r in found if r.config == "moe-cpu-experts")
     pinned = dataclasses.replace(
         experts, meta=dataclasses.replace(experts.meta, host_memory={"load_log": {"pinned_host_mib": 812.4}})
@@ -964,7 +965,7 @@ def test_the_environment_bench_set_is_beside_the_config_in_the_table_and_what_al
 
 def test_a_warm_up_process_runs_first_and_is_kept_apart_from_the_timed_ones():
     """Issue #48: Vulkan0's first process compiled its pipelines, and pp512 @ d0 pooled it: CV 42 %, no answer."""
-    from buildmgr.bench.runner import _warm_apart
+    from buildmgr.bench.aggregate import _warm_apart
 
     assert cfg.Workload().warmup == 1
     steady = [47100.0, 47300.0, 46900.0, 47000.0]
@@ -982,7 +983,7 @@ def test_a_warm_up_process_runs_first_and_is_kept_apart_from_the_timed_ones():
 def test_energy_is_taken_over_the_repetitions_speed_is_and_a_cpu_that_ran_layers_must_be_read():
     """Issue #48: the first repetition was out of t/s but in J/token; an unreadable CPU counter dropped the CPU from
     the total, so CPU-override CONFIGs ranked cheaper."""
-    from buildmgr.bench.runner import steady_phases
+    from buildmgr.bench.aggregate import steady_phases
 
     reps = [logs.Phase(3, kind, t, t + 0.5) for t in (1.0, 2.0, 3.0) for kind in ("prompt", "generation")]
     kept = steady_phases(list(reversed(reps)))
@@ -1005,7 +1006,7 @@ def _moe_model(path: Path) -> Path:
 def test_the_limit_reads_each_tensor_where_the_run_put_it_and_a_moe_reads_the_experts_it_uses(tmp_path):
     """Issue #48: every weight buffer counted as read per token: with mmap the CPU_Mapped buffer is the whole file,
     and a MoE reads n_used/n_expert of its expert tensors, not all of them."""
-    from buildmgr.bench.runner import model_bytes
+    from buildmgr.bench.prepare import model_bytes
 
     model = model_bytes(_moe_model(tmp_path / "moe.gguf"))
     assert model.expert_share == 2 / 8 and model.vocab == 1000 and not model.tied

@@ -45,3 +45,11 @@ def test_every_module_outside_backends_is_kept_from_the_backend_packages():
     children = {p.stem for p in (ROOT / "buildmgr" / "backends").iterdir() if p.name != "__pycache__"} - {"__init__"}
     assert all((ROOT / "buildmgr" / "backends" / c / "__init__.py").is_file() for c in children), children
     assert contract("each backend package")["modules"] == ["buildmgr.backends.*"]
+
+
+def test_no_bench_module_is_over_400_lines():
+    """Issue #48: runner.py planned, checked the host, ran, aggregated and serialized in 622 lines; one job per
+    module keeps each short enough to read whole."""
+    folder = Path(__file__).parent.parent / "buildmgr" / "bench"
+    long = {p.name: n for p in folder.glob("*.py") if (n := len(p.read_text().splitlines())) > 400}
+    assert long == {}

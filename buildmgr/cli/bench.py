@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from buildmgr import backends
+from buildmgr.bench.compare import FORMATS
 from buildmgr.bench.config import DEFAULT_REQUEST, Workload
-from buildmgr.bench.rows import FORMATS, RANKS
+from buildmgr.bench.rows import RANKS
 from buildmgr.cli import command, render
 from buildmgr.config import Context
 from buildmgr.errors import UserError
@@ -97,8 +98,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     stray = [f"--{name}" for name in ("by", "baseline", "rank", "format") if getattr(args, name) is not None]
     if stray:
         raise UserError(f"{', '.join(stray)}: only with bench --compare FILE… (leave out, or add --compare)")
+    from buildmgr.bench import compare as paired
     from buildmgr.bench import config as cfg
     from buildmgr.bench import plot, rows, runner
+    from buildmgr.bench import prepare as planning
     from buildmgr.bench.judge import Validity
 
     asked = cfg.Asked(
@@ -118,7 +121,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         args.allow_pinned,
         args.remeasure_cpu,
     )
-    request, notes = runner.prepare(asked, (lambda: plot.require(args.plot)) if args.plot else lambda: None)
+    request, notes = planning.prepare(asked, (lambda: plot.require(args.plot)) if args.plot else lambda: None)
     status = _Status(request.workload)
     with status:
         result = runner.bench(ctx.dirs, request, ctx.environ, render.say, notes, status.update)
@@ -127,7 +130,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
         return result.exit_code
-    print(rows.render(rows.compare(result.rows, "config"), "config", "md"))
+    print(paired.render(paired.compare(result.rows, "config"), "config", "md"))
     for row in result.rows:
         meta = row.meta
         assert meta is not None  # rows of this call carry buildmgr's part
@@ -173,6 +176,7 @@ class _Status:
 
 
 def compare(args: argparse.Namespace) -> int:
+    from buildmgr.bench import compare as paired
     from buildmgr.bench import plot, rows
 
     if args.configs or args.model:
@@ -181,8 +185,8 @@ def compare(args: argparse.Namespace) -> int:
         plot.require(args.plot)
     found = rows.read_rows(args.compare)
     axis = args.by or "config"
-    table = rows.compare(found, axis, args.baseline, args.rank)
-    print(rows.render(table, axis, "json" if args.json else args.format or FORMATS[0]))
+    table = paired.compare(found, axis, args.baseline, args.rank)
+    print(paired.render(table, axis, "json" if args.json else args.format or FORMATS[0]))
     if args.plot:
         plot.plot(found, args.plot)
         render.say(f"plot: {args.plot}")
