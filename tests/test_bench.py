@@ -290,17 +290,26 @@ def test_merged_timing_is_what_llama_bench_computes():
 def test_the_h200_rows_compare_by_devices_and_give_the_verdicts_of_the_run():
     found = rows.read_rows([H200 / "rows.jsonl"])
     table = [entry.to_json() for entry in compare.compare(found, "devices")]
-    tg = {e["devices"]: e for e in table if e["test"] == "tg128 @ d4096" and "dense" not in str(e)}
+    tg = {e["devices"]: e for e in table if e["test"].startswith("tg128 @ d4096 [") and "moe" not in e["test"]}
+    # issue #48: --by devices named no CONFIG, so rows of two CONFIGs looked alike; the test now says whose it is
+    assert {e["test"] for e in tg.values()} == {
+        "tg128 @ d4096 [cuda0]",
+        "tg128 @ d4096 [vulkan0]",
+        "tg128 @ d4096 [cuda0+vulkan0]",
+    }
     assert tg["devices=Vulkan0"]["vs_baseline"]["ratio"] == pytest.approx(1.27, abs=0.01)
     assert not tg["devices=Vulkan0"]["vs_baseline"]["within_noise"]
     devices_of = {"cuda0": 1, "vulkan0": 1, "cuda0+vulkan0": 2, "moe-gpu": 1, "moe-cpu-experts": 1, "moe-ngl0": 1}
     lines = verdicts.verdicts(found, devices_of)
-    # the run's own verdicts, with the one row that sampling could not prove (cuda0 tg128 @ d0, too short) now named
+    # the run's own verdicts, with the one row that sampling could not prove (cuda0 tg128 @ d0, too short) now named,
+    # and inside the noise "cannot tell" (issue #48: "no difference" claimed what an interval of [1.00, 1.64] cannot)
     recorded = json.loads((H200 / "bench-summary.json").read_text())["verdicts"]
-    unproven = "no difference between vulkan0 and cuda0 (unproven) (1.00× [0.91, 1.11]: inside the noise)"
+    unproven = "cannot tell vulkan0 from cuda0 (unproven) (1.00× [0.91, 1.11]: inside the noise)"
     guarded = "moe-cpu-experts [GGML_CUDA_NO_PINNED=1]"  # the environment bench set is beside the name it was set for
     expected = [
-        line.replace("and cuda0 (1.00×", "and cuda0 (unproven) (1.00×").replace("moe-cpu-experts", guarded)
+        re.sub(r"no difference between (\S+) and (\S+) \(", r"cannot tell \1 from \2 (", line)
+        .replace("from cuda0 (1.00×", "from cuda0 (unproven) (1.00×")
+        .replace("moe-cpu-experts", guarded)
         for line in recorded
     ]
     assert [*expected, f"moe-cpu-experts ran with GGML_CUDA_NO_PINNED=1: {verdicts.PINNING_GUARD}"] == lines
@@ -908,7 +917,7 @@ def test_one_statistic_ranks_and_compares_so_a_winner_never_wins_by_less_than_on
     b = _row("b", [[110.0] * 2, [110.0] * 2, [111.0] * 2])
     assert statistics.median(rows.samples(a)) > statistics.median(rows.samples(b))
     [line] = verdicts.verdicts([a, b], {"a": 1, "b": 1})
-    assert line.startswith("pp512 @ d0: ") and ("b wins by" in line or "no difference between b and a" in line)
+    assert line.startswith("pp512 @ d0: ") and ("b wins by" in line or "cannot tell b from a" in line)
 
 
 def test_a_split_inside_the_noise_cannot_be_told_and_one_run_each_is_only_too_few_runs():
@@ -1038,3 +1047,52 @@ def test_a_tied_head_reads_the_embeddings_whole_and_a_row_split_is_bounded_by_it
     together = limit.decode_limit({"CUDA0": 1000.0, "CUDA1": 1000.0}, bandwidth, 100.0, parallel=True)
     # 1000 MB at 1000 GB/s and at 500 GB/s: 1 ms and 2 ms one after the other (a layer split), or 2 ms at once
     assert turns.limit_ts == pytest.approx(1000 / 3, abs=0.01) and together.limit_ts == pytest.approx(500.0)
+
+
+def test_a_decode_shows_its_share_of_the_limit_and_a_process_far_from_the_others_is_named():
+    """Issue #48: the distance to the limit was only in the raw rows; one process 500× slower produced
+    `6.29× [0.00, 51571.07]` and was never named."""
+    from buildmgr.bench.aggregate import outlier_process
+
+    found = rows.read_rows([H200_31 / "rows.jsonl"])
+    decode = [r for r in found if r.fields["n_gen"] and not r.fields["n_prompt"]]
+    table = compare.compare(decode, "config")
+    assert all(e.limit_percent is not None and 0 < e.limit_percent < 100 for e in table)
+    markdown = compare.render(table, "config", "md")
+    assert "| % of limit |" in markdown and f"| {table[0].limit_percent:.1f} % |" in markdown
+    assert compare.render(table, "config", "csv").splitlines()[0].count("limit_percent") == 1
+    lines = verdicts.verdicts(decode, {r.config: 1 for r in decode})
+    assert any("% of their bandwidth limits" in line for line in lines)
+    assert outlier_process([[150000.0, 151000.0], [262.0, 263.0], [149000.0, 150500.0]]) == (
+        "process 2 of 3 ran at 262.5 t/s, 0.0018× the median of all (1.497e+05): it alone widens the interval "
+        "(other load on the host? run again)"
+    )
+    assert outlier_process([[100.0], [104.0], [98.0]]) is None
+    by_depth = compare.compare(decode, "depth")
+    assert all("@ d" not in e.test and e.test.startswith("tg") for e in by_depth)  # depth is the axis, not the label
+
+
+def test_the_plot_is_scaled_by_its_medians_shows_each_limit_line_once_and_names_fallbacks_only_when_there_are_any():
+    """Issue #48: intervals from 10⁰ to 10⁸ flattened every line; two identical limit lines hid each other; every
+    title repeated the fallback legend though nothing fell back."""
+    from buildmgr.bench import plot
+
+    found = [r for r in rows.read_rows([H200_31 / "rows.jsonl"]) if r.fields["n_gen"] and not r.fields["n_prompt"]]
+    wide = dataclasses.replace(found[0], meta=dataclasses.replace(found[0].meta, runs_ts=((1.0, 1.1), (1e8, 1.1e8))))
+    twin = dataclasses.replace(found[0], meta=dataclasses.replace(found[0].meta, config="twin"))
+    figure = plot.draw([wide, twin, *found[1:]])
+    [axis] = figure.axes
+    medians = [statistics.median(rows.samples(r)) for r in found]
+    low, high = axis.get_ylim()
+    assert low >= min(medians) / 4 and high <= max(medians + [r.meta.limit_ts or 0 for r in found]) * 4
+    limits = [line.get_label() for line in axis.get_lines() if line.get_label().endswith("bandwidth limit")]
+    assert len(limits) == len(set(limits)) and any(" = " in label for label in limits)
+    assert "fallback" not in axis.get_title()
+
+
+def test_llama_bench_s_own_rows_left_unpaired_with_buildmgr_s_say_why():
+    found = rows.read_rows([H200_31 / "rows.jsonl"])
+    own = rows.read_rows([H200_31 / "CUDA0-r5.jsonl"])  # llama-bench -r 5 by hand on the same H200
+    [note] = compare.unpaired([*found, *own], "config")
+    assert note.startswith(f"{len(own)} row(s) of llama-bench's own were compared only among themselves")
+    assert compare.unpaired(found, "config") == [] and compare.unpaired([*found, *own], "host") == []

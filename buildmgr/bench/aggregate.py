@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,7 @@ from buildmgr.bench.judge import covered as with_coverage
 from buildmgr.bench.prepare import Planned, bandwidths
 from buildmgr.bench.process import Run, peak_of, test_key
 from buildmgr.bench.sampling import Sample
-from buildmgr.bench.stats import CV_WARN, ratio, summarize
+from buildmgr.bench.stats import CV_WARN, geomean, ratio, summarize
 from buildmgr.placement.cover import Covered
 from buildmgr.receipt import FILE_NAME as RECEIPT
 
@@ -50,6 +51,27 @@ def steady_phases(phases: Sequence[logs.Phase]) -> list[logs.Phase]:
         kind: min((p for p in phases if p.kind == kind), key=lambda p: p.start) for kind in {p.kind for p in phases}
     }
     return [p for p in phases if p not in first.values()]
+
+
+OUTLIER = 2.0  # a process this many times faster or slower than the others' median is named
+
+
+def outlier_process(by_run: Sequence[Sequence[float]]) -> str | None:
+    """A sentence naming the process farthest from the median of all (its geometric mean), where it is beyond OUTLIER:
+    one such process decides a ratio's interval (262 t/s against ~150,000 gave [0.00, 51571.07], issue #48)."""
+    means = [geomean(run) for run in by_run if run]
+    if len(means) == 2 and not 1 / OUTLIER <= means[0] / means[1] <= OUTLIER:
+        return f"its two processes differ {max(means) / min(means):.2g}×: the interval says little (run more)"
+    if len(means) < 3:
+        return None
+    typical = statistics.median(means)
+    index, mean = max(enumerate(means), key=lambda item: abs(math.log(item[1] / typical)))
+    if 1 / OUTLIER <= mean / typical <= OUTLIER:
+        return None
+    return (
+        f"process {index + 1} of {len(means)} ran at {mean:.4g} t/s, {mean / typical:.2g}× the median of all "
+        f"({typical:.4g}): it alone widens the interval (other load on the host? run again)"
+    )
 
 
 def _warm_apart(warm: Sequence[float], steady: Sequence[float]) -> str | None:
@@ -140,7 +162,11 @@ def rows_of(
         }
         fields = rows.merge_timing(base, steady) if steady else dict(base)
         summary = summarize(fields.get("samples_ts") or [])
-        apart = (_first_apart(first, fields.get("samples_ts") or []), _warm_apart(warm, fields.get("samples_ts") or []))
+        apart = (
+            _first_apart(first, fields.get("samples_ts") or []),
+            _warm_apart(warm, fields.get("samples_ts") or []),
+            outlier_process(by_run),
+        )
         notes = [n for n in apart if n]
         layers = partial(load)
         if layers:

@@ -27,6 +27,7 @@ from buildmgr.bench.rows import (
     samples,
     test_name,
     units,
+    workload_name,
 )
 from buildmgr.bench.stats import Ratio, ratio, summarize
 from buildmgr.errors import UserError
@@ -51,12 +52,14 @@ class Compared:
     j_per_token: float | None = None  # the median of its rows' (None: no row could read its energy)
     partial: str | None = None  # what ran on the CPU, where its validity is partial
     env_set: dict[str, str] = field(default_factory=dict)  # what bench set for its runs (the pinning guard)
+    limit_percent: float | None = None  # a decode's median share of its bandwidth limit (None: none, or no limit)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "test": self.test,
             self.axis: self.value,
             "median_ts": self.summary_median,
+            "limit_percent": self.limit_percent,
             "j_per_token": self.j_per_token,
             "cv": self.cv,
             "n": self.n,
@@ -104,7 +107,7 @@ def compare(rows: Sequence[Row], axis: str, baseline: str | None = None, rank: s
             energies = [r.meta.j_per_token for r in rs if r.meta is not None and r.meta.j_per_token is not None]
             group.append(
                 Compared(
-                    test_name(rs[0].fields),
+                    _label(rs, axis),
                     axis,
                     value,
                     summary.median,
@@ -117,10 +120,38 @@ def compare(rows: Sequence[Row], axis: str, baseline: str | None = None, rank: s
                     statistics.median(energies) if energies else None,
                     next((p for r in rs if (p := r.partial)), None),
                     next((r.meta.env_set for r in rs if r.meta is not None and r.meta.env_set), {}),
+                    limit_share(rs),
                 )
             )
         table += sorted(group, key=_ranking(rank)) if rank is not None else group
     return table
+
+
+def _label(members: Sequence[Row], axis: str) -> str:
+    """The test as the table names it: without its depth where depth is the axis, and with its CONFIG where the axis
+    is another (rows of two CONFIGs would look alike)."""
+    label = workload_name(members[0].fields) if axis in ("depth", "n_depth") else test_name(members[0].fields)
+    configs = sorted({r.config for r in members if r.config})
+    return label + (f" [{'/'.join(configs)}]" if configs and axis != "config" else "")
+
+
+def unpaired(members: Sequence[Row], axis: str) -> list[str]:
+    """Why rows of llama-bench's own were not compared with buildmgr's, where both were read: their hosts are told
+    apart differently, and rows of two hosts are never pooled."""
+    own = [r for r in members if r.meta is None]
+    if not own or len(own) == len(members) or axis == HOST:
+        return []
+    return [
+        f"{len(own)} row(s) of llama-bench's own were compared only among themselves: llama-bench names the host by "
+        "cpu_info and gpu_info, buildmgr by its host record (name, CPU, each card with its driver), and rows of two "
+        "hosts are never pooled; --by host sets them side by side"
+    ]
+
+
+def limit_share(members: Sequence[Row]) -> float | None:
+    """The median of the rows' shares of their bandwidth limit (decode rows have one)."""
+    shares = [r.meta.limit_percent for r in members if r.meta is not None and r.meta.limit_percent is not None]
+    return round(statistics.median(shares), 1) if shares else None
 
 
 def _ranking(rank: str) -> Callable[[Compared], tuple[bool, float]]:
@@ -147,7 +178,7 @@ def first_usable(validity: Mapping[str, Validity | None]) -> str:
 
 # --- exporters: one per format, over the one typed table ---------------------------------------------------------
 
-COLUMNS = ("test", "median t/s", "cv", "n", "vs baseline", "J/token", "validity")
+COLUMNS = ("test", "median t/s", "% of limit", "cv", "n", "vs baseline", "J/token", "validity")
 
 
 def _cells(entry: Compared) -> list[str]:
@@ -165,7 +196,8 @@ def _cells(entry: Compared) -> list[str]:
     state = entry.validity.value if entry.validity is not None else "—"
     state += f": {entry.partial}" if entry.partial else ""
     env = f" [{' '.join(f'{k}={v}' for k, v in sorted(entry.env_set.items()))}]" if entry.env_set else ""
-    return [entry.test, entry.value + env, median, cv, str(entry.n), shown, joules, state]
+    share = f"{entry.limit_percent:.1f} %" if entry.limit_percent is not None else "—"
+    return [entry.test, entry.value + env, median, share, cv, str(entry.n), shown, joules, state]
 
 
 def _columns(axis: str) -> list[str]:
@@ -190,6 +222,7 @@ def _numbers(entry: Compared) -> list[object]:
         *(v if v is not None else "" for v in ((shown.value, shown.low, shown.high) if shown else (None,) * 3)),
         noise,
         entry.j_per_token if entry.j_per_token is not None else "",
+        entry.limit_percent if entry.limit_percent is not None else "",
         entry.validity.value if entry.validity is not None else "",
         entry.partial or "",
         " ".join(f"{k}={v}" for k, v in sorted(entry.env_set.items())),
@@ -201,7 +234,9 @@ def export_csv(table: Sequence[Compared], axis: str) -> str:
     """The JSON's field names and values, one row per entry (cv a fraction, the ratio's interval in two cells)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["test", axis, *CSV_COLUMNS, "j_per_token", "validity", "partial", "env_set", "rows"])
+    writer.writerow(
+        ["test", axis, *CSV_COLUMNS, "j_per_token", "limit_percent", "validity", "partial", "env_set", "rows"]
+    )
     writer.writerows(_numbers(entry) for entry in table)
     return out.getvalue().rstrip("\n")
 

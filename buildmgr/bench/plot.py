@@ -71,6 +71,7 @@ def draw(made: Sequence[rows.Row], title: str = "") -> Any:
                 label += f" [{rows.field_of(row, 'model_filename')}]"
             bound = row.meta.limit_ts if row.meta is not None else None
             lines.setdefault(label, []).append((row.fields.get("n_depth") or 0, median, fallback, low, high, bound))
+        drawn_bounds: set[tuple[tuple[int, float], ...]] = set()  # two identical limit lines would hide each other
         for label, points in lines.items():
             points.sort()
             depths, medians = [p[0] for p in points], [p[1] for p in points]
@@ -80,15 +81,22 @@ def draw(made: Sequence[rows.Row], title: str = "") -> Any:
             ]
             drawn = axis.errorbar(depths, medians, yerr=errors, marker="o", capsize=3, label=label).lines
             bounds = [(p[0], p[5]) for p in points if p[5]]
-            if bounds:  # the memory-bandwidth limit of the same placement
+            if bounds and tuple(bounds) not in drawn_bounds:  # the memory-bandwidth limit of the same placement
+                drawn_bounds.add(tuple(bounds))
+                same = [other for other, ps in lines.items() if [(p[0], p[5]) for p in sorted(ps) if p[5]] == bounds]
                 axis.plot([b[0] for b in bounds], [b[1] for b in bounds], linestyle="--", color=drawn[0].get_color(),
-                          label=f"{label}: bandwidth limit")  # fmt: skip
+                          label=f"{' = '.join(same)}: bandwidth limit")  # fmt: skip
             bad = [p for p in points if p[2]]
             if bad:
                 axis.scatter(
                     [p[0] for p in bad], [p[1] for p in bad], marker="x", s=120, color=drawn[0].get_color(), zorder=3
                 )
-        axis.set_title(f"{panel} (× = fallback; bars: 95 % over processes)")
+        fell_back = any(p[2] for points in lines.values() for p in points)
+        axis.set_title(f"{panel} ({'× = fallback; ' if fell_back else ''}bars: 95 % over processes)")
+        # the medians and limits set the scale: an interval of 10⁰ to 10⁸ t/s would flatten every line (clipped)
+        seen = [p[1] for ps in lines.values() for p in ps] + [p[5] for ps in lines.values() for p in ps if p[5]]
+        if seen:
+            axis.set_ylim(min(seen) / 3, max(seen) * 3)
         measured = sorted({p[0] for points in lines.values() for p in points})
         axis.set_xticks(measured)  # only the depths measured: one depth is not an axis from -0.04 to 0.04
         if len(measured) == 1:

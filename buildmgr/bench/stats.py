@@ -119,5 +119,5 @@ def compared(ratio_: Ratio | None, winner: str, other: str) -> str:
     if ratio_.low is None:
         return f"{winner} ahead of {other} by {ratio_.text()} in one run each: too few runs to tell"
     if ratio_.within_noise:
-        return f"no difference between {winner} and {other} ({ratio_.text()}: inside the noise)"
+        return f"cannot tell {winner} from {other} ({ratio_.text()}: inside the noise)"
     return f"{winner} wins by {ratio_.text()} over {other}"

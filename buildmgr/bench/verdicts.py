@@ -43,6 +43,7 @@ def verdicts(rows: Sequence[Row], devices_of: dict[str, int]) -> list[str]:
             lines.append(
                 f"{test}: "
                 + compared(ratio(units(ranked[1]), units(ranked[0])), named[ranked[0].config], named[ranked[1].config])
+                + _limits(ranked[0], ranked[1])
             )
         singles = [r for r in ranked if devices_of.get(r.config) == 1]
         for split in (r for r in ranked if devices_of.get(r.config, 0) > 1):
@@ -67,6 +68,14 @@ def verdicts(rows: Sequence[Row], devices_of: dict[str, int]) -> list[str]:
     guarded = {r.config: r.env_tag.strip(" []") for r in rows if r.env_tag}
     lines += [f"{config} ran with {env}: {PINNING_GUARD}" for config, env in guarded.items()]
     return lines
+
+
+def _limits(first: Row, second: Row) -> str:
+    """Where a decode's two are against their bandwidth limits: how much either could still gain."""
+    shares = [r.meta.limit_percent if r.meta is not None else None for r in (first, second)]
+    if any(share is None for share in shares):
+        return ""
+    return f"; at {shares[0]:.0f} % and {shares[1]:.0f} % of their bandwidth limits"
 
 
 def _tag(row: Row) -> str:

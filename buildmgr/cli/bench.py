@@ -187,6 +187,8 @@ def compare(args: argparse.Namespace) -> int:
     axis = args.by or "config"
     table = paired.compare(found, axis, args.baseline, args.rank)
     print(paired.render(table, axis, "json" if args.json else args.format or FORMATS[0]))
+    for note in paired.unpaired(found, axis):
+        render.say(f"note: {note}")
     if args.plot:
         plot.plot(found, args.plot)
         render.say(f"plot: {args.plot}")
