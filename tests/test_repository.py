@@ -638,8 +638,6 @@ def test_the_h200_s_own_index_ranks_as_its_installs_did(run):
     ]
     recorded = json.loads((recorded_at / "install-no-sm90.json").read_text())
     assert [c["name"] for c in recorded["candidates"]] == [c.entry.name for c in h200]
-    assert recorded["attempts"][0]["devices"] == ["CUDA0"]
     hidden_run = json.loads((recorded_at / "install-cuda-hidden.json").read_text())  # of the whole registry
     held = {e.name for e in entries}
     assert [c["name"] for c in hidden_run["candidates"] if c["name"] in held] == [c.entry.name for c in hidden]
-    assert [a["devices"] for a in hidden_run["attempts"]] == [["Vulkan0"]]
