@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Issue #48 on a lent H200: bench of six placements beside llama-bench -r 5 by hand under the same environment, in one
+# call. Build cuda+vulkan --sm 90 (FA kernels off: the -fa 1 CONFIGs are partial on CUDA, issue #47), write a
+# random-weight F16 dense llama (16 layers, 2048 wide) and a MoE (12 layers, 16 experts, 4 used), then:
+#   - `bench` at depths 0 and 1024 (--no-pg, --runs 2) of CUDA0, Vulkan0, -ngl 8 (partial), -ot on half the layers,
+#     -fa 1 on both backends, and on the MoE its experts on the CPU (-ot exps=CPU) beside all on CUDA0;
+#   - each of them by hand with llama-bench -r 5 -d 0,1024, with the environment bench set for it (its env_set);
+#   - OUT/compare.txt: per test, bench's steady median against the hand run's, the decode rows' limit share and the
+#     arithmetic behind it (read_mb, bandwidth), and the verdicts beside the hand runs' order.
+# PAYLOAD as bench/gpu-setup.sh describes plus whl-plot/. Long: start it with setsid nohup and poll OUT/finished.
+#
+#   setsid nohup bash bench/gpu-bench-honest.sh .device/payload /tmp/honest >/tmp/honest.log 2>&1 &
+set -uo pipefail
+payload=${1:?usage: gpu-bench-honest.sh PAYLOAD OUT}
+out=${2:?usage: gpu-bench-honest.sh PAYLOAD OUT}
+mkdir -p "$out"
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/gpu-setup.sh" "$payload"
+log() { echo "$(date +%T) $*" >>"$out/progress.txt"; }
+nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,clocks.max.memory,power.limit --format=csv \
+    >"$out/gpus.txt" 2>&1
+
+log "models"
+python3 "$here/gguf_model.py" /tmp/dense.gguf --embd 2048 --ff 5632 --layers 16 --kv-heads 8 --ctx 8192
+python3 "$here/gguf_model.py" /tmp/moe.gguf --embd 1024 --ff 1024 --layers 12 --kv-heads 4 --experts 16 --used 4 --ctx 8192
+ls -l /tmp/*.gguf >"$out/models.txt"
+
+log "build"
+start=$(date +%s)
+bm build cuda+vulkan --sm 90 -D GGML_CUDA_FA=OFF -j 16 --json >"$out/build.json" 2>"$out/build.txt"
+echo "build exit $? wall seconds: $(( $(date +%s) - start ))" >>"$out/build.txt"
+bench=$(bm which cuda+vulkan)/bin/llama-bench
+
+half='blk\.([89]|1[0-5])\.=CPU'
+configs=(
+    'cuda0=cuda+vulkan -dev CUDA0'
+    'vk0=cuda+vulkan -dev Vulkan0'
+    'ngl8=cuda+vulkan -dev CUDA0 -ngl 8'
+    "ot-half=cuda+vulkan -dev CUDA0 -ot $half"
+    'cuda0-fa=cuda+vulkan -dev CUDA0 -fa 1'
+    'vk0-fa=cuda+vulkan -dev Vulkan0 -fa 1'
+)
+log "bench dense"
+bm bench -m /tmp/dense.gguf --depth 0,1024 --no-pg --runs 2 --json --plot "$out/dense.png" "${configs[@]}" \
+    >"$out/bench-dense.json" 2>"$out/bench-dense.txt"
+echo "exit $?" >>"$out/bench-dense.txt"
+log "bench moe"
+bm bench -m /tmp/moe.gguf --depth 0,1024 --no-pg --runs 2 --json \
+    'moe-gpu=cuda+vulkan -dev CUDA0' 'moe-cpu-experts=cuda+vulkan -dev CUDA0 -ot exps=CPU' \
+    >"$out/bench-moe.json" 2>"$out/bench-moe.txt"
+echo "exit $?" >>"$out/bench-moe.txt"
+
+log "by hand"
+hand() {  # name, model, env (K=V or -), llama-bench flags…
+    local name=$1 model=$2 env=$3
+    shift 3
+    if [ "$env" = - ]; then env=(); else env=("$env"); fi
+    env "${env[@]}" "$bench" -m "$model" -p 512 -n 128 -d 0,1024 -r 5 -o jsonl "$@" \
+        >"$out/hand-$name.jsonl" 2>"$out/hand-$name.txt"
+}
+hand cuda0 /tmp/dense.gguf - -dev CUDA0
+hand vk0 /tmp/dense.gguf - -dev Vulkan0
+hand ngl8 /tmp/dense.gguf - -dev CUDA0 -ngl 8
+hand ot-half /tmp/dense.gguf GGML_CUDA_NO_PINNED=1 -dev CUDA0 -ot "$half"
+hand cuda0-fa /tmp/dense.gguf - -dev CUDA0 -fa 1
+hand vk0-fa /tmp/dense.gguf - -dev Vulkan0 -fa 1
+hand moe-gpu /tmp/moe.gguf - -dev CUDA0
+hand moe-cpu-experts /tmp/moe.gguf GGML_CUDA_NO_PINNED=1 -dev CUDA0 -ot 'exps=CPU'
+
+log "compare"
+python3 - "$out" >"$out/compare.txt" 2>&1 <<'PY'
+import json, statistics, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+for name in ("dense", "moe"):
+    found = json.loads((out / f"bench-{name}.json").read_text())
+    for row in found["rows"]:
+        meta = row["buildmgr"]
+        hand_file = out / f"hand-{meta['config']}.jsonl"
+        hand = [json.loads(l) for l in hand_file.read_text().splitlines() if l.startswith("{")] if hand_file.exists() else []
+        key = (row["n_prompt"], row["n_gen"], row["n_depth"])
+        by_hand = next((h for h in hand if (h["n_prompt"], h["n_gen"], h["n_depth"]) == key), None)
+        steady = statistics.median(row["samples_ts"]) if row["samples_ts"] else None
+        hand_ts = statistics.median(by_hand["samples_ts"][1:]) if by_hand else None
+        share = f"{steady / hand_ts:.3f}" if steady and hand_ts else "-"
+        limit = meta.get("limit") or {}
+        print(f"{meta['config']:16} pp{row['n_prompt']} tg{row['n_gen']} d{row['n_depth']}: bench {steady} hand {hand_ts}"
+              f" ratio {share} {meta['validity']} limit% {meta.get('limit_percent')} read_mb {limit.get('read_mb')}"
+              f" gbs {limit.get('bandwidth_gbs')}")
+    print("\n".join(found["verdicts"]))
+PY
+cp "$XDG_DATA_HOME"/buildmgr/bench/* "$out/" 2>/dev/null
+cp "$XDG_CACHE_HOME"/buildmgr/bench-host.json "$out/" 2>/dev/null
+log "done"
+echo done >"$out/finished"
