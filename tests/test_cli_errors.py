@@ -1,5 +1,6 @@
 """Every bad input: one line, exit 2, no traceback, nothing written."""
 
+import json
 import tarfile
 from pathlib import Path
 
@@ -118,3 +119,33 @@ def test_the_cpu_s_refusal_holds_for_a_recipe_that_does_not_list_the_cpu(tmp_pat
     if platform.machine().lower() in ("x86_64", "amd64"):
         assert_user_error(result, "GGML_NATIVE=ON cannot be combined with GGML_BACKEND_DL=ON on x86")
     assert not (tmp_path / "data").exists()
+
+
+def test_a_shortened_option_is_offered_its_whole_name_and_a_context_too_small_gets_sizes_that_fit(tmp_env, tmp_path):
+    """Issue #52: --reps got no did-you-mean for --repetitions; -p 512 -n 128 on a 256-token model gave no fix."""
+    assert_user_error(buildmgr(tmp_env, "bench", "--reps", "3", "cpu"), "did you mean --repetitions?")
+    assert_user_error(buildmgr(tmp_env, "build", "--rebuld"), "did you mean --rebuild?")
+    from buildmgr.proof_models import write_tiny_model
+
+    model = tmp_path / "tiny.gguf"
+    write_tiny_model(model)  # a context of 256
+    result = buildmgr(tmp_env, "bench", "-m", str(model), "cpu")
+    assert_user_error(result, "-p 512 -n 128 do not fit the model's context of 256; try -p 128 -n 64 (with --depth 0)")
+
+
+def test_cache_stats_gives_the_hit_rate_as_build_does(tmp_path: Path):
+    """Issue #52: `cache stats` said hit_rate 0.663 where build says 66 %. One miss and one hit: 50 %."""
+    import shutil
+    import subprocess
+    import sys
+
+    env = make_env(tmp_path, CCACHE_DIR=str(tmp_path / "ccache"))
+    (tmp_path / "x.c").write_text("int x(void) { return 1; }\n")
+    ccache = str(Path(sys.executable).parent / "ccache")
+    for _ in range(2):
+        compiled = [ccache, shutil.which("cc") or "cc", "-c", str(tmp_path / "x.c"), "-o", str(tmp_path / "x.o")]
+        subprocess.run(compiled, env=env, check=True, cwd=tmp_path)
+    shown = buildmgr(env, "cache", "stats")
+    assert shown.returncode == 0, shown.stderr
+    assert "hit_rate       50 %" in shown.stdout.splitlines()
+    assert json.loads(buildmgr(env, "cache", "stats", "--json").stdout)["hit_rate"] == 0.5  # scripts keep the fraction

@@ -293,3 +293,15 @@ def test_two_virtual_devices_of_one_card_are_warned_about_as_one_card():
     assert (finding.severity, finding.rule) == ("warning", "one-card-twice")
     assert "two virtual devices of one card (pci:0000:00:06.0" in finding.message
     assert "GGML_CUDA_DEVICES" in finding.message and finding.fix == "keep one of CUDA0 and CUDA1"
+
+
+def test_wording_never_contradicts_the_flags_given():
+    """Issue #52: `-sm none -mg 3` was told "llama.cpp checks it only with -sm none"; `-dev none/CUDA0` was told that
+    none is not a device and to use -dev none."""
+    nothing = Here((), {}, "0c1e570")
+    [placement], _ = parse("llama-cli", ["-sm", "none", "-mg", "3"], {})
+    [finding] = check(placement, nothing)
+    assert "-sm none" not in finding.message and "no main GPU to pick" in finding.message
+    placements, _ = parse("llama-bench", ["-dev", "none/CUDA0"], {})
+    [none] = check(placements[0], h200x2())
+    assert none.rule == "invalid-device" and none.fix == "write -dev none, or leave none out of the list (CUDA0)"

@@ -209,7 +209,11 @@ def fit_depths(
         )
     kept = tuple(d for d in depths if d + need <= n_ctx)
     if not kept:
-        raise UserError(f"-p {workload.n_prompt} -n {workload.n_gen} do not fit the model's context of {n_ctx}")
+        fits = f"-p {min(workload.n_prompt, n_ctx // 2)} -n {min(workload.n_gen, n_ctx // 4)}"
+        raise UserError(
+            f"-p {workload.n_prompt} -n {workload.n_gen} do not fit the model's context of {n_ctx}; try {fits} "
+            "(with --depth 0)"
+        )
     notes = [f"depth {d} left out: the model's context is {n_ctx}" for d in beyond]
     return kept, notes
 

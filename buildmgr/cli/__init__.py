@@ -127,13 +127,24 @@ def _unrecognized(top: argparse.ArgumentParser, chosen: str | None, unknown: lis
     own = commands.get(chosen) if chosen else None
     options = [o for a in (own or top)._actions for o in a.option_strings]
     word = unknown[0].split("=", 1)[0]
-    close = difflib.get_close_matches(word, options, n=1, cutoff=0.75) if word.startswith("-") else []
+    close = [o for o in options if _abbreviates(word, o)] or (
+        difflib.get_close_matches(word, options, n=1, cutoff=0.75) if word.startswith("-") else []
+    )
     message = f"unrecognized arguments: {' '.join(unknown)}"
     if close:
         message += f"; did you mean {close[0]}?"
     elif chosen in TAKES_A_TOOL and no_tool:
         message += f"; a tool's command line goes after '--': buildmgr {chosen} BUILD [options] -- TOOL ARGS…"
     return message + f" (see 'buildmgr {chosen} --help')" if own else message + " (see 'buildmgr --help')"
+
+
+def _abbreviates(word: str, option: str) -> bool:
+    """--reps for --repetitions: the same first three letters, and every letter of the word in order in the option."""
+    short, long = word.lstrip("-"), option.lstrip("-")
+    if len(short) < 3 or len(short) >= len(long) or short[:3] != long[:3] or word[:2] != option[:2]:
+        return False
+    letters = iter(long)
+    return all(letter in letters for letter in short)
 
 
 def one_line(text: str) -> str:

@@ -116,7 +116,8 @@ def cache(args: argparse.Namespace, ctx: Context) -> int:
         print(json.dumps(result, indent=2))
         return 0
     for key, value in result.items():
-        render.out().print(f"{key:14} {'none' if value is None else value}", markup=False)
+        shown = f"{value * 100:.0f} %" if key == "hit_rate" and isinstance(value, float) else value  # as build says it
+        render.out().print(f"{key:14} {'none' if shown is None else shown}", markup=False)
     return 0
 
 

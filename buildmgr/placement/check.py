@@ -49,7 +49,18 @@ def model_devices(placement: Placement, here: Here) -> tuple[list[str], list[Fin
         chosen = []
         for name in placement.devices:
             real = names.get(name.lower())
-            if real is None:
+            if real is None and name.lower() == "none":  # 'none' means no device only alone: in a list it is a name
+                others = [n for n in placement.devices if n.lower() != "none"]
+                findings.append(
+                    rules.BY_ID["invalid-device"].error(
+                        f"{placement.flag('devices')} {name}",
+                        "none means no device only on its own, and in a list it is read as a device's name",
+                        f"write {placement.flag('devices')} none, or leave none out of the list"
+                        + (f" ({', '.join(others)})" if others else ""),
+                        here.commit,
+                    )
+                )
+            elif real is None:
                 findings.append(
                     rules.BY_ID["invalid-device"].error(
                         f"{placement.flag('devices')} {name}",
@@ -77,7 +88,9 @@ def model_devices(placement: Placement, here: Here) -> tuple[list[str], list[Fin
             Finding(
                 Severity.WARNING,
                 f"{placement.flag('main_gpu')} {placement.main_gpu}",
-                f"out of range for {len(chosen)} device(s); llama.cpp checks it only with -sm none",
+                "ignored: the model gets no device here, so there is no main GPU to pick"
+                if not chosen
+                else f"out of range for {len(chosen)} device(s); llama.cpp checks it only with -sm none",
             )
         )
     return chosen, findings
