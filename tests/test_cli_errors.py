@@ -149,3 +149,14 @@ def test_cache_stats_gives_the_hit_rate_as_build_does(tmp_path: Path):
     assert shown.returncode == 0, shown.stderr
     assert "hit_rate       50 %" in shown.stdout.splitlines()
     assert json.loads(buildmgr(env, "cache", "stats", "--json").stdout)["hit_rate"] == 0.5  # scripts keep the fraction
+
+
+def test_a_command_s_result_is_on_stdout_and_its_notes_on_stderr(tmp_env, tmp_path):
+    """Issue #52: `key list`, `gc --dry-run`, `check` printed their results on stderr, so a pipe showed nothing."""
+    made = buildmgr(tmp_env, "key", "generate", "ci")
+    assert made.returncode == 0, made.stderr
+    listed = buildmgr(tmp_env, "key", "list")
+    [own] = [line for line in listed.stdout.splitlines() if line.startswith("own ")]
+    assert " ci (" in own and own.endswith("ci.key)") and listed.stderr == ""
+    swept = buildmgr(tmp_env, "gc", "--dry-run")
+    assert swept.returncode == 0 and swept.stdout == "" and swept.stderr.startswith("gc: 0 item(s) would remove")

@@ -87,6 +87,6 @@ def gc(args: argparse.Namespace, ctx: Context) -> int:
         return 0
     verb = "would remove" if args.dry_run else "removed"
     for item in removed:
-        render.say(f"{verb} {item.path} ({item.why})")
+        render.result(f"{verb} {item.path} ({item.why})")
     render.say(f"gc: {len(removed)} item(s) {verb}" + (" (nothing removed: --dry-run)" if args.dry_run else ""))
     return 0

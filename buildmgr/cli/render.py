@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from buildmgr.findings import Severity
@@ -48,6 +48,11 @@ def err() -> Console:
 
 def warn(message: str) -> None:
     err().print(message, markup=False, style="yellow")
+
+
+def result(message: str, style: str | None = None) -> None:
+    """A plain line of a command's result, on stdout, never read as markup."""
+    out().print(message, markup=False, style=style)
 
 
 def say(message: str, style: str | None = None) -> None:
@@ -103,68 +108,70 @@ def finding(found: Finding) -> None:
     say(found.line(), STYLES.get(found.severity, "dim"))
 
 
-def placement(report: CheckReport) -> None:
+def placement(report: CheckReport, outcome_on_stdout: bool = True) -> None:
+    """The check's findings, coverage and verify run: on stdout, where they are the command's result (`check`); on
+    stderr before a tool's own output (`run --check`)."""
     from buildmgr.findings import errors
     from buildmgr.placement.syntax import describe
 
+    line = result if outcome_on_stdout else say
     for note in report.notes:
-        finding(note)
+        line(note.line(), STYLES.get(note.severity, "dim"))
     for number, test in enumerate(report.tests, 1):
         if len(report.tests) > 1:
-            say(f"test {number}: {describe(test.placement)}")
+            line(f"test {number}: {describe(test.placement)}")
         if test.weights is not None:
             held = ", ".join(f"{name} {_size(size)}" for name, size in test.weights.items() if size)
-            say(f"weights per device: {held or 'none'}")
+            line(f"weights per device: {held or 'none'}")
         for found in test.findings:
-            finding(found)
+            line(found.line(), STYLES.get(found.severity, "dim"))
         if test.coverage is not None:
-            coverage(test.coverage)
+            coverage(test.coverage, line)
         if test.outcome is not None:
             outcome = test.outcome
-            say(
+            line(
                 f"verify: {outcome.result}"
                 + (f" ({outcome.failure})" if outcome.failure else "")
                 + f"; {test.agreement}"
             )
             if outcome.result in ("unknown", "crashed"):
-                for line in outcome.tail:
-                    say(f"  {line}")
+                for said in outcome.tail:
+                    line(f"  {said}")
         if test.findings or errors(report.notes):
             continue
         if test.coverage is not None and test.coverage.coverage is not None and test.coverage.coverage.partial:
-            say("placement runs, with ops of its devices' layers on the CPU (coverage above)", "yellow")
+            line("placement runs, with ops of its devices' layers on the CPU (coverage above)", "yellow")
         else:
-            say("placement ok", "green")
+            line("placement ok", "green")
 
 
-def coverage(covered: Covered) -> None:
+def coverage(covered: Covered, line: Callable[..., None]) -> None:
     """Where each op ran, per graph: op × device node counts, splits, bytes copied per token, ops off their layers'
     device with the cause."""
     found = covered.coverage
     if found is None:
-        say(f"coverage: not taken ({covered.failure})", "yellow")
+        line(f"coverage: not taken ({covered.failure})", "yellow")
         return
-    say("coverage: layers " + ", ".join(f"{device} {count}" for device, count in found.layers.items()))
+    line("coverage: layers " + ", ".join(f"{device} {count}" for device, count in found.layers.items()))
     for graph in found.graphs:
         ops = "; ".join(
             f"{op} " + " ".join(f"{device}×{count}" for device, count in devices.items())
             for op, devices in sorted(graph.ops.items())
         )
-        say(
-            f"  {graph.phase} ({graph.tokens} tokens): {graph.splits} split(s), "
-            + (
-                "under 1 KiB"  # the scheduler prints each input in whole KiB
-                if graph.splits > 1 and not graph.copied_bytes
-                else _bytes(graph.copied_per_token)
-            )
-            + " copied between devices per token"
+        copied = (
+            "under 1 KiB"  # the scheduler prints each input in whole KiB
+            if graph.splits > 1 and not graph.copied_bytes
+            else _bytes(graph.copied_per_token)
         )
-        say(f"    ops: {ops}")
+        line(
+            f"  {graph.phase} ({graph.tokens} tokens): {graph.splits} split(s), {copied} copied between devices per token"
+        )
+        line(f"    ops: {ops}")
         for off in graph.off:
             layers = ",".join(map(str, off.layers))
-            say(f"    {off.op} ×{off.count} on {off.device}, not {off.home} (layers {layers}): {off.cause}", "yellow")
+            line(f"    {off.op} ×{off.count} on {off.device}, not {off.home} (layers {layers}): {off.cause}", "yellow")
     if found.partial is None:
-        say("  every op of the device-placed layers ran on their device", "green")
+        line("  every op of the device-placed layers ran on their device", "green")
 
 
 def _size(size: int) -> str:

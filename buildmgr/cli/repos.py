@@ -86,9 +86,9 @@ def key(args: argparse.Namespace, ctx: Context) -> int:
                           "trusted": [{"id": i, "key": k.line()} for i, k in trusted.items()]}, indent=2))  # fmt: skip
         return 0
     for k in own:
-        render.say(f"own      {k.public.id}  {k.name} ({k.path})")
+        render.result(f"own      {k.public.id}  {k.name} ({k.path})")
     for i in trusted:
-        render.say(f"trusted  {i}")
+        render.result(f"trusted  {i}")
     if not own and not trusted:
         render.say("no keys: 'buildmgr key generate' makes one, 'buildmgr key trust FILE' trusts a publisher's")
     return 0
@@ -193,9 +193,9 @@ def _show(ranked: list[Candidate]) -> None:
     """Each candidate on its own line, best first, with its reasons indented below: readable at any width."""
     for number, c in enumerate(ranked, 1):
         verdict = c.tier.text if c.tier is not None else "does not fit"
-        render.say(f"{number if c.fits else '—':>2}  {c.entry.name}  {verdict}", None if c.fits else "red")
+        render.result(f"{number if c.fits else '—':>2}  {c.entry.name}  {verdict}", None if c.fits else "red")
         for reason in c.reasons:
-            render.say(f"      {reason}")
+            render.result(f"      {reason}")
     if not ranked:
         render.say("the repository holds no artifact")
 
@@ -208,7 +208,7 @@ def install_from(args: argparse.Namespace, ctx: Context) -> int:
     source = repo.open_repo(args.source)
     machine = hostfacts.read().machine
     ranked = deliver.candidates(source, args.what, ctx.environ, machine, ctx.dirs, args.allow_unsigned)
-    if not args.json or args.dry_run:
+    if not args.json:  # with --json, stdout is the JSON alone: its candidates are the table
         _show(ranked)
     fitting = [c for c in ranked if c.fits]
     if args.dry_run:
@@ -258,7 +258,7 @@ def install_from(args: argparse.Namespace, ctx: Context) -> int:
         raise CannotRunHere(f"no artifact of {args.source} proved itself here (see above); nothing was installed")
     build = last.installed.build
     signed = f"signed by {last.signed_by}" if last.signed_by else "unsigned (--allow-unsigned)"
-    render.say(
+    render.result(
         f"{last.outcome} {build.id} → {build.prefix} ({signed}); devices it sees: {', '.join(last.devices) or 'none besides the CPU'}"
     )
     return 0

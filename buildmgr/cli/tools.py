@@ -61,7 +61,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         from buildmgr.placement.run import run_check
 
         report = run_check(ctx.dirs, build, command, ctx.environ, model=None, run_verify=False)
-        render.placement(report)
+        render.placement(report, outcome_on_stdout=False)  # the tool's own output is the result
         if report.refused:
             return 1
     sys.stdout.flush()
