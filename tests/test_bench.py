@@ -26,6 +26,7 @@ from buildmgr.backends.cuda import engines as cuda_engines
 from buildmgr.backends.hip import engines as hip_engines
 from buildmgr.bench import compare, limit, logs, rows, stats, verdicts
 from buildmgr.bench import config as cfg
+from buildmgr.bench.judge import HOST as HOST_ROLE
 from buildmgr.bench.judge import MIN_IDLE_SECONDS, Role, Validity, Verdict, judge
 from buildmgr.bench.sampling import ProcessReading, Sample, read_process, services
 from buildmgr.errors import UserError
@@ -300,8 +301,10 @@ def test_the_h200_rows_compare_by_devices_and_give_the_verdicts_of_the_run():
         "tg128 @ d4096 [vulkan0]",
         "tg128 @ d4096 [cuda0+vulkan0]",
     }
-    assert tg["devices=Vulkan0"]["vs_baseline"]["ratio"] == pytest.approx(1.27, abs=0.01)
-    assert not tg["devices=Vulkan0"]["vs_baseline"]["within_noise"]
+    # the base is Vulkan0, the first valid in every test (CUDA0 has one unproven row): CUDA0 is 1/1.27 of it
+    assert tg["devices=Vulkan0"]["vs_baseline"] is None and tg["devices=CUDA0"]["baseline"] == "devices=Vulkan0"
+    assert tg["devices=CUDA0"]["vs_baseline"]["ratio"] == pytest.approx(1 / 1.27, abs=0.01)
+    assert not tg["devices=CUDA0"]["vs_baseline"]["within_noise"]
     devices_of = {"cuda0": 1, "vulkan0": 1, "cuda0+vulkan0": 2, "moe-gpu": 1, "moe-cpu-experts": 1, "moe-ngl0": 1}
     lines = verdicts.verdicts(found, devices_of)
     # the run's own verdicts, with the one row that sampling could not prove (cuda0 tg128 @ d0, too short) now named,
@@ -702,7 +705,7 @@ def test_the_bandwidth_limit_of_a_decode_from_what_each_device_holds_and_its_kv_
     load = logs.load_log(lines)
     held = limit.holdings(load, ["CUDA0"])
     assert [(h.device, h.share) for h in held] == [("CUDA0", 0.8889), ("CPU", 0.1111)]
-    embeddings = limit.ModelBytes((("token_embd.weight", 125 << 20),), 32000, 1.0)
+    embeddings = limit.ModelBytes((("token_embd.weight", 125 << 20, 32000), ("output.weight", 125 << 20, 32000)), 1.0)
     read = limit.read_per_token(held, load, 2, 4096, 128, embeddings)  # the CPU holds only the embeddings
     assert read == {"CUDA0": pytest.approx((1000 + 200 * 4160 / 4352) * 1.048576, abs=0.01), "CPU": 0.0}
     found = limit.decode_limit(read, {"CUDA0": (card.peak_gbs, card.peak_basis)}, median=2000.0)
@@ -1030,8 +1033,9 @@ def test_the_limit_reads_each_tensor_where_the_run_put_it_and_a_moe_reads_the_ex
     from buildmgr.bench.prepare import model_bytes
 
     model = model_bytes(_moe_model(tmp_path / "moe.gguf"))
-    assert model.expert_share == 2 / 8 and model.vocab == 1000 and not model.tied
-    sizes = dict(model.tensors)
+    assert model.expert_share == 2 / 8 and not model.tied
+    sizes = {name: size for name, size, _ in model.tensors}
+    assert {rows for name, _, rows in model.tensors if name == "token_embd.weight"} == {1000}  # the vocabulary
     lines = [f"load_tensors: layer {n:3d} assigned to device CUDA0, is_swa = 0" for n in range(5)]
     lines += [f"tensor {name} (1 MiB f32) buffer type overridden to CPU" for name in sizes if name.startswith("blk.3.")]
     lines += ["load_tensors:   CPU_Mapped model buffer size =   999.00 MiB"]  # mmap: the whole file, never all read
@@ -1050,7 +1054,7 @@ def test_the_limit_reads_each_tensor_where_the_run_put_it_and_a_moe_reads_the_ex
 
 
 def test_a_tied_head_reads_the_embeddings_whole_and_a_row_split_is_bounded_by_its_slowest_device():
-    tied = limit.ModelBytes((("token_embd.weight", 100 << 20), ("blk.0.attn_q.weight", 10 << 20)), 1000, 1.0)
+    tied = limit.ModelBytes((("token_embd.weight", 100 << 20, 1000), ("blk.0.attn_q.weight", 10 << 20, 64)), 1.0)
     load = logs.load_log([f"load_tensors: layer {n:3d} assigned to device CUDA0, is_swa = 0" for n in range(2)])
     read = limit.weights_read(tied, load, ["CUDA0"])
     assert read == {"CUDA0": pytest.approx(110.0), "CPU": pytest.approx(0.1)}
@@ -1059,6 +1063,13 @@ def test_a_tied_head_reads_the_embeddings_whole_and_a_row_split_is_bounded_by_it
     together = limit.decode_limit({"CUDA0": 1000.0, "CUDA1": 1000.0}, bandwidth, 100.0, parallel=True)
     # 1000 MB at 1000 GB/s and at 500 GB/s: 1 ms and 2 ms one after the other (a layer split), or 2 ms at once
     assert turns.limit_ts == pytest.approx(1000 / 3, abs=0.01) and together.limit_ts == pytest.approx(500.0)
+    # the CPU's share comes before or after the GPUs' (it is no third device reading at once)
+    with_cpu = {"CUDA0": 1000.0, "CUDA1": 1000.0, "CPU": 100.0}
+    both = limit.decode_limit(with_cpu, bandwidth | {"CPU": (100.0, "test")}, 100.0, parallel=True)
+    assert both.limit_ts == pytest.approx(1 / (0.001 + 0.002), abs=0.01)
+    # a token-embedding row on a CPU of unknown bandwidth bounds nothing; a device of unknown bandwidth does
+    row = limit.decode_limit({"CUDA0": 1000.0, "CPU": 0.01}, {"CUDA0": (1000.0, "test")}, 100.0)
+    assert row.limit_ts == pytest.approx(1000.0) and row.read_mb["CPU"] == 0.01
 
 
 def test_a_decode_shows_its_share_of_the_limit_and_a_process_far_from_the_others_is_named():
@@ -1108,3 +1119,52 @@ def test_llama_bench_s_own_rows_left_unpaired_with_buildmgr_s_say_why():
     [note] = compare.unpaired([*found, *own], "config")
     assert note.startswith(f"{len(own)} row(s) of llama-bench's own were compared only among themselves")
     assert compare.unpaired(found, "config") == [] and compare.unpaired([*found, *own], "host") == []
+
+
+def test_experts_of_every_naming_are_read_by_the_share_used_and_every_lookup_table_by_one_row():
+    tensors = (
+        ("blk.0.ffn_up_exps.weight", 800 << 20, 64),
+        ("blk.0.ffn_gate_up_exps.weight", 800 << 20, 64),
+        ("blk.0.ffn_down_chexps.weight", 800 << 20, 64),
+        ("blk.0.ffn_up.3.weight", 100 << 20, 64),  # one tensor per expert, as older GGUFs name them
+        ("blk.0.ffn_up_shexp.weight", 100 << 20, 64),  # the shared expert: every token reads it
+        ("per_layer_token_embd.weight", 500 << 20, 1000),
+        ("position_embd.weight", 40 << 20, 4096),
+    )
+    model = limit.ModelBytes(tensors, 0.25)
+    load = logs.load_log(["load_tensors: layer   0 assigned to device CUDA0, is_swa = 0"])
+    read = limit.weights_read(model, load, ["CUDA0"])
+    assert read["CUDA0"] == pytest.approx((800 * 3 + 100) * 0.25 + 100)
+    assert read["CPU"] == pytest.approx(500 / 1000 + 40 / 4096)
+
+
+def test_the_cpu_side_is_judged_by_its_time_inside_the_timed_phases_only():
+    """Issue #48 (item 6, the CPU's side): the window from the first timed phase to the last took in the depth fill
+    between repetitions; a busy fill and idle phases read as work."""
+    phases = [logs.Phase(1, "generation", 1.0, 1.05), logs.Phase(1, "generation", 3.0, 3.05)]
+    busy_between = [(0.5, 0.0), (1.02, 0.0), (1.04, 0.0), (2.0, 1.9), (3.02, 1.9), (3.04, 1.9), (3.5, 1.9)]
+    samples = [Sample(at, (), ProcessReading(cpu, {})) for at, cpu in busy_between]
+    short = judge(phases, samples, [Role(HOST_ROLE, None, on_cpu=True)], 0.01).work
+    assert {w.verdict for w in short} == {Verdict.TOO_SHORT}  # 0.04 s inside the phases: too little to call
+    long_idle = [logs.Phase(1, "generation", 1.0, 1.2), logs.Phase(1, "generation", 3.0, 3.2)]
+    samples = [
+        Sample(at, (), ProcessReading(cpu, {}))
+        for at, cpu in ((1.01, 0), (1.19, 0), (2.0, 1.9), (3.01, 1.9), (3.19, 1.9))
+    ]
+    verdicts_seen = {w.verdict for w in judge(long_idle, samples, [Role(HOST_ROLE, None, on_cpu=True)], 0.01).work}
+    assert verdicts_seen == {Verdict.IDLE}  # idle inside both; the busy second between them is not theirs
+
+
+def test_the_table_and_the_rows_share_one_baseline_and_rank_by_what_the_ratio_compares():
+    """Issue #48: the rows' vs_baseline took the first CONFIG valid in every test, the table the first valid one in
+    each test; and --rank ts ordered by pooled medians while the ratios compare geometric means over processes."""
+    from buildmgr.bench.aggregate import with_baseline
+
+    found = with_baseline(rows.read_rows([H200 / "rows.jsonl"]))
+    table = compare.compare(found, "config")
+    dense = {e.baseline for e in table if "dense" in str(e.test) or e.value in ("cuda0", "vulkan0", "cuda0+vulkan0")}
+    assert dense == {r.meta.baseline for r in found if r.config in ("cuda0", "vulkan0", "cuda0+vulkan0")} == {"vulkan0"}
+    a = _row("a", [[130.0] * 9, [80.0, 80.0], [80.0, 80.0]])  # the higher pooled median
+    b = _row("b", [[110.0] * 2, [110.0] * 2, [111.0] * 2])  # the higher geometric mean over processes
+    ranked = compare.compare([a, b], "config", rank="ts")
+    assert [e.value for e in ranked] == ["b", "a"]

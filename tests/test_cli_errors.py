@@ -158,5 +158,8 @@ def test_a_command_s_result_is_on_stdout_and_its_notes_on_stderr(tmp_env, tmp_pa
     listed = buildmgr(tmp_env, "key", "list")
     [own] = [line for line in listed.stdout.splitlines() if line.startswith("own ")]
     assert " ci (" in own and own.endswith("ci.key)") and listed.stderr == ""
+    tree = Path(tmp_env["XDG_CACHE_HOME"]) / "buildmgr" / "build-trees" / "cpu-44444444"
+    tree.mkdir(parents=True)  # the tree of a build that is not installed: gc's to remove
     swept = buildmgr(tmp_env, "gc", "--dry-run")
-    assert swept.returncode == 0 and swept.stdout == "" and swept.stderr.startswith("gc: 0 item(s) would remove")
+    assert swept.returncode == 0 and swept.stdout.startswith(f"would remove {tree} (build tree of cpu-44444444")
+    assert swept.stderr.startswith("gc: 1 item(s) would remove") and tree.is_dir()

@@ -9,7 +9,7 @@ import hashlib
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from buildmgr import backends
 from buildmgr.bench import limit, logs, membw, rows
@@ -23,9 +23,6 @@ from buildmgr.bench.sampling import Sample
 from buildmgr.bench.stats import CV_WARN, geomean, ratio, summarize
 from buildmgr.placement.cover import Covered
 from buildmgr.receipt import FILE_NAME as RECEIPT
-
-if TYPE_CHECKING:
-    pass
 
 
 def _worst(judgements: Sequence[Judgement]) -> Judgement | None:

@@ -29,7 +29,7 @@ from buildmgr.bench.rows import (
     units,
     workload_name,
 )
-from buildmgr.bench.stats import Ratio, ratio, summarize
+from buildmgr.bench.stats import Ratio, geomean, ratio, summarize
 from buildmgr.errors import UserError
 
 # --- comparing ---------------------------------------------------------------------------------------------------
@@ -53,6 +53,7 @@ class Compared:
     partial: str | None = None  # what ran on the CPU, where its validity is partial
     env_set: dict[str, str] = field(default_factory=dict)  # what bench set for its runs (the pinning guard)
     limit_percent: float | None = None  # a decode's median share of its bandwidth limit (None: none, or no limit)
+    typical_ts: float | None = None  # the geometric mean over processes: what ranks, as the ratio compares it
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -93,17 +94,26 @@ def compare(rows: Sequence[Row], axis: str, baseline: str | None = None, rank: s
         raise UserError(
             f"--baseline {baseline!r} is no value of --by {axis} in these rows: {', '.join(sorted(values_seen))}"
         )
+    # a value's state over all its rows of one model, as bench's own baseline takes it (aggregate.with_baseline): one
+    # baseline for every test of a model, not one per test
+    overall: dict[tuple[str, str], list[Validity]] = {}
+    for row in rows:
+        if row.validity is not None:
+            overall.setdefault((str(field_of(row, "model_filename")), axis_value(row, axis)), []).append(row.validity)
     table: list[Compared] = []
     for members in groups.values():
         values = {value: [s for r in rs for s in samples(r)] for value, rs in members.items()}
         independent = {value: [u for r in rs for u in units(r)] for value, rs in members.items()}
         validity = {value: worst(r.validity for r in rs if r.validity is not None) for value, rs in members.items()}
         usable = [v for v in members if validity[v] is None or validity[v] in RANKED]  # None: llama-bench's own
-        base = baseline if baseline in usable else first_usable(validity) if usable else None
+        model = str(field_of(next(iter(members.values()))[0], "model_filename"))
+        whole = {v: worst(overall.get((model, v), [])) if validity[v] is not None else None for v in members}
+        base = baseline if baseline in usable else first_usable(whole) if usable else None
         group = []
         for value, rs in members.items():
             summary = summarize(values[value])
             r = ratio(independent[base], independent[value]) if base is not None and value != base else None
+            typical = geomean(independent[value]) if independent[value] else None
             energies = [r.meta.j_per_token for r in rs if r.meta is not None and r.meta.j_per_token is not None]
             group.append(
                 Compared(
@@ -121,6 +131,7 @@ def compare(rows: Sequence[Row], axis: str, baseline: str | None = None, rank: s
                     next((p for r in rs if (p := r.partial)), None),
                     next((r.meta.env_set for r in rs if r.meta is not None and r.meta.env_set), {}),
                     limit_share(rs),
+                    typical,
                 )
             )
         table += sorted(group, key=_ranking(rank)) if rank is not None else group
@@ -158,7 +169,7 @@ def _ranking(rank: str) -> Callable[[Compared], tuple[bool, float]]:
     """The sort key of `rank`: usable entries with the measure first, best first."""
 
     def key(entry: Compared) -> tuple[bool, float]:
-        measure = entry.j_per_token if rank == "j_per_token" else entry.summary_median
+        measure = entry.j_per_token if rank == "j_per_token" else entry.typical_ts
         usable = entry.validity is None or entry.validity in RANKED
         if measure is None or not usable:
             return (True, 0.0)

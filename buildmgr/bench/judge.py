@@ -109,19 +109,32 @@ def _gpu_work(role: Role, phase: Phase, samples: Sequence[Sample], timed: Sequen
     return Work(role.name, phase.kind, len(values), max(values) if values else None, Verdict.TOO_SHORT)
 
 
-def _cpu_work(role: Role, phase: Phase, samples: Sequence[Sample], span: tuple[float, float]) -> Work:
-    """CPU time is a counter: its rate between two readings inside the phase (else from the test's first timed phase
-    to its last) is their own."""
-    for start, end, verdict in ((phase.start, phase.end, Verdict.WORKED), (*span, Verdict.WORKED_OVER_TEST)):
-        timed = [
+def _cpu_rate(phases: Sequence[Phase], samples: Sequence[Sample]) -> tuple[int, float, float]:
+    """Readings, seconds and CPU seconds between the first and last reading inside each of these phases, summed:
+    never the time between them (a depth fill, the next repetition's set-up)."""
+    readings, seconds, used = 0, 0.0, 0.0
+    for phase in phases:
+        inside = [
             (s.at, s.process.cpu_seconds)
             for s in samples
-            if start < s.at <= end and s.process and s.process.cpu_seconds is not None
+            if phase.start < s.at <= phase.end and s.process and s.process.cpu_seconds is not None
         ]
-        if len(timed) >= 2 and timed[-1][0] - timed[0][0] >= CPU_MIN_SECONDS:
-            cores = (timed[-1][1] - timed[0][1]) / (timed[-1][0] - timed[0][0])
+        if len(inside) >= 2:
+            readings += len(inside)
+            seconds += inside[-1][0] - inside[0][0]
+            used += inside[-1][1] - inside[0][1]
+    return readings, seconds, used
+
+
+def _cpu_work(role: Role, phase: Phase, samples: Sequence[Sample], timed: Sequence[Phase]) -> Work:
+    """CPU time is a counter: its rate inside the phase, else inside all the test's timed phases of its kind."""
+    same = [p for p in timed if p.kind == phase.kind]
+    for spans, verdict in (([phase], Verdict.WORKED), (same, Verdict.WORKED_OVER_TEST)):
+        readings, seconds, used = _cpu_rate(spans, samples)
+        if seconds >= CPU_MIN_SECONDS:
+            cores = used / seconds
             return Work(
-                role.name, phase.kind, len(timed), round(cores, 2), verdict if cores >= CPU_WORKED else Verdict.IDLE
+                role.name, phase.kind, readings, round(cores, 2), verdict if cores >= CPU_WORKED else Verdict.IDLE
             )
     return Work(role.name, phase.kind, 0, None, Verdict.TOO_SHORT)
 
@@ -150,11 +163,10 @@ def judge(
     work: list[Work] = []
     evidence: list[str] = []
     unresolved: list[str] = []
-    timed = (min(p.start for p in phases), max(p.end for p in phases)) if phases else (0.0, 0.0)
     for phase in phases:
         for role in roles:
             if role.on_cpu:
-                found = _cpu_work(role, phase, samples, timed)
+                found = _cpu_work(role, phase, samples, phases)
             elif role.pci_bus_id is None or role.pci_bus_id not in readable:
                 found = Work(role.name, phase.kind, 0, None, Verdict.NOT_READABLE)
             else:

@@ -1,7 +1,8 @@
 """How far a decode is from the physical limit, and what it cost: each device's share of the weights (the load
-log's model buffers), the bytes it reads per generated token (what it holds, less the token-embedding table only
-looked up, plus its KV cache at the depth), the memory-bandwidth bound those bytes give at each device's peak, and
-each device's energy per token in each timed phase (a counter that only grows: NVML's, amdgpu's, RAPL's). Pure."""
+log's model buffers), the bytes it reads per generated token (tensor by tensor from the GGUF, where the load log put
+each: dense tensors whole, experts by the share a token uses, one row of a lookup table; plus its KV cache at the
+depth), the memory-bandwidth bound those bytes give at each device's peak, and each device's energy per token in
+each timed phase (a counter that only grows: NVML's, amdgpu's, RAPL's). Pure."""
 
 from __future__ import annotations
 
@@ -14,7 +15,12 @@ from buildmgr.bench.sampling import Sample
 
 CPU = "CPU"  # every CPU-side buffer (CPU, CPU_Mapped, CPU_REPACK, CUDA_Host …) and the CPU's energy
 MIB = 1.048576  # MB
+NEGLIGIBLE = 0.001  # of a token's bytes: a device reading less bounds nothing
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
+# llama.cpp's tensor names (src/llama-arch.cpp at the pin): expert tensors, merged (ffn_up_exps, ffn_gate_up_exps,
+# the chunked _chexps) or one per expert (blk.N.ffn_up.E.weight); the tables a token looks up one row of
+_EXPERTS = re.compile(r"_(ch)?exps\.|\.ffn_(gate|up|down)\.\d+\.weight$")
+_LOOKUP = re.compile(r"(^|\.|_)(token_embd|position_embd|per_layer_token_embd)\.weight$")
 # NVML's energy counter moves in steps of its update period (tens of ms): readings inside the phases must span this
 # much before their difference is a rate rather than a step.
 MIN_ENERGY_SECONDS = 0.5
@@ -31,8 +37,8 @@ class Holding:
 
 @dataclass(frozen=True)
 class Limit:
-    """A decode row's memory-bandwidth bound: each device reads what it holds and its KV cache at the depth, once
-    per token, at its peak bandwidth; the devices of a layer split take turns, so their times add."""
+    """A decode row's memory-bandwidth bound: each device reads its bytes once per token at its peak bandwidth; the
+    devices of a layer split take turns, so their times add (with -sm row/tensor the GPUs read at once)."""
 
     limit_ts: float | None
     percent: float | None  # of the limit the median reached
@@ -76,14 +82,13 @@ def holdings(load: LoadLog, devices: Sequence[str]) -> tuple[Holding, ...]:
 class ModelBytes:
     """What decoding a token reads of a model, from its GGUF header (each tensor's type and shape give its bytes)."""
 
-    tensors: tuple[tuple[str, int], ...]  # name, bytes
-    vocab: int  # rows of token_embd.weight: a token looks up one
+    tensors: tuple[tuple[str, int, int], ...]  # name, bytes, rows (ggml's last dimension: a lookup reads one)
     expert_share: float  # experts used per token over experts (1.0: no experts)
 
     @property
     def tied(self) -> bool:
         """No output.weight: the LM head multiplies by token_embd.weight, read whole."""
-        return not any(name == "output.weight" for name, _ in self.tensors)
+        return not any(name == "output.weight" for name, _, _ in self.tensors)
 
 
 def _tensor_device(name: str, load: LoadLog, devices: Sequence[str]) -> str:
@@ -92,26 +97,24 @@ def _tensor_device(name: str, load: LoadLog, devices: Sequence[str]) -> str:
     if name in load.overridden:
         return device_of(load.overridden[name], devices)
     if (block := _BLOCK.match(name)) and int(block.group(1)) in load.layers:
-        found = load.layers[int(block.group(1))]
-    elif name.startswith("output") and load.layers:
-        found = load.layers[max(load.layers)]
-    else:
-        return CPU
-    return found if found in devices else CPU
+        return load.layers[int(block.group(1))]  # a device outside `devices` stays itself: its bandwidth is unknown
+    if name.startswith("output") and load.layers:
+        return load.layers[max(load.layers)]
+    return CPU
 
 
 def weights_read(model: ModelBytes, load: LoadLog, devices: Sequence[str]) -> dict[str, float]:
     """MiB of weights each device reads per decoded token, tensor by tensor: dense tensors whole, expert tensors by
     the share of experts a token uses, one row of the token embeddings (all of them again where the head is tied)."""
     read: dict[str, float] = {}
-    for name, size in model.tensors:
+    for name, size, rows in model.tensors:
         device = _tensor_device(name, load, devices)
-        if name == "token_embd.weight":
-            share = 1 / max(model.vocab, 1)
-            if model.tied:
+        if _LOOKUP.search(name):
+            share = 1 / max(rows, 1)
+            if model.tied and name == "token_embd.weight":
                 out = _tensor_device("output.weight", load, devices)
                 read[out] = read.get(out, 0.0) + size / 2**20
-        elif "_exps" in name:
+        elif _EXPERTS.search(name):
             share = model.expert_share
         else:
             share = 1.0
@@ -130,9 +133,8 @@ def read_per_token(
     if model is not None and load.layers:
         read = weights_read(model, load, devices)
     else:
-        looked_up = (
-            next((size / 2**20 for name, size in model.tensors if name == "token_embd.weight"), 0.0) if model else 0.0
-        )
+        looked_up = sum(size / 2**20 for name, size, _ in model.tensors if _LOOKUP.search(name)) if model else 0.0
+        looked_up = 0.0 if model is not None and model.tied else looked_up  # a tied head reads the table whole
         read = {h.device: h.weights_mib - (looked_up if h.device == CPU else 0.0) for h in held}
     cells = load.cells.get(test)
     for buffer, size in load.kv.get(test, {}).items() if cells else ():
@@ -151,12 +153,17 @@ def decode_limit(
     """tokens/s if every device read its bytes at its peak bandwidth, one after another (a layer split takes turns),
     or at once (`parallel`: -sm row and tensor, where the slowest device bounds); and the median's share."""
     gbs = {d: bandwidth.get(d, (None, "no bandwidth known"))[0] for d in read_mb}
-    lacking = [d for d, mb in read_mb.items() if mb > 0 and gbs[d] is None]
+    total = sum(read_mb.values())
+    # a device reading a token-embedding row (under 0.1 % of the bytes) bounds nothing, known bandwidth or not
+    counted = {d: mb for d, mb in read_mb.items() if mb > total * NEGLIGIBLE}
+    lacking = [d for d, mb in counted.items() if gbs[d] is None]
     if lacking:
         why = "; ".join(f"{d}: {bandwidth.get(d, (None, 'no bandwidth known'))[1]}" for d in lacking)
         return Limit(None, None, dict(read_mb), gbs, f"no peak bandwidth for {why}")
-    times = [mb / 1000 / g for d, mb in read_mb.items() if mb > 0 and (g := gbs[d])]
-    seconds = max(times, default=0.0) if parallel else sum(times)
+    times = {d: mb / 1000 / g for d, mb in counted.items() if (g := gbs[d])}
+    # -sm row/tensor: the GPUs read at once, the CPU's share before or after them
+    gpus = [t for d, t in times.items() if d != CPU]
+    seconds = times.get(CPU, 0.0) + max(gpus, default=0.0) if parallel else sum(times.values())
     if not seconds:
         return Limit(None, None, dict(read_mb), gbs, "no bytes read per token were found in the load log")
     limit = 1 / seconds
@@ -167,7 +174,10 @@ def decode_limit(
 def time_shares(read_mb: Mapping[str, float], bandwidth: Mapping[str, tuple[float | None, str]]) -> dict[str, float]:
     """Each device's expected share of a token's time at the bandwidth bound (empty where a bandwidth is unknown)."""
     times = {}
+    total = sum(read_mb.values())
     for device, mb in read_mb.items():
+        if mb <= total * NEGLIGIBLE:
+            continue
         gbs = bandwidth.get(device, (None, ""))[0]
         if gbs is None:
             return {}

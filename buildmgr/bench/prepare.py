@@ -115,12 +115,10 @@ def roles_for(chosen: Sequence[str], by_name: Mapping[str, Device], cpu_override
 
 
 def model_bytes(model: Path) -> limit.ModelBytes:
-    """From the GGUF header: each tensor's bytes, the vocabulary (token_embd's rows: a token reads one), and the share
-    of its experts a token uses (`ARCH.expert_used_count` over `ARCH.expert_count`)."""
+    """From the GGUF header: each tensor's bytes and rows (a lookup table's token reads one), and the share of its
+    experts a token uses (`ARCH.expert_used_count` over `ARCH.expert_count`)."""
     reader = read_gguf(model)
-    tensors = tuple((t.name, int(t.n_bytes)) for t in reader.tensors)
-    embd = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
-    vocab = int(embd.shape[-1]) if embd is not None and len(embd.shape) else 1
+    tensors = tuple((t.name, int(t.n_bytes), int(t.shape[-1]) if len(t.shape) else 1) for t in reader.tensors)
     arch = reader.fields.get("general.architecture")
     name = bytes(arch.parts[-1]).decode() if arch is not None else ""
 
@@ -129,8 +127,7 @@ def model_bytes(model: Path) -> limit.ModelBytes:
         return int(found.parts[-1][0]) if found is not None else None
 
     used, experts = number("expert_used_count"), number("expert_count")
-    share = used / experts if used and experts else 1.0
-    return limit.ModelBytes(tensors, vocab, share)
+    return limit.ModelBytes(tensors, used / experts if used and experts else 1.0)
 
 
 def bandwidths(planned: Planned, host: rows.Host) -> dict[str, tuple[float | None, str]]:

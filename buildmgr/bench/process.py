@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from buildmgr import backends, postmortem, proc
 from buildmgr.bench import limit, logs, membw
@@ -16,9 +16,6 @@ from buildmgr.bench.prepare import Planned
 from buildmgr.bench.sampling import Sample, Sampler
 from buildmgr.crashes import Crash
 
-if TYPE_CHECKING:
-    pass
-
 TAIL_LINES = 15
 
 
@@ -26,7 +23,7 @@ TAIL_LINES = 15
 class Run:
     """One llama-bench process of one CONFIG."""
 
-    round: int  # 0: the discarded first run
+    round: int  # 0: a warm-up process, kept apart
     ran: proc.Ran
     rows: list[dict[str, Any]]  # llama-bench's own, as it printed them
     judgements: dict[int, Judgement]  # by test, 1-based as llama-bench counts
@@ -134,9 +131,6 @@ def run_once(
         load_s,
         crash,
     )
-
-
-# --- the whole call ------------------------------------------------------------------------------------------------
 
 
 def test_key(row: Mapping[str, Any]) -> tuple[int, int, int]:

@@ -112,7 +112,8 @@ class RunTiming:
 @dataclass(frozen=True)
 class Meta:
     """buildmgr's part of a row: which CONFIG and build, how the devices were judged (validity and its evidence),
-    the samples' summary, the warm-up, the engines' and the host's readings, and the ratio to the call's first CONFIG."""
+    the samples' summary, the warm-up, the engines' and the host's readings, and the ratio to the baseline (the
+    first valid CONFIG on the same model)."""
 
     schema: int
     config: str

@@ -65,7 +65,8 @@ def verdicts(rows: Sequence[Row], devices_of: dict[str, int]) -> list[str]:
                 lines.append(f"{test}: split {name} is not worth it: {r.text()} of {against}")
     partial = {r.config: r.partial for r in rows if r.partial}
     lines += [f"{config} is partial: {line}" for config, line in partial.items()]
-    guarded = {r.config: r.env_tag.strip(" []") for r in rows if r.env_tag}
+    ran = [r for r in rows if r.validity not in (Validity.NOT_RUN, Validity.FAILED)]
+    guarded = {r.config: r.env_tag.strip(" []") for r in ran if r.env_tag}
     lines += [f"{config} ran with {env}: {PINNING_GUARD}" for config, env in guarded.items()]
     return lines
 

@@ -258,7 +258,6 @@ def install_from(args: argparse.Namespace, ctx: Context) -> int:
         raise CannotRunHere(f"no artifact of {args.source} proved itself here (see above); nothing was installed")
     build = last.installed.build
     signed = f"signed by {last.signed_by}" if last.signed_by else "unsigned (--allow-unsigned)"
-    render.result(
-        f"{last.outcome} {build.id} → {build.prefix} ({signed}); devices it sees: {', '.join(last.devices) or 'none besides the CPU'}"
-    )
+    told = f"{last.outcome} {build.id} → {build.prefix} ({signed}); devices it sees: {', '.join(last.devices) or 'none besides the CPU'}"
+    (render.say if args.json else render.result)(told)  # with --json, stdout is the JSON alone
     return 0
