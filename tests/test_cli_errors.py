@@ -163,3 +163,16 @@ def test_a_command_s_result_is_on_stdout_and_its_notes_on_stderr(tmp_env, tmp_pa
     swept = buildmgr(tmp_env, "gc", "--dry-run")
     assert swept.returncode == 0 and swept.stdout.startswith(f"would remove {tree} (build tree of cpu-44444444")
     assert swept.stderr.startswith("gc: 1 item(s) would remove") and tree.is_dir()
+
+
+def test_the_help_of_a_command_explains_it_and_shows_an_example(tmp_env):
+    """Issue #52: install, list and gc --help showed only usage and options; key --help did not say where keys live;
+    devices --help said --parse takes "a captured --list-devices output" though it reads any log and -."""
+    for name in ("install", "list", "gc", "key"):
+        shown = buildmgr(tmp_env, name, "--help")
+        assert shown.returncode == 0, shown.stderr
+        paragraph = shown.stdout.split("\n\n")[1]
+        assert len(paragraph.split()) > 25 and "\nexamples:\n  buildmgr " + name in shown.stdout, (name, paragraph)
+    assert "<config>/buildmgr/keys/" in buildmgr(tmp_env, "key", "--help").stdout
+    parse = " ".join(buildmgr(tmp_env, "devices", "--help").stdout.split())
+    assert "a pasted log or tool output" in parse and "- reads stdin" in parse

@@ -9,6 +9,7 @@ import errno
 import importlib
 import os
 import sys
+import textwrap
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -73,9 +74,18 @@ def command(
     help: str,
     *,
     json: bool = False,
+    about: str = "",
+    example: str = "",
 ) -> argparse.ArgumentParser:
-    """One command's parser, calling `func(args, ctx)`; with `json`, its --json switch for scripts."""
-    parser: argparse.ArgumentParser = sub.add_parser(name, help=help)
+    """One command's parser, calling `func(args, ctx)`; with `json`, its --json switch for scripts. `about`: the
+    paragraph its --help opens with (else `help`); `example`: the lines of its example, shown last."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name,
+        help=help,
+        description=textwrap.fill(about or help, 100),
+        epilog=("examples:\n" + "\n".join(f"  {line}" for line in example.splitlines())) if example else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     if json:
         parser.add_argument("--json", action="store_true", help="print JSON for scripts")
     parser.set_defaults(func=func)

@@ -15,7 +15,17 @@ if TYPE_CHECKING:
 
 def register(sub: Subparsers, name: str) -> None:
     if name == "list":
-        command(sub, "list", list_builds, "installed builds", json=True)
+        command(
+            sub,
+            "list",
+            list_builds,
+            "installed builds",
+            json=True,
+            about="Every installed build: its id (recipe and a hash of everything that went into it), the backends it "
+            "has, the source it was built from, when it finished and its prefix. A build is made by 'buildmgr build' "
+            "or 'buildmgr install --from'; 'buildmgr devices' shows what each sees here.",
+            example="buildmgr list\nbuildmgr list --json | jq -r '.[].id'",
+        )
     elif name == "which":
         p = command(sub, "which", which, "path of a build's prefix, or of one of its tools")
         p.add_argument("build", help=BUILD_HELP)
@@ -23,7 +33,18 @@ def register(sub: Subparsers, name: str) -> None:
     elif name == "remove":
         command(sub, "remove", remove, "remove a build").add_argument("build", help=BUILD_HELP)
     elif name == "gc":
-        p = command(sub, "gc", gc, "remove what interrupted runs left, saying what and why", json=True)
+        p = command(
+            sub,
+            "gc",
+            gc,
+            "remove what interrupted runs left, saying what and why",
+            json=True,
+            about="Remove what interrupted or failed runs left behind, each with why: staging folders and half-done "
+            "renames, unfinished extractions, downloads and clones, the build trees of builds that are not installed, "
+            "lock files no run holds, and shaders no build used for 30 days. Installed builds, the toolchains they "
+            "need and the compile cache stay.",
+            example="buildmgr gc --dry-run\nbuildmgr gc",
+        )
         p.add_argument("--dry-run", action="store_true", help="only list what would be removed, and why")
 
 

@@ -38,7 +38,13 @@ def register(sub: Subparsers, name: str) -> None:
         help="a -dev string per build that uses each physical card once (and -ts by free memory)",
     )
     p.add_argument("--prefer", choices=("dgpu", "all", "igpu"), help="with --suggest: which cards (default dgpu)")
-    p.add_argument("--parse", type=Path, metavar="FILE", help="parse a captured --list-devices output instead")
+    p.add_argument(
+        "--parse",
+        type=Path,
+        metavar="FILE",
+        help="read the devices from a pasted log or tool output instead (any text that lists them: --list-devices, "
+        "llama.cpp's start-up lines, vulkaninfo, nvidia-smi …; - reads stdin)",
+    )
     for _, capture in backends.captures():
         p.add_argument(capture.option, type=Path, metavar="FILE", help=capture.help)
     p.set_defaults(func=run)

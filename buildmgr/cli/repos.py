@@ -20,7 +20,17 @@ if TYPE_CHECKING:
 
 def register(sub: Subparsers, name: str) -> None:
     if name == "key":
-        p = command(sub, "key", key, "signing keys: generate one, trust a publisher's, list them", json=True)
+        p = command(
+            sub,
+            "key",
+            key,
+            "signing keys: generate one, trust a publisher's, list them",
+            json=True,
+            about="Signing keys (minisign's format). 'generate NAME' makes NAME.key (secret, mode 0600) and NAME.pub "
+            "in <config>/buildmgr/keys/ (XDG_CONFIG_HOME, else ~/.config); 'trust' adds a publisher's .pub file or "
+            "key line to the keys this host accepts (kept in the same folder); 'list' shows both.",
+            example="buildmgr key generate ci\nbuildmgr key trust ~/.config/buildmgr/keys/ci.pub\nbuildmgr key list",
+        )
         p.add_argument("action", choices=("generate", "trust", "list"), help="generate a key, trust one, or list them")
         p.add_argument("what", nargs="?", help="generate: NAME (default buildmgr); trust: a .pub FILE or its KEY line")
     elif name == "publish":
@@ -40,7 +50,14 @@ def register(sub: Subparsers, name: str) -> None:
         p.add_argument("repo", metavar="REPO", help="a directory, an http(s):// URL serving one, or oci://…")
     elif name == "install":
         help = "install the artifact of a repository that fits this host best, and prove it sees its device"
-        p = command(sub, "install", install_from, help, json=True)
+        about = (
+            "Judge every artifact of a binary repository against this host before downloading any (CPU features, "
+            "glibc, the GPUs and the code each artifact carries for them, signatures by trusted keys), print the "
+            "table of candidates, best first, then download, verify and install the best and prove it runs and sees "
+            "its device; the next fitting one is tried when it does not."
+        )
+        example = "buildmgr install --from https://example.org/llama-builds --dry-run\nbuildmgr install cuda --from oci://registry.example.org/ml/llama"
+        p = command(sub, "install", install_from, help, json=True, about=about, example=example)
         p.add_argument("what", nargs="?", metavar="RECIPE|BUILD_NUMBER", help="only this recipe, or build (b8000)")
         p.add_argument("--from", dest="source", required=True, metavar="REPO", help="a directory, http(s):// or oci://")
         p.add_argument("--dry-run", action="store_true", help="print the table of candidates and stop")
