@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -314,6 +315,25 @@ class Leftover:
     why: str
 
 
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _collect_artifact_downloads(dirs: Dirs, removed: list[Leftover], dry: bool) -> None:
+    """`install --from` deletes an archive once it is installed, or failed verification or its proof: a folder
+    still under `<cache>/downloads/<sha256>/` is what an interrupted install left (a partial download kept to resume
+    included). One whose lock a download holds stays."""
+    why = "an artifact download no install is using (install deletes each once it is done with it)"
+    found = dirs.downloads.iterdir() if dirs.downloads.is_dir() else iter(())
+    for folder in sorted(p for p in found if p.is_dir() and _SHA256.fullmatch(p.name)):
+        if dry:
+            removed += [Leftover(folder, why)] if idle_lock(folder / ".lock") else []
+            continue
+        with locked(folder / ".lock", wait=False) as idle:
+            if idle:
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(Leftover(folder, why))
+
+
 def _collect_idle(paths: list[Path], lock: Path, why: str, removed: list[Leftover], dry: bool) -> None:
     """Delete these leftovers unless the lock that their writer holds is busy (locks work across containers
     that share the data dir; process ids do not)."""
@@ -348,6 +368,7 @@ def gc(dirs: Dirs, shelves: tuple[Shelf[ToolchainReceipt], ...] = (), dry: bool 
         sorted(dirs.downloads.glob(".pip-*")), dirs.downloads / ".lock", f"{interrupted} download", removed, dry
     )
     _collect_idle(sorted(dirs.git.glob(".*.tmp")), dirs.git / ".lock", f"{interrupted} clone", removed, dry)
+    _collect_artifact_downloads(dirs, removed, dry)
     if dirs.build_trees.is_dir():
         alive = {b.id for b in installed(dirs)}
         for tree in dirs.build_trees.iterdir():

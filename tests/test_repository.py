@@ -357,6 +357,7 @@ def test_a_signature_by_another_key_than_the_index_says_is_refused(tmp_path):
     other = signing.read_secret(other_pub.with_suffix(".key").read_text())
     blob.with_name(blob.name + index.MINISIG).write_text(other.sign(blob.read_bytes(), "swapped"))
     refused(host, repo, f"its .minisig is by {other.public.id} and its attestation by")
+    assert downloaded(host) == []  # issue #52: 7.3 MB that failed verification stayed in <cache>/downloads
     # the index's word alone lets nothing in: a .minisig by a key the host does not trust, the index claiming a trusted one
     stranger = signing.SecretKey.generate()
     blob.with_name(blob.name + index.MINISIG).write_text(stranger.sign(blob.read_bytes(), "x"))
@@ -641,3 +642,15 @@ def test_the_h200_s_own_index_ranks_as_its_installs_did(run):
     hidden_run = json.loads((recorded_at / "install-cuda-hidden.json").read_text())  # of the whole registry
     held = {e.name for e in entries}
     assert [c["name"] for c in hidden_run["candidates"] if c["name"] in held] == [c.entry.name for c in hidden]
+
+
+def test_gc_collects_an_artifact_download_an_interrupted_install_left(tmp_path):
+    """Issue #52: `gc --dry-run` said 0 items with a 7.3 MB download left; one an install holds stays."""
+    host = make_env(tmp_path)
+    left = Path(host["XDG_CACHE_HOME"]) / "buildmgr" / "downloads" / ("ab" * 32)
+    left.mkdir(parents=True)
+    (left / "llama-x.tar.gz.part").write_bytes(b"x" * 1024)
+    dry = json.loads(buildmgr(host, "gc", "--dry-run", "--json").stdout)
+    assert [item["path"] for item in dry["removed"]] == [str(left)] and left.is_dir()
+    done = buildmgr(host, "gc", "--json")
+    assert done.returncode == 0 and not left.exists()

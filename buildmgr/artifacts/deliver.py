@@ -180,14 +180,19 @@ def install_best(
             done, signed_by = before, verify(repo, entry, None, dirs, allow_unsigned)
         else:
             fetched = fetch(repo, entry, dirs, progress)
-            signed_by = verify(repo, entry, fetched.blake2b, dirs, allow_unsigned)
             try:
+                signed_by = verify(repo, entry, fetched.blake2b, dirs, allow_unsigned)
                 done = install(
                     dirs, fetched.archive, entry.sha256, entry.summary.id, vouched(repo, candidate), reporter, environ
                 )
             except BuildFailed as err:  # the smoke run failed here: the next candidate may run
+                discard(dirs, entry)
                 attempts.append(Attempt(candidate, f"its smoke run failed here ({err})", None, signed_by))
                 continue
+            except RepoError:
+                discard(dirs, entry)  # bytes that failed verification are never kept
+                raise
+            discard(dirs, entry)  # installed (or already, as the same build): the receipt keeps its sha256
         seen = probe(done)
         missing = [b for b in candidate.proves if not any(backend == b for _, backend in seen)]
         if missing:
@@ -204,8 +209,6 @@ def install_best(
                 )
             )
             continue
-        if before is None and not done.already:
-            discard(dirs, entry)
         outcome = "already installed" if done.already else "installed"
         attempts.append(Attempt(candidate, outcome, done, signed_by, tuple(name for name, _ in seen)))
         return attempts
