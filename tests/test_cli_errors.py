@@ -176,3 +176,18 @@ def test_the_help_of_a_command_explains_it_and_shows_an_example(tmp_env):
     assert "<config>/buildmgr/keys/" in buildmgr(tmp_env, "key", "--help").stdout
     parse = " ".join(buildmgr(tmp_env, "devices", "--help").stdout.split())
     assert "a pasted log or tool output" in parse and "- reads stdin" in parse
+
+
+def test_a_json_command_prints_a_json_object_on_every_exit_with_the_error_in_it(tmp_env, tmp_path):
+    """Issue #52: `install --from … --json` with a tampered blob printed nothing on stdout and exited 1."""
+    for args in (
+        ["bench", "--json", "-m", str(tmp_path / "none.gguf"), "cpu"],  # a user error
+        ["which", "no-such-build", "--json"],
+        ["check", "no-such-build", "--json", "--", "llama-cli"],
+    ):
+        failed = buildmgr(tmp_env, *args)
+        told = json.loads(failed.stdout)
+        assert failed.returncode == told["exit_code"] == 2 and told["error"], args
+        assert failed.stderr.strip() == f"buildmgr: error: {told['error']}"  # the same one line on stderr
+    ok = buildmgr(tmp_env, "list", "--json")
+    assert "error" not in json.loads(ok.stdout)

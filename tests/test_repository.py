@@ -378,7 +378,14 @@ def test_an_index_that_lies_about_the_receipt_is_refused(tmp_path):
     data = json.loads(text)
     data["artifacts"][0]["summary"]["runtime"]["glibc"] = "2.17"  # claims to fit older hosts than it does
     (repo / index.INDEX).write_text(json.dumps(data))
-    refused(host, repo, "its receipt is not what")
+    refused(
+        host, repo, "its receipt is not what", "(runtime.glibc: the receipt says None, the index '2.17')"
+    )  # the field
+    failed = buildmgr(
+        host, "install", "--from", str(repo), "--json"
+    )  # --json on failure: a JSON object, the error in it
+    told = json.loads(failed.stdout)
+    assert failed.returncode == told["exit_code"] == 1 and "runtime.glibc" in told["error"]
 
 
 @pytest.mark.parametrize("build_id", ["../../../../victim", "*"])

@@ -6,6 +6,7 @@ fetched again."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -126,13 +127,27 @@ def vouched(repo: Repo, candidate: select.Candidate) -> Callable[[Artifact], lis
 
     def vouch(artifact: Artifact) -> list[Finding]:
         entry = candidate.entry
-        if index.summary_of(artifact.receipt, artifact.receipt_sha256) != entry.summary:
+        found = index.summary_of(artifact.receipt, artifact.receipt_sha256)
+        if found != entry.summary:
             raise RepoError(
-                f"{entry.name}: its receipt is not what {repo.text}'s index says of it; nothing was installed"
+                f"{entry.name}: its receipt is not what {repo.text}'s index says of it ({_differing(found, entry.summary)}); "
+                "nothing was installed"
             )
         return list(candidate.findings)
 
     return vouch
+
+
+def _differing(found: object, said: object, path: str = "") -> str:
+    """The fields where the receipt and the index disagree (dotted into nested records), each with both values."""
+    if not dataclasses.is_dataclass(found) or type(found) is not type(said):
+        return f"{path or 'summary'}: the receipt says {found!r}, the index {said!r}"
+    parts = [
+        _differing(getattr(found, f.name), getattr(said, f.name), f"{path}.{f.name}" if path else f.name)
+        for f in dataclasses.fields(found)
+        if getattr(found, f.name) != getattr(said, f.name)
+    ]
+    return "; ".join(parts)
 
 
 def installed_before(repo: Repo, dirs: Dirs, entry: index.Entry) -> Installed | None:
@@ -143,10 +158,11 @@ def installed_before(repo: Repo, dirs: Dirs, entry: index.Entry) -> Installed | 
     for build in store.installed(dirs):
         origin = build.receipt.installed_from
         if build.id == entry.summary.id and origin is not None and origin.sha256 == entry.sha256:
-            if index.summary_of(build.receipt, entry.summary.receipt_sha256) != entry.summary:
+            found = index.summary_of(build.receipt, entry.summary.receipt_sha256)
+            if found != entry.summary:
                 raise RepoError(
-                    f"{entry.name}: the build installed from it is not what {repo.text}'s index says of it; "
-                    "nothing was installed"
+                    f"{entry.name}: the build installed from it is not what {repo.text}'s index says of it "
+                    f"({_differing(found, entry.summary)}); nothing was installed"
                 )
             return Installed(build, True, origin.warnings)
     return None

@@ -7,11 +7,12 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import json
 import os
 import sys
 import textwrap
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from buildmgr import __version__
 from buildmgr.errors import BuildFailed, BuildmgrError, UserError
@@ -163,11 +164,48 @@ def one_line(text: str) -> str:
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
+class _Watched:
+    """stdout, noting whether anything was written: a --json command that fails before its JSON still prints one."""
+
+    def __init__(self, inner: TextIO) -> None:
+        self.inner = inner
+        self.written = False
+
+    def write(self, text: str) -> int:
+        self.written = self.written or bool(text)
+        return self.inner.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _failed(watched: _Watched | None, message: str, code: int, log: str | None = None) -> int:
+    """The error on stderr, and with --json, where nothing was printed yet, as JSON on stdout."""
+    from buildmgr.cli import render
+
+    render.say(f"buildmgr: error: {message}")
+    if watched is not None and not watched.written:
+        print(json.dumps({"error": message, "exit_code": code} | ({"log": log} if log else {})))
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
+    if "--json" not in words[: words.index("--") if "--" in words else len(words)]:
+        return _run(words, None)
+    watched = _Watched(sys.stdout)
+    sys.stdout = watched
+    try:
+        return _run(words, watched)
+    finally:
+        sys.stdout = watched.inner
+
+
+def _run(words: list[str], watched: _Watched | None) -> int:
     from buildmgr.cli import render
 
     try:
-        own, tool = split_tool(list(sys.argv[1:] if argv is None else argv))
+        own, tool = split_tool(words)
         args = parse(own, tool)
         from buildmgr.config import Context
 
@@ -178,13 +216,12 @@ def main(argv: list[str] | None = None) -> int:
             render.say(f"likely fix: {hint}", "bold yellow")
         for line in err.tail:
             render.say(f"  {line}")
-        render.say(f"buildmgr: error: {one_line(str(err))}")
+        code = _failed(watched, one_line(str(err)), err.exit_code, str(err.log) if err.log is not None else None)
         if err.log is not None:
             render.say(f"full log: {err.log}")
-        return err.exit_code
+        return code
     except BuildmgrError as err:
-        render.say(f"buildmgr: error: {one_line(str(err))}")
-        return err.exit_code
+        return _failed(watched, one_line(str(err)), err.exit_code)
     except KeyboardInterrupt:
         render.err().print("buildmgr: interrupted")
         return 130
@@ -195,5 +232,4 @@ def main(argv: list[str] | None = None) -> int:
         paths = [str(p) for p in (err.filename, err.filename2) if p]
         where = f": {' → '.join(paths)}" if paths else ""
         message = f"{err.strerror or err}{where}; {_OS_FIX.get(err.errno or 0, 'check that path')}"
-        render.say(f"buildmgr: error: {one_line(message)}")
-        return 2
+        return _failed(watched, one_line(message), 2)
