@@ -113,6 +113,10 @@ def read_public(text: str) -> PublicKey:
     """A minisign public key: its file (two lines), or the base64 line alone."""
     lines = [line for line in text.splitlines() if line.strip()]
     line = lines[1] if len(lines) >= 2 and lines[0].startswith(_UNTRUSTED) else (lines[0] if lines else "")
+    if "secret key" in (lines[0] if lines else ""):
+        raise SignatureError(
+            "this is a secret key, which is never given to anyone: trust its public half, the .pub beside it"
+        )
     data = _decoded(line, "the public key")
     if len(data) != 42 or data[:2] != _ED:
         raise SignatureError("not a minisign Ed25519 public key (42 bytes, starting 'Ed')")

@@ -155,6 +155,8 @@ def test_a_command_s_result_is_on_stdout_and_its_notes_on_stderr(tmp_env, tmp_pa
     """Issue #52: `key list`, `gc --dry-run`, `check` printed their results on stderr, so a pipe showed nothing."""
     made = buildmgr(tmp_env, "key", "generate", "ci")
     assert made.returncode == 0, made.stderr
+    secret = Path(tmp_env["XDG_CONFIG_HOME"]) / "buildmgr" / "keys" / "ci.key"  # issue #52: a byte-level message
+    assert_user_error(buildmgr(tmp_env, "key", "trust", str(secret)), "trust its public half, the .pub beside it")
     listed = buildmgr(tmp_env, "key", "list")
     [own] = [line for line in listed.stdout.splitlines() if line.startswith("own ")]
     assert " ci (" in own and own.endswith("ci.key)") and listed.stderr == ""

@@ -171,6 +171,10 @@ def test_publish_then_list_then_again_is_a_no_op_and_the_attestation_names_the_a
     again = buildmgr(env, "publish", str(same), "--to", str(repo), "--sign", "ci", "--json")
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)[0]["already"] and (repo / index.INDEX).read_text() == before
+    # issue #52: published again without --sign, it said "already … signed by …" and then "note: unsigned"
+    plain = buildmgr(env, "publish", str(same), "--to", str(repo))
+    assert plain.returncode == 0 and "already in" in plain.stdout and "signed by" in plain.stdout
+    assert "note: unsigned" not in plain.stderr
     [row] = json.loads(buildmgr(make_env(tmp_path / "any"), "repo", "list", str(repo), "--json").stdout)
     blob = the_blob(repo)
     assert row["sha256"] == blob.parent.name == archives.sha256_file(blob) and row["recipe"] == "cpu"

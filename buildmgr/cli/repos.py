@@ -134,8 +134,9 @@ def publish(args: argparse.Namespace, ctx: Context) -> int:
         if not args.json:
             signed = f", signed by {published.entry.signed_by}" if published.entry.signed_by else ", unsigned"
             verb = "already in" if published.already else "published to"
-            render.say(f"{artifact.path.name} {verb} {args.to} (sha256 {artifact.sha256[:12]}…{signed})")
-    if secret is None and not args.json:
+            render.result(f"{artifact.path.name} {verb} {args.to} (sha256 {artifact.sha256[:12]}…{signed})")
+    unsigned = [p for p in done if p.entry.signed_by is None]  # one published signed before stays signed
+    if unsigned and not args.json:
         ctx.warn("note: unsigned: hosts install these only with --allow-unsigned (publish --sign NAME signs them)")
     if args.json:
         print(json.dumps([_entry_json(p.entry) | {"already": p.already} for p in done], indent=2))
