@@ -193,3 +193,18 @@ def test_a_json_command_prints_a_json_object_on_every_exit_with_the_error_in_it(
         assert failed.stderr.strip() == f"buildmgr: error: {told['error']}"  # the same one line on stderr
     ok = buildmgr(tmp_env, "list", "--json")
     assert "error" not in json.loads(ok.stdout)
+
+
+def test_a_table_piped_has_no_padding_beyond_its_content_and_at_80_columns_no_value_is_split(tmp_env):
+    """Issue #52: `recipes | cat` gave 484-character lines with ~300 spaces of padding; `COLUMNS=80 list` split
+    timestamps mid-value."""
+    piped = buildmgr(tmp_env, "recipes")
+    rows = piped.stdout.splitlines()
+    assert rows[0].split() == ["recipe", "backends", "buildable", "here", "description"]
+    assert all("  " * 25 not in row and row == row.rstrip() for row in rows)  # aligned up to 40, never padded past
+    narrow = buildmgr(tmp_env | {"COLUMNS": "80"}, "recipes")
+    blocks = narrow.stdout.splitlines()
+    described = [line for line in blocks if line.startswith("    description: ")]
+    assert len(described) == len([r for r in rows[1:] if r]) and "cpu" in blocks  # one block per recipe, its name alone
+    whole = next(r for r in rows if r.startswith("cpu ")).split("  ")[-1].strip()  # the cpu recipe's description
+    assert f"    description: {whole}" in blocks  # on one line, not folded at 80 columns

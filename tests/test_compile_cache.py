@@ -152,11 +152,13 @@ def test_cache_stats_says_when_ccache_cannot_give_them(tmp_path):
     broken.write_text("#!/bin/sh\necho 'ccache: error: cannot read configuration' >&2\nexit 1\n")
     broken.chmod(0o755)
     result = buildmgr(make_env(tmp_path, BUILDMGR_CCACHE=str(broken)), "cache", "stats", "--json")
-    assert result.returncode == 1 and result.stdout == "", result.stdout
-    assert result.stderr.strip().splitlines()[-1] == (
-        f"buildmgr: error: {broken} --print-stats failed (exit 1: ccache: error: cannot read configuration); "
+    line = (
+        f"{broken} --print-stats failed (exit 1: ccache: error: cannot read configuration); "
         "the compile cache's totals are unknown"
     )
+    assert result.stderr.strip().splitlines()[-1] == f"buildmgr: error: {line}"
+    # --json: the error as JSON on stdout too (issue #52), never a table of zeros
+    assert result.returncode == 1 and json.loads(result.stdout) == {"error": line, "exit_code": 1}
 
 
 @pytest.mark.parametrize("cold", [False, True])

@@ -26,6 +26,7 @@ STYLES = {Severity.ERROR: "red", Severity.WARNING: "yellow"}
 
 # Piped or redirected output is saved and grepped: never cut or folded to a terminal's width (rich's default is 80).
 _UNBOUNDED = 100_000
+PIPED_PAD = 40  # piped, a column is aligned up to this width
 
 
 def _width(stream: TextIO) -> int | None:
@@ -68,15 +69,28 @@ def table(*columns: str) -> Table:
 
 
 def show(grid: Table, console: Console | None = None) -> None:
-    """A table; piped, each line whole and without the padding of its last column."""
+    """A table. Piped, each row on one line, its columns aligned up to PIPED_PAD characters (a longer cell goes past
+    its column rather than pad every other row to it) and no padding after the last; in a terminal too narrow for its widest values, each row as a block, one `column: value`
+    line each, so that no value is ever split; else aligned."""
+    from rich.text import Text
+
     console = console or out()
-    if console.width < _UNBOUNDED:
+    headers = [str(column.header) for column in grid.columns]
+    rows = list(zip(*([Text.from_markup(str(c)).plain for c in column.cells] for column in grid.columns), strict=True))
+    widest = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+    if console.width >= _UNBOUNDED:
+        pad = [min(w, PIPED_PAD) for w in widest]  # a longer cell goes past its column rather than pad all the others
+        for row in [headers, *rows]:
+            console.file.write("  ".join(c.ljust(p) for c, p in zip(row, pad, strict=True)).rstrip() + "\n")
+        return
+    if sum(widest) + 2 * len(widest) <= console.width:
         console.print(grid)
         return
-    with console.capture() as captured:
-        console.print(grid)
-    for line in captured.get().splitlines():
-        console.file.write(line.rstrip() + "\n")
+    for row in rows:
+        console.print(row[0], markup=False)
+        for header, cell in zip(headers[1:], row[1:], strict=True):
+            if cell:
+                console.print(f"    {header}: {cell}", markup=False)
 
 
 def escape(text: str) -> str:
