@@ -567,9 +567,34 @@ def test_oci_bad_input_is_one_line(tmp_path):
         buildmgr(env, "repo", "list", "oci://127.0.0.1:5000/onlyname"), "oci://HOST[:PORT]/NAMESPACE/NAME"
     )
     assert_user_error(buildmgr(env, "repo", "list", "oci://127.0.0.1:5000/a/b:tag"), "(no tag)")
-    down = buildmgr(env, "repo", "list", "oci://127.0.0.1:1/a/b")
-    assert down.returncode == 1 and "reading its tags failed" in down.stderr and "Traceback" not in down.stderr
+    # issue #52: the same fault in the same words whichever transport: oras said HTTPConnectionPool(…NewConnectionError
+    for url in ("oci://127.0.0.1:1/a/b", "http://127.0.0.1:1/a"):
+        down = buildmgr(env, "repo", "list", url)
+        assert down.returncode == 1 and "Traceback" not in down.stderr
+        assert down.stderr.strip().endswith(": connection refused (is a server running there?)"), down.stderr
+    capitals = buildmgr(env, "repo", "list", "oci://127.0.0.1:5000/Team/Llama")  # oras: "Extra data: line 1 column 5"
+    assert_user_error(capitals, "an OCI repository name is lower case", "use oci://127.0.0.1:5000/team/llama")
     assert not (tmp_path / "data").exists() and not (tmp_path / "cache").exists()
+
+
+def test_a_mistyped_repository_name_is_one_line_exit_2_for_every_command_and_transport(tmp_path, registry):
+    """Issue #52: install said "the repository holds no artifact" (exit 1), repo list "holds nothing yet" (exit 0),
+    and a missing directory was exit 2."""
+    env = make_env(tmp_path)
+    mistyped = registry.url().rsplit("/", 1)[0] + "/no-such-name"
+    for command in (["repo", "list", mistyped], ["install", "--from", mistyped]):
+        assert_user_error(buildmgr(env, *command), "has no repository", "nothing was published to it: check the name")
+    for command in (["repo", "list", str(tmp_path / "nowhere")], ["install", "--from", str(tmp_path / "nowhere")]):
+        assert_user_error(buildmgr(env, *command), "no index.json here")
+    empty = tmp_path / "empty-repo"  # a repository that exists and holds nothing: not an error to list
+    empty.mkdir()
+    (empty / index.INDEX).write_text(json.dumps({"schema": index.SCHEMA, "artifacts": []}))
+    assert buildmgr(env, "repo", "list", str(empty)).returncode == 0
+    for extra in ((), ("--dry-run",)):
+        nothing = buildmgr(env, "install", "--from", str(empty), *extra)
+        assert nothing.returncode == 1 and nothing.stderr.strip().splitlines()[-1] == (
+            f"buildmgr: error: {empty} holds no artifact yet: nothing to install (publish puts one there)"
+        )
 
 
 def test_install_killed_mid_download_leaves_nothing_installed_and_the_next_run_resumes(tmp_path):

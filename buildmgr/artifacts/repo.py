@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import socket
 import tempfile
 import urllib.parse
 from abc import ABC, abstractmethod
@@ -147,6 +149,30 @@ class Repo(ABC):
         os.replace(part, dest)
 
 
+# the OCI distribution spec's repository name: path components of lower-case letters and digits, . _ __ - between
+_OCI_NAME = re.compile(r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*")
+
+
+def unreachable(err: BaseException) -> str | None:
+    """Why a server could not be reached, in the same words whichever library said it (urllib, requests through
+    oras): the connection refused, timed out, or the host unknown; None for any other fault."""
+    seen: set[int] = set()
+    stack: list[object] = [err]
+    while stack:
+        found = stack.pop()
+        if not isinstance(found, BaseException) or id(found) in seen:
+            continue
+        seen.add(id(found))
+        if isinstance(found, ConnectionRefusedError):
+            return "connection refused (is a server running there?)"
+        if isinstance(found, TimeoutError):
+            return f"no answer in {TIMEOUT_S:g} s"
+        if isinstance(found, socket.gaierror):
+            return "unknown host"
+        stack += [found.__cause__, found.__context__, getattr(found, "reason", None), *found.args]
+    return None
+
+
 def open_repo(text: str) -> Repo:
     """A directory, `file://`, `http(s)://` (read-only) or `oci://HOST[:PORT]/NAMESPACE/NAME`."""
     parts = urllib.parse.urlsplit(text)
@@ -264,7 +290,8 @@ class HttpRepo(_Layout):
                 return None
             raise RepoError(f"{self.url + relative}: HTTP {err.code} {err.reason}") from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
-            raise RepoError(f"cannot reach {self.url + relative}: {getattr(err, 'reason', err)}") from None
+            why = unreachable(err) or str(getattr(err, "reason", err))
+            raise RepoError(f"cannot reach {self.url + relative}: {why}") from None
 
     def _download(self, entry: index.Entry, part: Path, have: int, progress: Progress | None) -> None:
         import urllib.error
@@ -328,6 +355,12 @@ class OciRepo(Repo):
         name = parts.path.strip("/")
         if not parts.netloc or "/" not in name or parts.query or parts.fragment or ":" in name or "@" in name:
             raise UserError(f"{text}: an OCI repository is oci://HOST[:PORT]/NAMESPACE/NAME (no tag)")
+        if not _OCI_NAME.fullmatch(name):
+            lower = _OCI_NAME.fullmatch(name.lower())
+            fix = (
+                f"oci://{parts.netloc}/{name.lower()}" if lower else "lower-case letters, digits and . _ - between them"
+            )
+            raise UserError(f"{text}: an OCI repository name is lower case, of letters, digits and . _ -; use {fix}")
         return cls(text, parts.netloc, name)
 
     @property
@@ -346,6 +379,8 @@ class OciRepo(Repo):
         except BuildmgrError:
             raise
         except Exception as err:  # oras raises requests', jsonschema's and its own errors, and ValueError
+            if why := unreachable(err):  # the words the http:// case says for the same fault
+                raise RepoError(f"cannot reach {self.registry} ({self.text}): {why}") from None
             shown = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise RepoError(f"{self.text}: {what} failed ({shown})") from None
 
@@ -369,8 +404,11 @@ class OciRepo(Repo):
 
     def _tags(self, client: Registry) -> list[str]:
         response = client.do_request(f"{client.prefix}://{self.registry}/v2/{self.name}/tags/list", "GET")
-        if response.status_code == 404:  # nothing pushed to this name yet
-            return []
+        if response.status_code == 404:  # the registry knows no repository of this name
+            raise UserError(
+                f"{self.text}: {self.registry} has no repository {self.name} (nothing was published to it: check "
+                "the name)"
+            )
         response.raise_for_status()
         tags = response.json().get("tags") or []
         return [t for t in tags if isinstance(t, str) and t.startswith(OCI_TAG)]

@@ -214,8 +214,6 @@ def _show(ranked: list[Candidate]) -> None:
         render.result(f"{number if c.fits else '—':>2}  {c.entry.name}  {verdict}", None if c.fits else "red")
         for reason in c.reasons:
             render.result(f"      {reason}")
-    if not ranked:
-        render.say("the repository holds no artifact")
 
 
 def install_from(args: argparse.Namespace, ctx: Context) -> int:
@@ -226,6 +224,8 @@ def install_from(args: argparse.Namespace, ctx: Context) -> int:
     source = repo.open_repo(args.source)
     machine = hostfacts.read().machine
     ranked = deliver.candidates(source, args.what, ctx.environ, machine, ctx.dirs, args.allow_unsigned)
+    if not ranked:  # an empty repository (a missing one is a user error, said when it is opened)
+        raise CannotRunHere(f"{args.source} holds no artifact yet: nothing to install (publish puts one there)")
     if not args.json:  # with --json, stdout is the JSON alone: its candidates are the table
         _show(ranked)
     fitting = [c for c in ranked if c.fits]
