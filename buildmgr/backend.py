@@ -147,6 +147,9 @@ class LogDevice(NamedTuple):
     backend: str  # the device name's prefix when neither the line nor its `after` header says another
     after: str | None = None  # a header line whose `backend` group names the devices below it (ROCm, MUSA …)
     role: tuple[str, str, Role, str] | None = None  # (group, value, role, reason): the role the line itself tells
+    # (group, value, reason): a value that says the device is no integrated one; with no name table that says it is
+    # a CPU rasterizer (llvmpipe …), it is then a discrete card (Vulkan's uma: 0)
+    separate: tuple[str, str, str] | None = None
     wrapped: str | None = None  # what the rest of a line wrapped in two holds, when the first part lacks it
     # lines after it that tell more of the same device (until its next device line): groups `total` (MiB),
     # `total_mb` (10^6 bytes) or `total_mib` (decimal MiB), as Metal prints them, and the `role` group

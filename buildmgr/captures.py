@@ -78,6 +78,7 @@ class _Record:
     free: int | None = None
     pci: str | None = None
     role: tuple[Role, str] | None = None  # (role, reason) a line of the text tells
+    separate: str | None = None  # why a line says it is no integrated device (a discrete card, unless a CPU's name)
     detail: str = ""  # more of its name a line printed (ROCm's gfx target)
     listed: bool = False
 
@@ -127,10 +128,13 @@ def role_of(backend: str, ggml_type: str | None) -> Role:
     return _GGML_ROLES.get(ggml_type or "", Role.UNKNOWN)
 
 
-def with_role(device: Device, told: tuple[Role, str] | None = None, detail: str = "") -> Device:
+def with_role(
+    device: Device, told: tuple[Role, str] | None = None, detail: str = "", separate: str | None = None
+) -> Device:
     """The device with a role where ggml's type leaves it unknown: a device that is not a card, what a line of the
-    text told, else a family known from its name (and the detail a line printed with it, such as a gfx target).
-    A discrete card is never concluded from text."""
+    text told, else a family known from its name (and the detail a line printed with it, such as a gfx target), else
+    a discrete card where a line says it is no integrated one (`separate`: Vulkan's uma: 0). A discrete card is never
+    concluded from a name alone."""
     if device.backend in backends.NOT_A_CARD:
         return replace(device, type=backends.NOT_A_CARD[device.backend], role_basis=RoleBasis.BACKEND)
     if device.type != Role.UNKNOWN:
@@ -139,6 +143,8 @@ def with_role(device: Device, told: tuple[Role, str] | None = None, detail: str 
         return replace(device, type=told[0], role_basis=RoleBasis.LOG, role_reason=told[1])
     family = backends.name_role(f"{device.description} {detail}".strip())
     if family is None:
+        if separate is not None:
+            return replace(device, type=Role.GPU, role_basis=RoleBasis.LOG, role_reason=separate)
         return device
     return replace(device, type=family.role, role_basis=RoleBasis.NAME, role_reason=family.reason)
 
@@ -233,6 +239,8 @@ def _told(row: backends.LogDevice, groups: dict[str, str | None], record: _Recor
     """The role a device's line tells, where its role group has the value that tells it."""
     if row.role and groups.get(row.role[0]) == row.role[1]:
         record.role = (row.role[2], row.role[3])
+    if row.separate and groups.get(row.separate[0]) == row.separate[1]:
+        record.separate = row.separate[2]
 
 
 def _read_load_log(lines: list[str], reading: _Reading) -> None:
@@ -274,7 +282,7 @@ def _device(record: _Record) -> Device:
         pci_bus_id=record.pci,
         source="list-devices" if record.listed else "log",
     )
-    return with_role(device, record.role, record.detail)
+    return with_role(device, record.role, record.detail, record.separate)
 
 
 def read_text(text: str) -> Parsed:

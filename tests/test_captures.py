@@ -106,13 +106,13 @@ PASTED = {
         ("CUDA1", "NVIDIA GeForce RTX 3090", None, None, "unknown"),
     ],
     "rocm-init-cublas-2024.txt": [("ROCm0", "AMD Radeon RX 7900 XTX", None, None, "unknown")],
-    "load-log-using-device-rx6700xt.txt": [("Vulkan0", "AMD Radeon RX 6700 XT", None, 12272, "unknown")],
+    "load-log-using-device-rx6700xt.txt": [("Vulkan0", "AMD Radeon RX 6700 XT", None, 12272, "gpu")],
     "load-log-using-device-8060s.txt": [("Vulkan0", "Radeon 8060S Graphics (RADV GFX1151)", None, 87722, "igpu")],
     "ctest-llvmpipe.txt": [("Vulkan0", "llvmpipe (LLVM 20.1.8, 256 bits) (llvmpipe)", None, None, "cpu")],
     "vulkan-no-devices.txt": [],
     "dozen-beside-native-2024.txt": [
-        ("Vulkan0", "AMD Radeon RX 6800 XT (AMD proprietary driver)", None, None, "unknown"),
-        ("Vulkan1", "Microsoft Direct3D12 (AMD Radeon RX 6800 XT) (Dozen)", None, None, "unknown"),
+        ("Vulkan0", "AMD Radeon RX 6800 XT (AMD proprietary driver)", None, None, "gpu"),
+        ("Vulkan1", "Microsoft Direct3D12 (AMD Radeon RX 6800 XT) (Dozen)", None, None, "gpu"),
     ],
     "dozen-adreno-and-vulkaninfo.txt": [
         ("Vulkan0", "Microsoft Direct3D12 (Qualcomm(R) Adreno(TM) X1-85 GPU) (Dozen)", None, None, "igpu"),
@@ -124,26 +124,26 @@ PASTED = {
         ("Vulkan0", "Intel(R) UHD Graphics 630 (CFL GT2) (Intel open-source Mesa driver)", None, None, "igpu"),
     ],
     "test-backend-ops-a770-uhd770.txt": [
-        ("Vulkan0", "Intel(R) Arc(TM) A770 Graphics (Intel Corporation)", None, None, "unknown"),
+        ("Vulkan0", "Intel(R) Arc(TM) A770 Graphics (Intel Corporation)", None, None, "gpu"),
         ("Vulkan1", "Intel(R) UHD Graphics 770 (Intel Corporation)", None, None, "igpu"),
     ],
-    "test-backend-ops-gtx1050ti.txt": [("Vulkan0", "NVIDIA GeForce GTX 1050 Ti", 4342, 2630, "unknown")],
+    "test-backend-ops-gtx1050ti.txt": [("Vulkan0", "NVIDIA GeForce GTX 1050 Ti", 4342, 2630, "gpu")],
     "device-info-two-3090-and-cpu.txt": [
         ("CUDA0", "NVIDIA GeForce RTX 3090", 24575, 31032, "unknown"),
         ("CUDA1", "NVIDIA GeForce RTX 3090", 24575, 30950, "unknown"),
         ("CPU", "AMD Ryzen 9 5900X 12-Core Processor", 32045, 32045, "cpu"),
     ],
     "moltenvk-two-radeons.txt": [
-        ("Vulkan0", "AMD Radeon RX 6800 XT", None, 16368, "unknown"),
-        ("Vulkan1", "AMD Radeon Pro 5500M (MoltenVK)", None, None, "unknown"),
+        ("Vulkan0", "AMD Radeon RX 6800 XT", None, 16368, "gpu"),
+        ("Vulkan1", "AMD Radeon Pro 5500M (MoltenVK)", None, None, "gpu"),
     ],
     "llamafile-register-device.txt": [
         ("CUDA0", "NVIDIA GeForce RTX 3060", None, None, "unknown"),
         ("CPU", "CPU", None, None, "cpu"),
     ],
     "two-identical-radv-gfx1201.txt": [
-        ("Vulkan0", "AMD Radeon Graphics (RADV GFX1201) (radv)", None, None, "unknown"),
-        ("Vulkan1", "AMD Radeon Graphics (RADV GFX1201) (radv)", None, None, "unknown"),
+        ("Vulkan0", "AMD Radeon Graphics (RADV GFX1201) (radv)", None, None, "gpu"),
+        ("Vulkan1", "AMD Radeon Graphics (RADV GFX1201) (radv)", None, None, "gpu"),
     ],
     "vulkan-2024-apu-alone.txt": [
         ("Vulkan0", "AMD Radeon(TM) Graphics (AMD proprietary driver)", None, None, "igpu"),
@@ -200,10 +200,10 @@ PASTED = {
         ("SYCL1", "Intel(R) Arc(TM) Pro B70 Graphics", 31906, 31906, "unknown"),
     ],
     "vulkan-intel-bmg-g21-arc-pro-b50.txt": [
-        ("Vulkan0", "Intel(R) Graphics (BMG G21) (Intel open-source Mesa driver)", None, None, "unknown"),
+        ("Vulkan0", "Intel(R) Graphics (BMG G21) (Intel open-source Mesa driver)", None, None, "gpu"),
     ],
     "vulkan-intel-arc-a770-windows.txt": [
-        ("Vulkan0", "Intel(R) Arc(TM) A770 Graphics (Intel Corporation)", None, None, "unknown"),
+        ("Vulkan0", "Intel(R) Arc(TM) A770 Graphics (Intel Corporation)", None, None, "gpu"),
     ],
 }
 GROUPED = {
@@ -248,9 +248,9 @@ def test_every_role_from_a_name_table_says_so():
     _, _, notes = pasted("ctest-llvmpipe.txt")
     assert "Vulkan0: named cpu from its name: llvmpipe (Mesa's lavapipe) is a CPU rasterizer" in notes
     _, devices, notes = pasted("test-backend-ops-a770-uhd770.txt")
-    assert [d.role_basis for d in devices] == [None, "log"]
+    assert [d.role_basis for d in devices] == ["log", "log"]  # the A770's line says uma: 0, the UHD 770's uma: 1
     assert any(n.startswith("Vulkan1: igpu from the log: its ggml_vulkan line says uma: 1") for n in notes)
-    assert any(n.startswith("Vulkan0: role unknown") for n in notes)
+    assert any(n.startswith("Vulkan0: gpu from the log: its ggml_vulkan line says uma: 0") for n in notes)
     _, _, notes = pasted("sycl-list-devices-arc-pro-b70-bmg-g31.txt")  # issue #35: one line, not one per device
     assert [n for n in notes if "role unknown" in n] == [
         "SYCL0, SYCL1: role unknown (ggml's type not read, no vulkaninfo match, no log line or known name tells it); "
@@ -402,8 +402,21 @@ def test_the_live_probe_uses_the_same_rules_where_ggml_leaves_a_question():
     ],
 )
 def test_name_tables(description, role):
-    [device] = read_text(f"ggml_vulkan: 0 = {description} | uma: 0 | fp16: 1\n").devices
+    [device] = read_text(f"ggml_vulkan: 0 = {description}\n").devices  # the name alone: no uma group to tell
     assert device.type == role
+
+
+def test_a_vulkan_line_saying_uma_0_is_a_discrete_card_unless_its_name_is_a_cpu_s():
+    """Issue #52: an RTX 4090 and a 3090 stayed `unknown` though their lines said uma: 0 (Vulkan's device type is
+    not the integrated one); llvmpipe says uma: 0 too, and its name makes it the CPU."""
+    text = (
+        "ggml_vulkan: 0 = NVIDIA GeForce RTX 4090 (NVIDIA) | uma: 0 | fp16: 1 | warp size: 32\n"
+        "ggml_vulkan: 1 = llvmpipe (LLVM 15.0.6, 256 bits) (llvmpipe) | uma: 0 | fp16: 1 | warp size: 8\n"
+        "ggml_vulkan: 2 = AMD Radeon 780M Graphics (RADV PHOENIX) (radv) | uma: 1 | fp16: 1\n"
+    )
+    card, cpu, igpu = read_text(text).devices
+    assert (card.type, card.role_basis) == ("gpu", "log") and "uma: 0" in (card.role_reason or "")
+    assert (cpu.type, cpu.role_basis) == ("cpu", "name") and (igpu.type, igpu.role_basis) == ("igpu", "log")
 
 
 def test_a_total_alone_is_a_total_and_free_stays_null():

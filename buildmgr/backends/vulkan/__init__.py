@@ -55,6 +55,11 @@ BUILD_FAILURES = (
 # "ggml_vulkan: 0 = AMD Radeon Graphics (RADV GFX1151) (radv) | uma: 1 | …" (ggml-vulkan's device line: name, then the
 # driver in parentheses; uma is deviceType == eIntegratedGpu), and the 2024 form "Vulkan0: NAME (DRIVER) | uma: 0 | …".
 _UMA = ("uma", "1", Role.IGPU, "its ggml_vulkan line says uma: 1 (Vulkan's integrated-GPU device type)")
+_SEPARATE = (
+    "uma",
+    "0",
+    "its ggml_vulkan line says uma: 0 (not Vulkan's integrated-GPU type), and its name is no CPU's",
+)
 LOG_DEVICES = (
     LogDevice(
         "ggml_vulkan lines",
@@ -62,12 +67,14 @@ LOG_DEVICES = (
         NAME,
         role=_UMA,
         wrapped=r"(?:^\s*|\| )uma: \d",
+        separate=_SEPARATE,
     ),
     LogDevice(
         "ggml_vulkan lines",
         r"(?<![\w-])Vulkan(?P<index>\d+): (?P<description>.+?)\s*\| uma: (?P<uma>\d)",
         NAME,
         role=_UMA,
+        separate=_SEPARATE,
     ),
 )
 LOG_EMPTY = (r"ggml_vulkan: No devices found\.",)
