@@ -15,8 +15,7 @@ from buildmgr import backends
 from buildmgr.bench import limit, logs, membw, rows
 from buildmgr.bench.compare import first_usable
 from buildmgr.bench.config import Request
-from buildmgr.bench.judge import HOST, Judgement, Validity, partial, worst
-from buildmgr.bench.judge import covered as with_coverage
+from buildmgr.bench.judge import HOST, Judgement, Validity, partial, with_coverage, worst
 from buildmgr.bench.prepare import Planned, bandwidths
 from buildmgr.bench.process import Run, peak_of, test_key
 from buildmgr.bench.sampling import Sample
@@ -30,15 +29,21 @@ def _worst(judgements: Sequence[Judgement]) -> Judgement | None:
     return next((j for j in judgements if j.validity is state), None)
 
 
+def _apart(lead: Sequence[float], steady: Sequence[float]) -> float | None:
+    """The median of `lead` over the steady median, where it lies beyond the steady samples' range and more than 5 %
+    off; else None."""
+    if not lead or not steady:
+        return None
+    centre, median = statistics.median(lead), statistics.median(steady)
+    if min(steady) <= centre <= max(steady) or abs(centre / median - 1) <= CV_WARN:
+        return None
+    return centre / median
+
+
 def _first_apart(first: Sequence[float], steady: Sequence[float]) -> str | None:
-    """A sentence where the first timed repetitions lie beyond the steady state's spread (and more than 5 % off)."""
-    if not first or not steady:
-        return None
-    lead, median = statistics.median(first), statistics.median(steady)
-    beyond = lead < min(steady) or lead > max(steady)
-    if not beyond or abs(lead / median - 1) <= CV_WARN:
-        return None
-    return f"first repetition {lead / median:.2f}× of steady state: warm-up inside the process"
+    """A sentence where the first timed repetitions lie apart from the steady state."""
+    found = _apart(first, steady)
+    return None if found is None else f"first repetition {found:.2f}× of steady state: warm-up inside the process"
 
 
 def steady_phases(phases: Sequence[logs.Phase]) -> list[logs.Phase]:
@@ -72,13 +77,13 @@ def outlier_process(by_run: Sequence[Sequence[float]]) -> str | None:
 
 
 def _warm_apart(warm: Sequence[float], steady: Sequence[float]) -> str | None:
-    """A sentence where the warm-up process lies beyond the steady state's spread (and more than 5 % off)."""
-    if not warm or not steady:
-        return None
-    lead, median = statistics.median(warm), statistics.median(steady)
-    if min(steady) <= lead <= max(steady) or abs(lead / median - 1) <= CV_WARN:
-        return None
-    return f"warm-up process {lead / median:.2f}× of steady state: a first process pays what later ones do not"
+    """A sentence where the warm-up process lies apart from the steady state."""
+    found = _apart(warm, steady)
+    return (
+        None
+        if found is None
+        else f"warm-up process {found:.2f}× of steady state: a first process pays what later ones do not"
+    )
 
 
 def rows_of(

@@ -223,7 +223,7 @@ def worst(states: Iterable[Validity]) -> Validity | None:
     return next((state for state in WORST_FIRST if state in given), None)
 
 
-def covered(validity: Validity, partial: str | None) -> Validity:
+def with_coverage(validity: Validity, partial: str | None) -> Validity:
     """A judgement with the coverage's finding: device-placed work on the CPU makes a valid or unproven test partial;
     a fallback stays one (sampling saw more than the graph shows)."""
     return Validity.PARTIAL if partial and validity in (Validity.VALID, Validity.UNPROVEN) else validity

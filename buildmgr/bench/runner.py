@@ -20,8 +20,7 @@ from buildmgr.bench import logs, rows
 from buildmgr.bench.aggregate import pinned_notes, rows_of, with_baseline
 from buildmgr.bench.compare import compare
 from buildmgr.bench.config import Request
-from buildmgr.bench.judge import Validity
-from buildmgr.bench.judge import covered as with_coverage
+from buildmgr.bench.judge import Validity, with_coverage
 from buildmgr.bench.prepare import Planned, bandwidths, busy_host, host_record, plan
 from buildmgr.bench.process import Run, run_once
 from buildmgr.bench.verdicts import verdicts

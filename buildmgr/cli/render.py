@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from buildmgr.devices import Device
-    from buildmgr.findings import Check, Finding
+    from buildmgr.findings import Check
     from buildmgr.inventory_file import BuildEntry, Card
     from buildmgr.placement.cover import Covered
     from buildmgr.placement.run import CheckReport
@@ -116,10 +116,6 @@ def checks(labelled: Sequence[tuple[str, Check]]) -> None:
         console.print(f"     found: {escape(found)}")
         if fix:
             console.print(f"     fix: {escape(fix)}")
-
-
-def finding(found: Finding) -> None:
-    say(found.line(), STYLES.get(found.severity, "dim"))
 
 
 def placement(report: CheckReport, outcome_on_stdout: bool = True) -> None:
