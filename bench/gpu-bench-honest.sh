@@ -41,7 +41,9 @@ configs=(
     'vk0-fa=cuda+vulkan -dev Vulkan0 -fa 1'
 )
 log "bench dense"
-bm bench -m /tmp/dense.gguf --depth 0,1024 --no-pg --runs 2 --json --plot "$out/dense.png" "${configs[@]}" \
+plot=()  # matplotlib is an extra the image may lack
+if python3 -c 'import matplotlib' 2>/dev/null; then plot=(--plot "$out/dense.png"); fi
+bm bench -m /tmp/dense.gguf --depth 0,1024 --no-pg --runs 2 --json "${plot[@]}" "${configs[@]}" \
     >"$out/bench-dense.json" 2>"$out/bench-dense.txt"
 echo "exit $?" >>"$out/bench-dense.txt"
 log "bench moe"

@@ -6,6 +6,8 @@ from pathlib import Path
 
 from conftest import assert_user_error, buildmgr, make_env, user_recipe
 
+from buildmgr.cli import COMMANDS
+
 
 def written(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and "config" not in p.parts)
@@ -169,12 +171,15 @@ def test_a_command_s_result_is_on_stdout_and_its_notes_on_stderr(tmp_env, tmp_pa
 
 def test_the_help_of_a_command_explains_it_and_shows_an_example(tmp_env):
     """Issue #52: install, list and gc --help showed only usage and options; key --help did not say where keys live;
-    devices --help said --parse takes "a captured --list-devices output" though it reads any log and -."""
-    for name in ("install", "list", "gc", "key"):
-        shown = buildmgr(tmp_env, name, "--help")
+    devices --help said --parse takes "a captured --list-devices output" though it reads any log and -. Every
+    command's help fits 80 columns (its paragraph was filled to 100 whatever the terminal)."""
+    narrow = tmp_env | {"COLUMNS": "80"}
+    for name in COMMANDS:
+        shown = buildmgr(narrow, name, "--help")
         assert shown.returncode == 0, shown.stderr
         paragraph = shown.stdout.split("\n\n")[1]
         assert len(paragraph.split()) > 25 and "\nexamples:\n  buildmgr " + name in shown.stdout, (name, paragraph)
+        assert max(map(len, shown.stdout.splitlines())) <= 80, (name, shown.stdout)
     assert "<config>/buildmgr/keys/" in buildmgr(tmp_env, "key", "--help").stdout
     parse = " ".join(buildmgr(tmp_env, "devices", "--help").stdout.split())
     assert "a pasted log or tool output" in parse and "- reads stdin" in parse

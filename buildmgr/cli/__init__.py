@@ -10,7 +10,6 @@ import importlib
 import json
 import os
 import sys
-import textwrap
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
@@ -83,14 +82,23 @@ def command(
     parser: argparse.ArgumentParser = sub.add_parser(
         name,
         help=help,
-        description=textwrap.fill(about or help, 100),
+        description=about or help,
         epilog=("examples:\n" + "\n".join(f"  {line}" for line in example.splitlines())) if example else None,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Help,
     )
     if json:
         parser.add_argument("--json", action="store_true", help="print JSON for scripts")
     parser.set_defaults(func=func)
     return parser
+
+
+class _Help(argparse.HelpFormatter):
+    """The paragraph wraps to the terminal as the options do; the examples keep their lines."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
 
 
 def _chosen(argv: list[str]) -> str | None:

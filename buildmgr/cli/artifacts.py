@@ -19,12 +19,30 @@ if TYPE_CHECKING:
 def register(sub: Subparsers, name: str) -> None:
     if name == "verify":
         p = command(
-            sub, "verify", verify, "rebuild an artifact from its receipt here and compare every file", json=True
+            sub,
+            "verify",
+            verify,
+            "rebuild an artifact from its receipt here and compare every file",
+            json=True,
+            about="Check an artifact's .sha256, rebuild it here from the source, recipe and toolchain its receipt "
+            "names, and compare every file byte for byte: the proof that it was built from what it says. A "
+            "difference names each file that differs. --cold compiles everything, trusting no compile cache.",
+            example="buildmgr verify llama-b11312-bin-linux-cpu-x64.tar.gz",
         )
         p.add_argument("file", type=Path, help="llama-…-bin-….tar.gz with its .sha256 beside it")
         p.add_argument("--cold", action="store_true", help="compile everything: no local compile cache either")
     elif name == "matrix":
-        p = command(sub, "matrix", matrix, "a GitHub Actions matrix of builds for CI runners: fromJSON() ready")
+        p = command(
+            sub,
+            "matrix",
+            matrix,
+            "a GitHub Actions matrix of builds for CI runners: fromJSON() ready",
+            about="Print a GitHub Actions matrix of builds, one entry per recipe, architecture, OS and CPU "
+            "architecture that can be built there (runner, container or toolkit, build command, artifact name), "
+            "and what was skipped and why; '--format github' is one line for fromJSON().",
+            example="buildmgr matrix cpu cuda vulkan --sm 86 --sm 90\n"
+            'echo "matrix=$(buildmgr matrix --format github)" >> "$GITHUB_OUTPUT"',
+        )
         p.add_argument(
             "recipes", nargs="*", metavar="RECIPE", help="recipes or '+' combinations (default: every recipe)"
         )
@@ -52,13 +70,32 @@ def register(sub: Subparsers, name: str) -> None:
         )
     elif name == "package":
         p = command(
-            sub, "package", package, "a byte-identical .tar.gz of a build, with its .sha256 beside it", json=True
+            sub,
+            "package",
+            package,
+            "a byte-identical .tar.gz of a build, with its .sha256 beside it",
+            json=True,
+            about="Pack a build into llama-<build>-bin-<os>-<recipe>-<cpu>.tar.gz with its receipt, and its "
+            ".sha256 beside it: the same build packs to the same bytes on every machine (sorted entries, fixed "
+            "times and owners), so 'buildmgr verify' can rebuild and compare it.",
+            example="buildmgr package cuda -o dist/",
         )
         p.add_argument("build", help=BUILD_HELP)
         p.add_argument("-o", "--output", type=Path, default=Path("."), help="directory for the archive (default: .)")
     elif name == "install-artifact":
         help = "verify an artifact and this host, then install it as a build and smoke-run it"
-        p = command(sub, "install-artifact", install_artifact, help, json=True)
+        p = command(
+            sub,
+            "install-artifact",
+            install_artifact,
+            help,
+            json=True,
+            about="Install an archive made by 'buildmgr package' as a build: check its .sha256, then this host "
+            "against what the receipt says the binaries need (CPU features, glibc, the GPUs' architectures), "
+            "unpack it into its prefix and smoke-run it. A host it does not fit is refused before anything is "
+            "written.",
+            example="buildmgr install-artifact llama-b11312-bin-linux-cpu-x64.tar.gz",
+        )
         p.add_argument("file", type=Path, help="llama-…-bin-….tar.gz with its .sha256 beside it")
 
 

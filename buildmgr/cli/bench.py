@@ -28,6 +28,14 @@ def register(sub: Subparsers, name: str) -> None:
         run,
         "measure builds and placements at matched depth, proving which devices did the work",
         json=True,
+        about="Measure prefill and decode of one model under each CONFIG (a build and its placement flags) with "
+        "the build's own llama-bench, at each depth, in interleaved processes after a warm-up, keeping every "
+        "sample. Each row says whether the devices the CONFIG names did the work (engine readings and where each "
+        "op ran), the share it reached of the memory-bandwidth limit, and every environment variable bench set "
+        "for it; verdicts compare CONFIGs only where the intervals support it. Rows are kept under "
+        "<data>/bench/; --compare reads them again.",
+        example="buildmgr bench -m m.gguf 'one=cuda -dev CUDA0' 'two=cuda -dev CUDA0,CUDA1'\n"
+        "buildmgr bench --compare ~/.local/share/buildmgr/bench/*.jsonl --by host",
     )
     p.add_argument(
         "configs", nargs="*", metavar="CONFIG", help="'[LABEL=]BUILD [FLAGS…]', e.g. 'cuda0=cuda -dev CUDA0'"

@@ -8,6 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from buildmgr import backends
+from buildmgr.cli import command
 from buildmgr.config import Context
 from buildmgr.proof_models import KERNELS_VERSION
 
@@ -18,7 +19,18 @@ if TYPE_CHECKING:
 
 
 def register(sub: Subparsers, name: str) -> None:
-    p = sub.add_parser("build", help="build a recipe (default cpu); a no-op if that exact build exists")
+    p = command(
+        sub,
+        "build",
+        run,
+        "build a recipe (default cpu); a no-op if that exact build exists",
+        about="Build llama.cpp for a recipe (one backend, or several joined with '+') into its own prefix: preflight "
+        "the toolchains, configure with CMake and prove from its File API that each backend is in, compile with "
+        "Ninja through the compile cache, then prove the build runs the weight types real models use and list the "
+        "devices it sees here. A build's id is a hash of everything that went into it, so building it again is a "
+        "no-op; a failed build keeps its log and prints its path and last lines.",
+        example="buildmgr build\nbuildmgr build cuda+vulkan --sm 86\nbuildmgr build cuda -D GGML_CUDA_FA=OFF --json",
+    )
     p.add_argument("recipe", nargs="?", default="cpu", help="recipe, or recipes joined with '+'")
     for option in backends.arch_options():
         p.add_argument(option.flag, help=option.help)
@@ -47,7 +59,6 @@ def register(sub: Subparsers, name: str) -> None:
         help="preflight, configure and prove the backends are in, without compiling or publishing",
     )
     p.add_argument("--json", action="store_true", help="print the build id, prefix and devices seen as JSON")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:

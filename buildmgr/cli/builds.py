@@ -27,11 +27,30 @@ def register(sub: Subparsers, name: str) -> None:
             example="buildmgr list\nbuildmgr list --json | jq -r '.[].id'",
         )
     elif name == "which":
-        p = command(sub, "which", which, "path of a build's prefix, or of one of its tools")
+        p = command(
+            sub,
+            "which",
+            which,
+            "path of a build's prefix, or of one of its tools",
+            about="Print the path of a build's prefix, or of one of its tools, on stdout and nothing else, for a "
+            "script or a shell to use. A recipe name means its newest build; an unknown tool lists the tools the "
+            "build has.",
+            example='buildmgr which cuda\n"$(buildmgr which cuda llama-server)" -m model.gguf',
+        )
         p.add_argument("build", help=BUILD_HELP)
         p.add_argument("tool", nargs="?", help="a tool of it, e.g. llama-server (default: the prefix)")
     elif name == "remove":
-        command(sub, "remove", remove, "remove a build").add_argument("build", help=BUILD_HELP)
+        p = command(
+            sub,
+            "remove",
+            remove,
+            "remove a build",
+            json=True,
+            about="Remove an installed build: its prefix is renamed aside at once (no run sees half of it), then "
+            "deleted. Its build tree goes with it; the compile cache stays, so building it again is quick.",
+            example="buildmgr remove cpu-a707a459\nbuildmgr remove vulkan",
+        )
+        p.add_argument("build", help=BUILD_HELP)
     elif name == "gc":
         p = command(
             sub,
@@ -93,6 +112,8 @@ def remove(args: argparse.Namespace, ctx: Context) -> int:
 
     build = store.find(ctx.dirs, args.build)
     store.remove(ctx.dirs, build)
+    if args.json:
+        print(json.dumps({"removed": build.id, "prefix": str(build.prefix)}, indent=2))
     render.say(f"removed {build.id} ({build.prefix})")
     return 0
 

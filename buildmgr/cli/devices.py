@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildmgr import backends
-from buildmgr.cli import render
+from buildmgr.cli import command, render
 from buildmgr.config import Context, ensure_writable
 from buildmgr.errors import UserError
 
@@ -21,7 +21,18 @@ if TYPE_CHECKING:
 
 
 def register(sub: Subparsers, name: str) -> None:
-    p = sub.add_parser("devices", help="the devices each build really sees on this host, grouped by physical card")
+    p = command(
+        sub,
+        "devices",
+        run,
+        "the devices each build really sees on this host, grouped by physical card",
+        about="The devices each installed build really sees on this host, from the build's own llama.cpp, grouped "
+        "by physical card: which names (CUDA0, Vulkan1 …) are one card, which card is an integrated GPU, and "
+        "which environment variables move the names. Results are kept in the inventory and probed again when a "
+        "build, a driver or the environment changes. --parse reads the devices out of any pasted log or tool "
+        "output instead, for a host buildmgr does not run on.",
+        example="buildmgr devices\nbuildmgr devices --suggest\nllama-cli --list-devices 2>&1 | buildmgr devices --parse -",
+    )
     p.add_argument("--refresh", action="store_true", help="probe every build again")
     p.add_argument("--json", action="store_true", help="print the cards, their names and the notes as JSON")
     p.add_argument(
@@ -47,7 +58,6 @@ def register(sub: Subparsers, name: str) -> None:
     )
     for _, capture in backends.captures():
         p.add_argument(capture.option, type=Path, metavar="FILE", help=capture.help)
-    p.set_defaults(func=run)
 
 
 def _read_capture(path: Path | None, what: str) -> str:

@@ -18,11 +18,40 @@ if TYPE_CHECKING:
 
 def register(sub: Subparsers, name: str) -> None:
     if name == "recipes":
-        command(sub, "recipes", recipes, "recipes, their backends, and whether this host can build them", json=True)
+        command(
+            sub,
+            "recipes",
+            recipes,
+            "recipes, their backends, and whether this host can build them",
+            json=True,
+            about="Every recipe (built in, and yours in <config>/recipes/*.toml): its backends and CMake defines, "
+            "whether this host can build it now, what it lacks if not (with the fix, or the toolchain "
+            "'buildmgr toolchain add' can assemble), and the kernels its defines remove.",
+            example="buildmgr recipes\nbuildmgr recipes --json | jq -r '.[] | select(.buildable) | .name'",
+        )
     elif name == "doctor":
-        command(sub, "doctor", doctor, "every toolchain check for every backend, with fixes", json=True)
+        command(
+            sub,
+            "doctor",
+            doctor,
+            "every toolchain check for every backend, with fixes",
+            json=True,
+            about="Run every toolchain check of every backend on this host (compilers, SDKs, headers, the compile "
+            "cache), and those of each toolchain added with 'buildmgr toolchain add', one per line: what passed, what "
+            "failed and how to fix it. Nothing is built.",
+            example="buildmgr doctor\nbuildmgr doctor --json",
+        )
     elif name == "source":
-        p = command(sub, "source", source, "fetch and verify the pinned source, or show it")
+        p = command(
+            sub,
+            "source",
+            source,
+            "fetch and verify the pinned source, or show it",
+            about="llama.cpp comes from the pinned llama-cpp-python sdist on PyPI, checked against its pinned "
+            "sha256. 'sync' fetches and verifies it (a build does so itself when needed); 'show' prints what is "
+            "pinned and where the verified tree is kept.",
+            example="buildmgr source sync\nbuildmgr source show --json",
+        )
         p.add_argument("action", choices=("sync", "show"), help="sync: fetch and verify; show: what is pinned and kept")
         p.add_argument(
             "--archive", type=Path, help="with sync: use this already downloaded sdist (verified all the same)"
@@ -34,7 +63,17 @@ def register(sub: Subparsers, name: str) -> None:
             help="with sync: extract the verified tree into this checkout's vendor/llama.cpp (build it with --source)",
         )
     elif name == "cache":
-        p = command(sub, "cache", cache, "the compile cache: totals of hits and misses, local and remote", json=True)
+        p = command(
+            sub,
+            "cache",
+            cache,
+            "the compile cache: totals of hits and misses, local and remote",
+            json=True,
+            about="The compile cache every build goes through (ccache, with a remote store where [cache] remote in "
+            "<config>/config.toml or BUILDMGR_REMOTE_CACHE names one): 'stats' shows which ccache and folder, the "
+            "compiles served by the local and by the remote store, those that missed, and the hit rate.",
+            example="buildmgr cache stats",
+        )
         p.add_argument("action", choices=("stats",), help="stats: hits and misses of every build")
 
 

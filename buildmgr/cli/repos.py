@@ -34,7 +34,18 @@ def register(sub: Subparsers, name: str) -> None:
         p.add_argument("action", choices=("generate", "trust", "list"), help="generate a key, trust one, or list them")
         p.add_argument("what", nargs="?", help="generate: NAME (default buildmgr); trust: a .pub FILE or its KEY line")
     elif name == "publish":
-        p = command(sub, "publish", publish, "put artifacts (signed with --sign) into a binary repository", json=True)
+        p = command(
+            sub,
+            "publish",
+            publish,
+            "put artifacts (signed with --sign) into a binary repository",
+            json=True,
+            about="Put archives made by 'buildmgr package' into a binary repository (a directory, or an OCI "
+            "registry) with their receipt and provenance, signed with --sign by a key of 'buildmgr key generate'; "
+            "its index is rewritten atomically. Publishing an archive again is a no-op.",
+            example="buildmgr publish --to /srv/llama-builds --sign ci dist/*.tar.gz\n"
+            "buildmgr publish --to oci://registry.example.org/ml/llama --sign ci *.tar.gz",
+        )
         p.add_argument("files", type=Path, nargs="+", metavar="ARTIFACT", help="llama-…-bin-….tar.gz (.sha256 beside)")
         p.add_argument(
             "--to",
@@ -45,7 +56,16 @@ def register(sub: Subparsers, name: str) -> None:
         p.add_argument("--sign", metavar="NAME", help="sign with this key of 'buildmgr key generate NAME'")
         p.add_argument("--builder", help="who built it, for the provenance (default: this user@host)")
     elif name == "repo":
-        p = command(sub, "repo", repo_list, "what a binary repository holds", json=True)
+        p = command(
+            sub,
+            "repo",
+            repo_list,
+            "what a binary repository holds",
+            json=True,
+            about="'list' shows every artifact a binary repository holds (a directory, an http(s):// URL serving "
+            "one, or oci://): its build, recipe, OS and architecture, what it needs of a host, and who signed it.",
+            example="buildmgr repo list /srv/llama-builds\nbuildmgr repo list oci://registry.example.org/ml/llama --json",
+        )
         p.add_argument("action", choices=("list",), help="list: its artifacts, what each needs, who signed it")
         p.add_argument("repo", metavar="REPO", help="a directory, an http(s):// URL serving one, or oci://…")
     elif name == "install":

@@ -19,7 +19,19 @@ def register(sub: Subparsers, name: str) -> None:
     from buildmgr import kit_sources
 
     names = ", ".join(kit.name for kit in kit_sources.all_kits())
-    p = command(sub, "toolchain", toolchain, f"add, list or remove toolchains buildmgr assembles ({names})")
+    p = command(
+        sub,
+        "toolchain",
+        toolchain,
+        f"add, list or remove toolchains buildmgr assembles ({names})",
+        about="Toolchains a host lacks, assembled without root from their vendors' packages (NVIDIA's CUDA wheels "
+        "on PyPI, Debian's Vulkan SDK packages), each checked and kept under <data>/toolchains/. 'add' assembles "
+        "one and runs its checks; a build uses it when the host has no toolchain of its own (or with "
+        "--toolchain). 'list' shows them and whether each is intact; 'remove' refuses one an installed build "
+        "still loads libraries from.",
+        example=f"buildmgr toolchain add {kit_sources.example()}\nbuildmgr toolchain list\n"
+        f"buildmgr toolchain remove {kit_sources.example().replace('==', '-')}",
+    )
     p.add_argument("action", choices=("add", "list", "remove"), help="add one, list the added, or remove one")
     p.add_argument("what", nargs="?", help=f"add: NAME[==VERSION] ({names}; e.g. {kit_sources.example()}); remove: ID")
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
@@ -118,5 +130,7 @@ def _remove(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr import kits
 
     removed = kits.remove(ctx.dirs, args.what)
+    if args.json:
+        print(json.dumps({"removed": removed.id, "path": str(removed.root)}, indent=2))
     render.say(f"removed {removed.id} ({removed.root})")
     return 0

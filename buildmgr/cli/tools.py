@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildmgr.cli import BUILD_HELP, render
+from buildmgr.cli import BUILD_HELP, command, render
 from buildmgr.config import Context
 from buildmgr.errors import UserError
 
@@ -19,17 +19,37 @@ if TYPE_CHECKING:
 
 def register(sub: Subparsers, name: str) -> None:
     if name == "run":
-        p = sub.add_parser("run", help="run a tool of a build: buildmgr run BUILD [--check] -- TOOL ARGS…")
+        p = command(
+            sub,
+            "run",
+            run,
+            "run a tool of a build: buildmgr run BUILD [--check] -- TOOL ARGS…",
+            about="Run one of a build's tools (llama-cli, llama-server, llama-bench …) with the arguments after '--'. "
+            "The tool takes buildmgr's place, so its output, exit code and signals are its own. With --check, the "
+            "placement flags are checked first against the devices this build sees here (as 'buildmgr check' does), "
+            "the findings go to stderr, and the tool is not started if one fails.",
+            example="buildmgr run cpu -- llama-cli --version\n"
+            "buildmgr run cuda --check -- llama-server -m model.gguf -dev CUDA0 -ngl 99",
+        )
         p.add_argument("build", help=BUILD_HELP)
         p.add_argument(
             "--check", action="store_true", help="check the placement flags first; run only if nothing fails"
         )
         p.add_argument("words", nargs="*", metavar="-- TOOL ARGS", help="the tool's command line, after '--'")
-        p.set_defaults(func=run)
     elif name == "check":
-        p = sub.add_parser(
+        p = command(
+            sub,
             "check",
-            help="check llama.cpp placement flags against this host's devices: buildmgr check BUILD -- TOOL ARGS…",
+            check,
+            "check llama.cpp placement flags against this host's devices: buildmgr check BUILD -- TOOL ARGS…",
+            about="Check a tool's placement flags (-dev, -ts, -sm, -mg, -ngl, -ot, -fa …) against the devices this "
+            "build really sees here, without running the tool: a name that is not a device, one card named twice, a "
+            "split that cannot be, each with what to write instead. --verify proves the placement with llama-bench "
+            "on a tiny model; --model reads a GGUF's weights per device and runs it once to show where each op of "
+            "prefill and decode runs, naming every op the CPU runs for a device's layer and why. Exit 1 if a finding "
+            "fails.",
+            example="buildmgr check cuda+vulkan -- llama-cli -dev CUDA0,Vulkan1 -ts 3,1\n"
+            "buildmgr check cuda --model model.gguf -- llama-server -dev CUDA0 -fa 1",
         )
         p.add_argument("build", help=BUILD_HELP)
         p.add_argument(
@@ -42,7 +62,6 @@ def register(sub: Subparsers, name: str) -> None:
         )
         p.add_argument("--json", action="store_true", help="print the findings and the devices as JSON")
         p.add_argument("words", nargs="*", metavar="-- TOOL ARGS", help="the tool's command line, after '--'")
-        p.set_defaults(func=check)
 
 
 def _tool_command(args: argparse.Namespace, verb: str) -> list[str]:
