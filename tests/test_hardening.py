@@ -57,9 +57,10 @@ def test_removing_again_after_an_interrupted_remove_works(tmp_env):
     leftover = prefix.with_name(f".removing-{prefix.name}")
     (leftover / "bin").mkdir(parents=True)
     (leftover / "bin" / "half-deleted").write_text("x")  # what a killed `remove` leaves
-    result = buildmgr(tmp_env, "remove", "cpu-33333333")
+    result = buildmgr(tmp_env, "remove", "cpu-33333333", "--json")
     assert result.returncode == 0, result.stderr
     assert not prefix.exists()
+    assert json.loads(result.stdout) == {"removed": "cpu-33333333", "prefix": str(prefix)}
 
 
 PUBLISHER = """
