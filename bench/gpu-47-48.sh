@@ -9,6 +9,7 @@ payload=${1:?usage: gpu-47-48.sh PAYLOAD OUT}
 out=${2:?usage: gpu-47-48.sh PAYLOAD OUT}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
-bash "$here/gpu-coverage.sh" "$payload" "$out/coverage"
+# the honest bench runs both -fa 1 placements: the coverage script's own bench would repeat them
+COVERAGE_BENCH=0 bash "$here/gpu-coverage.sh" "$payload" "$out/coverage"
 bash "$here/gpu-bench-honest.sh" "$payload" "$out/honest"
 echo done >"$out/finished"

@@ -49,6 +49,7 @@ bm run cuda+vulkan --check -- llama-cli -m /tmp/cov.gguf -dev CUDA0 -fa 1 -n 1 -
 echo "exit $?" >>"$out/run-check.txt"
 
 log "bench"
+if [ "${COVERAGE_BENCH:-1}" = 0 ]; then log "done (no bench)"; echo done >"$out/finished"; exit 0; fi
 bm bench -m /tmp/cov.gguf --depth 0,1024 --runs 2 --json \
     'cuda0-fa=cuda+vulkan -dev CUDA0 -fa 1' 'vk0-fa=cuda+vulkan -dev Vulkan0 -fa 1' 'cuda0=cuda+vulkan -dev CUDA0' \
     >"$out/bench.json" 2>"$out/bench.txt"
