@@ -1,7 +1,7 @@
 """The whole command line under hypothesis, in-process: any argv either works, or exits with one `buildmgr: error:`
 line; an exit 2 (a user error) writes nothing at all; no input writes outside the data dirs; nothing is a
 traceback. A `subprocess.Popen` that raises stands for "went on to run a program" (cmake, pip, a tool): the input was
-accepted up to there, and a fake build is never compiled. 500 examples per property, with NUL bytes, '../',
+accepted up to there, and a fake build is never compiled; what it was given must be an argument list without NUL. 500 examples per property, with NUL bytes, '../',
 absolute paths, very long names and text that is not UTF-8 (surrogates) among them."""
 
 from __future__ import annotations
@@ -40,7 +40,13 @@ class Started(Exception):
 
 
 def refuse(*args, **kwargs):
-    raise Started(args[0] if args else kwargs.get("args"))
+    """What reached a program is an argument list of text, never a shell line, and holds no NUL byte (which
+    would cut an argument short): anything else fails the property here instead of counting as accepted."""
+    argv = args[0] if args else kwargs.get("args")
+    assert not kwargs.get("shell"), f"a shell was asked for: {argv!r}"
+    assert isinstance(argv, (list, tuple)) and argv, f"not an argument list: {argv!r}"
+    assert all(isinstance(a, (str, Path)) and "\0" not in str(a) for a in argv), f"a bad argument: {argv!r}"
+    raise Started(argv)
 
 
 def tree(root: Path) -> dict[str, int]:
