@@ -1085,7 +1085,8 @@ def test_a_decode_shows_its_share_of_the_limit_and_a_process_far_from_the_others
     assert "| % of limit |" in markdown and f"| {table[0].limit_percent:.1f} % |" in markdown
     assert compare.render(table, "config", "csv").splitlines()[0].count("limit_percent") == 1
     lines = verdicts.verdicts(decode, {r.config: 1 for r in decode})
-    assert any("% of their bandwidth limits" in line for line in lines)
+    shares = " and ".join(f"{e.limit_percent:.1f} %" for e in table[:2])
+    assert any(f"at {shares} of their bandwidth limits" in line for line in lines), lines
     assert outlier_process([[150000.0, 151000.0], [262.0, 263.0], [149000.0, 150500.0]]) == (
         "process 2 of 3 ran at 262.5 t/s, 0.0018× the median of all (1.497e+05): it alone widens the interval "
         "(other load on the host? run again)"

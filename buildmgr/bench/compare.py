@@ -25,6 +25,7 @@ from buildmgr.bench.rows import (
     field_of,
     host_of,
     samples,
+    share_text,
     test_name,
     units,
     workload_name,
@@ -207,7 +208,7 @@ def _cells(entry: Compared) -> list[str]:
     state = entry.validity.value if entry.validity is not None else "—"
     state += f": {entry.partial}" if entry.partial else ""
     env = f" [{' '.join(f'{k}={v}' for k, v in sorted(entry.env_set.items()))}]" if entry.env_set else ""
-    share = f"{entry.limit_percent:.1f} %" if entry.limit_percent is not None else "—"
+    share = share_text(entry.limit_percent) if entry.limit_percent is not None else "—"
     return [entry.test, entry.value + env, median, share, cv, str(entry.n), shown, joules, state]
 
 

@@ -237,6 +237,11 @@ def host_of(row: Row) -> str:
     return "; ".join(shown) or "unknown host"
 
 
+def share_text(percent: float) -> str:
+    """A share of the bandwidth limit as every table and verdict shows it: one decimal, so 0.1 % is never "0 %"."""
+    return f"{percent:.1f} %"
+
+
 def units(row: Row) -> list[float]:
     """The row's independent measurements, one per process (samples inside one process are not independent): the
     geometric mean of each process's steady-state samples. buildmgr's schema-1 rows ran one repetition per process,

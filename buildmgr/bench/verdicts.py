@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from buildmgr.bench.judge import Validity
-from buildmgr.bench.rows import RANKED, Row, field_of, test_name, units
+from buildmgr.bench.rows import RANKED, Row, field_of, share_text, test_name, units
 from buildmgr.bench.stats import compared, geomean, ratio
 
 # What the only environment bench sets is for: said beside every number of a CONFIG it was set for.
@@ -73,10 +73,10 @@ def verdicts(rows: Sequence[Row], devices_of: dict[str, int]) -> list[str]:
 
 def _limits(first: Row, second: Row) -> str:
     """Where a decode's two are against their bandwidth limits: how much either could still gain."""
-    shares = [r.meta.limit_percent if r.meta is not None else None for r in (first, second)]
-    if any(share is None for share in shares):
+    shares = [r.meta.limit_percent for r in (first, second) if r.meta is not None and r.meta.limit_percent is not None]
+    if len(shares) < 2:
         return ""
-    return f"; at {shares[0]:.0f} % and {shares[1]:.0f} % of their bandwidth limits"
+    return f"; at {share_text(shares[0])} and {share_text(shares[1])} of their bandwidth limits"
 
 
 def _tag(row: Row) -> str:
