@@ -1092,6 +1092,10 @@ def test_a_decode_shows_its_share_of_the_limit_and_a_process_far_from_the_others
         "(other load on the host? run again)"
     )
     assert outlier_process([[100.0], [104.0], [98.0]]) is None
+    # one registry of columns: the JSON's keys are the CSV's columns, in order (the ratio's interval in two more)
+    keys = list(json.loads(compare.render(table, "config", "json"))[0])
+    header = compare.render(table, "config", "csv").splitlines()[0].split(",")
+    assert [k for k in header if k not in ("ci95_low", "ci95_high", "within_noise")] == keys
     by_depth = compare.compare(decode, "depth")
     assert all("@ d" not in e.test and e.test.startswith("tg") for e in by_depth)  # depth is the axis, not the label
 

@@ -57,21 +57,7 @@ class Compared:
     typical_ts: float | None = None  # the geometric mean over processes: what ranks, as the ratio compares it
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "test": self.test,
-            self.axis: self.value,
-            "median_ts": self.summary_median,
-            "limit_percent": self.limit_percent,
-            "j_per_token": self.j_per_token,
-            "cv": self.cv,
-            "n": self.n,
-            "baseline": self.baseline,
-            "vs_baseline": self.vs_baseline.to_json() if self.vs_baseline else None,
-            "validity": self.validity.value if self.validity is not None else "",
-            "partial": self.partial,
-            "env_set": self.env_set,
-            "rows": self.rows,
-        }
+        return {self.axis if c.key == AXIS else c.key: c.value(self) for c in COLUMNS_OF_TABLE}
 
 
 def _key(row: Row, axis: str) -> tuple[tuple[str, str], ...]:
@@ -188,76 +174,112 @@ def first_usable(validity: Mapping[str, Validity | None]) -> str:
     return (valid or ranked or order)[0]
 
 
-# --- exporters: one per format, over the one typed table ---------------------------------------------------------
+# --- exporters: one registry of columns, read by each format ------------------------------------------------------
 
-COLUMNS = ("test", "median t/s", "% of limit", "cv", "n", "vs baseline", "J/token", "validity")
+AXIS = "AXIS"  # the key of the axis's own column: the axis's name in each format
 
 
-def _cells(entry: Compared) -> list[str]:
+def _or_empty(value: object) -> object:
+    return "" if value is None else value
+
+
+@dataclass(frozen=True)
+class Column:
+    """One field of the compared table, declared once: its JSON value under `key`, its CSV cells (`csv_keys`, by
+    default the key alone, holding the JSON value), and, where `title` is set, its cell in the md table."""
+
+    key: str
+    value: Callable[[Compared], object]
+    title: str | None = None
+    cell: Callable[[Compared], str] | None = None
+    csv_keys: tuple[str, ...] = ()
+    csv_cells: Callable[[Compared], list[object]] | None = None
+
+    def csv_header(self, axis: str) -> list[str]:
+        return list(self.csv_keys) or [axis if self.key == AXIS else self.key]
+
+    def csv(self, entry: Compared) -> list[object]:
+        return self.csv_cells(entry) if self.csv_cells else [_or_empty(self.value(entry))]
+
+
+def _env_words(entry: Compared) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(entry.env_set.items()))
+
+
+def _ratio_cell(entry: Compared) -> str:
     r = entry.vs_baseline
-    shown = (
-        "baseline"
-        if entry.value == entry.baseline
-        else r.rounded().text() + (" (one run: no interval)" if r.low is None else " (noise)" if r.within_noise else "")
-        if r
-        else "—"
-    )
-    median = f"{entry.summary_median:.2f}" if entry.summary_median is not None else "—"
-    cv = f"{entry.cv * 100:.1f} %" if entry.cv is not None else "—"
-    joules = f"{entry.j_per_token:.4g}" if entry.j_per_token is not None else "—"
-    state = entry.validity.value if entry.validity is not None else "—"
-    state += f": {entry.partial}" if entry.partial else ""
-    env = f" [{' '.join(f'{k}={v}' for k, v in sorted(entry.env_set.items()))}]" if entry.env_set else ""
-    share = share_text(entry.limit_percent) if entry.limit_percent is not None else "—"
-    return [entry.test, entry.value + env, median, share, cv, str(entry.n), shown, joules, state]
+    if entry.value == entry.baseline:
+        return "baseline"
+    if r is None:
+        return "—"
+    return r.rounded().text() + (" (one run: no interval)" if r.low is None else " (noise)" if r.within_noise else "")
 
 
-def _columns(axis: str) -> list[str]:
-    return [COLUMNS[0], axis, *COLUMNS[1:]]
+def _ratio_cells(entry: Compared) -> list[object]:
+    """The ratio, its interval in two cells, and whether it is inside the noise (rounded as in JSON)."""
+    r = entry.vs_baseline.rounded() if entry.vs_baseline else None
+    noise = "" if entry.vs_baseline is None else str(entry.vs_baseline.within_noise).lower()
+    return [*(_or_empty(v) for v in ((r.value, r.low, r.high) if r else (None,) * 3)), noise]
+
+
+def _number(spec: str, scale: float = 1.0, unit: str = "") -> Callable[[float | None], str]:
+    return lambda v: "—" if v is None else f"{v * scale:{spec}}{unit}"
+
+
+_median, _cv, _joules = _number(".2f"), _number(".1f", 100, " %"), _number(".4g")
+
+COLUMNS_OF_TABLE: tuple[Column, ...] = (
+    Column("test", lambda e: e.test, "test", lambda e: e.test),
+    Column(AXIS, lambda e: e.value, AXIS, lambda e: e.value + (f" [{_env_words(e)}]" if e.env_set else "")),
+    Column("median_ts", lambda e: e.summary_median, "median t/s", lambda e: _median(e.summary_median)),
+    Column(
+        "limit_percent",
+        lambda e: e.limit_percent,
+        "% of limit",
+        lambda e: share_text(e.limit_percent) if e.limit_percent is not None else "—",
+    ),
+    Column("j_per_token", lambda e: e.j_per_token, "J/token", lambda e: _joules(e.j_per_token)),
+    Column("cv", lambda e: e.cv, "cv", lambda e: _cv(e.cv)),
+    Column("n", lambda e: e.n, "n", lambda e: str(e.n)),
+    Column("baseline", lambda e: e.baseline),
+    Column(
+        "vs_baseline",
+        lambda e: e.vs_baseline.to_json() if e.vs_baseline else None,
+        "vs baseline",
+        _ratio_cell,
+        ("vs_baseline", "ci95_low", "ci95_high", "within_noise"),
+        _ratio_cells,
+    ),
+    Column(
+        "validity",
+        lambda e: e.validity.value if e.validity is not None else "",
+        "validity",
+        lambda e: (e.validity.value if e.validity is not None else "—") + (f": {e.partial}" if e.partial else ""),
+    ),
+    Column("partial", lambda e: e.partial),
+    Column("env_set", lambda e: e.env_set, csv_cells=lambda e: [_env_words(e)]),
+    Column("rows", lambda e: e.rows),
+)
 
 
 def export_json(table: Sequence[Compared], axis: str) -> str:
     return json.dumps([entry.to_json() for entry in table], indent=2)
 
 
-CSV_COLUMNS = ("median_ts", "cv", "n", "baseline", "vs_baseline", "ci95_low", "ci95_high", "within_noise")
-
-
-def _numbers(entry: Compared) -> list[object]:
-    """The JSON's fields as plain cells, for a spreadsheet: numbers as numbers, nothing as an empty cell."""
-    shown = entry.vs_baseline.rounded() if entry.vs_baseline else None
-    noise = "" if entry.vs_baseline is None else str(entry.vs_baseline.within_noise).lower()
-    return [
-        entry.test,
-        entry.value,
-        *(v if v is not None else "" for v in (entry.summary_median, entry.cv, entry.n, entry.baseline)),
-        *(v if v is not None else "" for v in ((shown.value, shown.low, shown.high) if shown else (None,) * 3)),
-        noise,
-        entry.j_per_token if entry.j_per_token is not None else "",
-        entry.limit_percent if entry.limit_percent is not None else "",
-        entry.validity.value if entry.validity is not None else "",
-        entry.partial or "",
-        " ".join(f"{k}={v}" for k, v in sorted(entry.env_set.items())),
-        entry.rows,
-    ]
-
-
 def export_csv(table: Sequence[Compared], axis: str) -> str:
-    """The JSON's field names and values, one row per entry (cv a fraction, the ratio's interval in two cells)."""
+    """The JSON's fields and values, one row per entry (cv a fraction, the ratio's interval in two cells)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(
-        ["test", axis, *CSV_COLUMNS, "j_per_token", "limit_percent", "validity", "partial", "env_set", "rows"]
-    )
-    writer.writerows(_numbers(entry) for entry in table)
+    writer.writerow([name for column in COLUMNS_OF_TABLE for name in column.csv_header(axis)])
+    writer.writerows([cell for column in COLUMNS_OF_TABLE for cell in column.csv(entry)] for entry in table)
     return out.getvalue().rstrip("\n")
 
 
 def export_markdown(table: Sequence[Compared], axis: str) -> str:
-    columns = _columns(axis)
-    header = "| " + " | ".join(columns) + " |"
-    rule = "|" + "|".join("---" for _ in columns) + "|"
-    lines = ["| " + " | ".join(cell.replace("|", "\\|") for cell in _cells(entry)) + " |" for entry in table]
+    shown = [column for column in COLUMNS_OF_TABLE if column.title is not None and column.cell is not None]
+    header = "| " + " | ".join(axis if c.title == AXIS else str(c.title) for c in shown) + " |"
+    rule = "|" + "|".join("---" for _ in shown) + "|"
+    lines = ["| " + " | ".join(c.cell(entry).replace("|", "\\|") for c in shown if c.cell) + " |" for entry in table]
     return "\n".join([header, rule, *lines])
 
 
