@@ -180,7 +180,8 @@ def test_the_help_of_a_command_explains_it_and_shows_an_example(tmp_env):
         paragraph = shown.stdout.split("\n\n")[1]
         assert len(paragraph.split()) > 25 and "\nexamples:\n  buildmgr " + name in shown.stdout, (name, paragraph)
         assert max(map(len, shown.stdout.splitlines())) <= 80, (name, shown.stdout)
-    assert "<config>/buildmgr/keys/" in buildmgr(tmp_env, "key", "--help").stdout
+    keys = " ".join(buildmgr(tmp_env, "key", "--help").stdout.split())
+    assert "<config>/buildmgr/keys/" in keys and "<config>/buildmgr/trusted/" in keys  # where trust puts them
     parse = " ".join(buildmgr(tmp_env, "devices", "--help").stdout.split())
     assert "a pasted log or tool output" in parse and "- reads stdin" in parse
 

@@ -28,7 +28,7 @@ def register(sub: Subparsers, name: str) -> None:
             json=True,
             about="Signing keys (minisign's format). 'generate NAME' makes NAME.key (secret, mode 0600) and NAME.pub "
             "in <config>/buildmgr/keys/ (XDG_CONFIG_HOME, else ~/.config); 'trust' adds a publisher's .pub file or "
-            "key line to the keys this host accepts (kept in the same folder); 'list' shows both.",
+            "key line to the keys this host accepts (<config>/buildmgr/trusted/); 'list' shows both.",
             example="buildmgr key generate ci\nbuildmgr key trust ~/.config/buildmgr/keys/ci.pub\nbuildmgr key list",
         )
         p.add_argument("action", choices=("generate", "trust", "list"), help="generate a key, trust one, or list them")
