@@ -187,28 +187,36 @@ def install_best(
     probe: Callable[[Installed], list[tuple[str, str]]],  # the build's devices as (name, backend)
     progress: Progress | None = None,
 ) -> list[Attempt]:
-    """Try the fitting candidates best first until one installs and sees what it was picked for."""
+    """Try the fitting candidates best first until one installs and sees what it was picked for. A candidate
+    whose bytes, signature or receipt fail, or whose smoke run fails here, is passed over with why (an Attempt):
+    one bad entry does not keep the next fitting one out."""
     attempts: list[Attempt] = []
     for candidate in (c for c in ranked if c.fits):
         entry = candidate.entry
-        before = installed_before(repo, dirs, entry)
-        if before is not None:
-            done, signed_by = before, verify(repo, entry, None, dirs, allow_unsigned)
-        else:
-            fetched = fetch(repo, entry, dirs, progress)
-            try:
-                signed_by = verify(repo, entry, fetched.blake2b, dirs, allow_unsigned)
+        signed_by: str | None = None
+        fetched = False
+        try:
+            before = installed_before(repo, dirs, entry)
+            if before is not None:
+                done, signed_by = before, verify(repo, entry, None, dirs, allow_unsigned)
+            else:
+                fetched = True
+                got = fetch(repo, entry, dirs, progress)
+                signed_by = verify(repo, entry, got.blake2b, dirs, allow_unsigned)
                 done = install(
-                    dirs, fetched.archive, entry.sha256, entry.summary.id, vouched(repo, candidate), reporter, environ
+                    dirs, got.archive, entry.sha256, entry.summary.id, vouched(repo, candidate), reporter, environ
                 )
-            except BuildFailed as err:  # the smoke run failed here: the next candidate may run
+                discard(dirs, entry)  # installed (or already, as the same build): the receipt keeps its sha256
+        except BuildFailed as err:  # the smoke run failed here: the next candidate may run
+            if fetched:
                 discard(dirs, entry)
-                attempts.append(Attempt(candidate, f"its smoke run failed here ({err})", None, signed_by))
-                continue
-            except RepoError:
-                discard(dirs, entry)  # bytes that failed verification are never kept
-                raise
-            discard(dirs, entry)  # installed (or already, as the same build): the receipt keeps its sha256
+            attempts.append(Attempt(candidate, f"its smoke run failed here ({err})", None, signed_by))
+            continue
+        except RepoError as err:  # this entry's bytes, signature or receipt: the next one may be sound
+            if fetched:
+                discard(dirs, entry)  # bytes that failed verification are never kept (a .part cut short is)
+            attempts.append(Attempt(candidate, str(err), None, signed_by))
+            continue
         seen = probe(done)
         missing = [b for b in candidate.proves if not any(backend == b for _, backend in seen)]
         if missing:

@@ -7,11 +7,12 @@ manifest visible only once its blobs are in."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
-import shutil
 import socket
+import stat
 import tempfile
 import urllib.parse
 from abc import ABC, abstractmethod
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
 from buildmgr import jsonshape, signing
 from buildmgr.artifacts import index
@@ -57,22 +58,31 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _statement_files(artifact: Artifact, key: signing.SecretKey, builder: str) -> dict[str, bytes]:
-    """The .minisig and the DSSE attestation of a checked archive."""
+def _read_checked(artifact: Artifact) -> bytes:
+    """The archive's bytes, read once and checked against its digest: what is copied, pushed and signed is these
+    bytes, never the file read again (a file swapped in between would get a signature naming the good digest)."""
+    data = artifact.path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != artifact.sha256:
+        raise RepoError(f"{artifact.path.name} changed while it was being published; try again")
+    return data
+
+
+def _statement_files(artifact: Artifact, data: bytes, key: signing.SecretKey, builder: str) -> dict[str, bytes]:
+    """The .minisig of the archive's checked bytes (`_read_checked`) and its DSSE attestation."""
     name, digest = artifact.path.name, artifact.sha256
     comment = f"file:{name} sha256:{digest} build:{artifact.receipt.id}"
     statement = index.statement(name, digest, artifact.receipt, artifact.receipt_sha256, builder)
     return {
-        index.MINISIG: key.sign(artifact.path.read_bytes(), comment).encode(),
+        index.MINISIG: key.sign(data, comment).encode(),
         index.ATTESTATION: (json.dumps(signing.envelope(statement, key), indent=2) + "\n").encode(),
     }
 
 
-def _entry(artifact: Artifact, key: signing.SecretKey | None, known: index.Entry | None) -> index.Entry:
+def _entry(artifact: Artifact, size: int, key: signing.SecretKey | None, known: index.Entry | None) -> index.Entry:
     return index.Entry(
         artifact.path.name,
         artifact.sha256,
-        artifact.path.stat().st_size,
+        size,
         _now(),
         index.summary_of(artifact.receipt, artifact.receipt_sha256),
         key.public.id if key is not None else (known.signed_by if known is not None else None),
@@ -84,19 +94,27 @@ def _is_known(known: index.Entry | None, artifact: Artifact, key: signing.Secret
     return known is not None and known.name == artifact.path.name and (key is None or known.signed_by == key.public.id)
 
 
+class _Larger(Exception):
+    """The source had more bytes than the index's size (`Repo.fetch` says which archive)."""
+
+
 def _append(response: IO[bytes], part: Path, mode: str, have: int, size: int, progress: Progress | None) -> None:
+    """Append what `response` sends up to `size` bytes in all, and no further: an endless source (a link to
+    /dev/zero, a body that never ends) fills neither the cache nor the time. One byte past it raises `_Larger`."""
     if progress:
         progress(have, size)  # where it starts: a resumed download says what it kept
     # read1: what has arrived, up to a block (read would wait for a whole block: no progress on a slow link, and
     # nothing kept of a download cut short inside one)
     read = getattr(response, "read1", response.read)
     with open(part, mode) as out:
-        while block := read(_BLOCK):
+        while have < size and (block := read(min(_BLOCK, size - have))):
             out.write(block)
             out.flush()  # what arrived is kept if the process is killed: the next try resumes after it
             have += len(block)
             if progress:
                 progress(have, size)
+    if have >= size and read(1):
+        raise _Larger
 
 
 class Repo(ABC):
@@ -129,6 +147,12 @@ class Repo(ABC):
             have = 0
         try:
             self._download(entry, part, have, progress)
+        except _Larger:
+            part.unlink(missing_ok=True)  # bytes from a source that lies about its size are not kept
+            raise RepoError(
+                f"{self.text}: {entry.name} is larger than its index says ({entry.size} bytes); reading stopped there "
+                "and what came was deleted"
+            ) from None
         except FileNotFoundError:
             raise RepoError(f"{self.text}: {entry.name} is in the index but not in the repository") from None
         except _transport_errors() as err:
@@ -142,9 +166,6 @@ class Repo(ABC):
                 f"reading {entry.name} from {self.text} stopped after {got} of {entry.size} bytes; they are kept and "
                 "the next try resumes"
             )
-        if got > entry.size:
-            part.unlink()
-            raise RepoError(f"{self.text}: {entry.name} has {got} bytes, and its index says {entry.size}")
         # not flushed: after a power loss a torn file fails its digest, which every use checks, and is fetched again
         os.replace(part, dest)
 
@@ -187,6 +208,23 @@ def open_repo(text: str) -> Repo:
     return DirRepo(text, Path(text))
 
 
+def _open_regular(path: Path) -> BinaryIO:
+    """A directory repository's file opened for reading, refused unless it is a regular file: a FIFO would wait for
+    a writer for ever, a device (a link to /dev/zero) never ends. O_NONBLOCK so that opening a FIFO does not wait;
+    the check is on what was opened, so nothing swapped in after it is read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise RepoError(
+                f"cannot read {path}: it is not a regular file (a FIFO, a device or a link to one, which may never end)"
+            )
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def _parse_index(text: str, data: bytes | None) -> index.Index:
     if data is None:
         raise UserError(f"{text}: no {index.INDEX} here (not a buildmgr repository, or nothing published)")
@@ -220,14 +258,15 @@ class DirRepo(_Layout):
 
     def read(self, relative: str) -> bytes | None:
         try:
-            return (self.path / relative).read_bytes()
+            with _open_regular(self.path / relative) as handle:
+                return handle.read()
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as err:
             raise RepoError(f"cannot read {self.path / relative}: {getattr(err, 'strerror', None) or err}") from None
 
     def _download(self, entry: index.Entry, part: Path, have: int, progress: Progress | None) -> None:
-        with open(self.path / entry.path, "rb") as src:
+        with _open_regular(self.path / entry.path) as src:
             src.seek(have)
             _append(src, part, "ab", have, entry.size, progress)
 
@@ -245,27 +284,26 @@ class DirRepo(_Layout):
             if _is_known(known, artifact, key):
                 assert known is not None
                 return Published(known, True)
+            data = _read_checked(artifact)
             blob = root / index.BLOBS / digest
             blob.mkdir(parents=True, exist_ok=True)
-            _place(artifact.path, blob / name, digest)
+            _place(data, blob / name, digest)
             atomic_write_text(blob / f"{name}.sha256", f"{digest}  {name}\n")
-            for suffix, data in (_statement_files(artifact, key, builder) if key is not None else {}).items():
-                atomic_write_text(blob / f"{name}{suffix}", data.decode())
-            entry = _entry(artifact, key, known)
+            for suffix, text in (_statement_files(artifact, data, key, builder) if key is not None else {}).items():
+                atomic_write_text(blob / f"{name}{suffix}", text.decode())
+            entry = _entry(artifact, len(data), key, known)
             atomic_write_text(root / index.INDEX, current.with_entry(entry).to_text())
         return Published(entry, False)
 
 
-def _place(source: Path, dest: Path, sha256: str) -> None:
-    """Copy under a temporary name, check the copy's digest, rename: a blob is whole or absent."""
+def _place(data: bytes, dest: Path, sha256: str) -> None:
+    """Write the checked bytes under a temporary name, then rename: a blob is whole or absent."""
     if dest.is_file() and sha256_file(dest) == sha256:
         return
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
     try:
-        shutil.copyfile(source, tmp)
+        tmp.write_bytes(data)
         fsync_file(tmp)
-        if sha256_file(tmp) != sha256:
-            raise RepoError(f"{source.name} changed while it was being published; try again")
         os.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)
@@ -483,12 +521,18 @@ class OciRepo(Repo):
             if _is_known(known, artifact, key):
                 assert known is not None
                 return Published(known, True)
-            entry = _entry(artifact, key, known)
+            data = _read_checked(artifact)
+            entry = _entry(artifact, len(data), key, known)
             with tempfile.TemporaryDirectory(prefix="buildmgr-oci-") as scratch:
-                files = [f"{artifact.path}:{MEDIA_TYPES['']}"]
-                for suffix, data in (_statement_files(artifact, key, builder) if key is not None else {}).items():
+                # the checked bytes are pushed from a copy of our own: the file at artifact.path may change meanwhile
+                archive = Path(scratch) / artifact.path.name
+                archive.write_bytes(data)
+                files = [f"{archive}:{MEDIA_TYPES['']}"]
+                for suffix, signed in (
+                    _statement_files(artifact, data, key, builder) if key is not None else {}
+                ).items():
                     path = Path(scratch) / f"{artifact.path.name}{suffix}"
-                    path.write_bytes(data)
+                    path.write_bytes(signed)
                     files.append(f"{path}:{MEDIA_TYPES[suffix]}")
                 config = Path(scratch) / "entry.json"
                 config.write_text(json.dumps(jsonshape.dump(entry), sort_keys=True))

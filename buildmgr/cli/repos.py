@@ -293,7 +293,10 @@ def install_from(args: argparse.Namespace, ctx: Context) -> int:
             )
         )  # fmt: skip
     if last is None or last.installed is None:
-        raise CannotRunHere(f"no artifact of {args.source} proved itself here (see above); nothing was installed")
+        raise CannotRunHere(
+            f"no artifact of {args.source} installed and proved itself here (each is named above with why); "
+            "nothing was installed"
+        )
     build = last.installed.build
     signed = f"signed by {last.signed_by}" if last.signed_by else "unsigned (--allow-unsigned)"
     told = f"{last.outcome} {build.id} → {build.prefix} ({signed}); devices it sees: {', '.join(last.devices) or 'none besides the CPU'}"
