@@ -2,7 +2,7 @@
 # Issue #48 on a lent H200: bench of six placements beside llama-bench -r 5 by hand under the same environment, in one
 # call. Build cuda+vulkan --sm 90 (FA kernels off: the -fa 1 CONFIGs are partial on CUDA, issue #47), write a
 # random-weight F16 dense llama (16 layers, 2048 wide) and a MoE (12 layers, 16 experts, 4 used), then:
-#   - `bench` at depths 0 and 1024 (--no-pg, --runs 2, -r 4: the lent time is short) of CUDA0, Vulkan0, -ngl 8 (partial), -ot on half the layers,
+#   - `bench` at depths 0 and 1024 (--no-pg, -n 64, --runs 2, -r 4: the lent time is short) of CUDA0, Vulkan0, -ngl 8 (partial), -ot on half the layers,
 #     -fa 1 on both backends, and on the MoE its experts on the CPU (-ot exps=CPU) beside all on CUDA0;
 #   - each of them by hand with llama-bench -r 5 -d 0,1024, with the environment bench set for it (its env_set);
 #   - OUT/compare.txt: per test, bench's steady median against the hand run's, the decode rows' limit share and the
@@ -43,11 +43,11 @@ configs=(
 log "bench dense"
 plot=()  # matplotlib is an extra the image may lack
 if python3 -c 'import matplotlib' 2>/dev/null; then plot=(--plot "$out/dense.png"); fi
-bm bench -m /tmp/dense.gguf --depth 0,1024 --no-pg --runs 2 -r 4 --json "${plot[@]}" "${configs[@]}" \
+bm bench -m /tmp/dense.gguf --depth 0,1024 --no-pg -n 64 --runs 2 -r 4 --json "${plot[@]}" "${configs[@]}" \
     >"$out/bench-dense.json" 2>"$out/bench-dense.txt"
 echo "exit $?" >>"$out/bench-dense.txt"
 log "bench moe"
-bm bench -m /tmp/moe.gguf --depth 0,1024 --no-pg --runs 2 -r 4 --json \
+bm bench -m /tmp/moe.gguf --depth 0,1024 --no-pg -n 64 --runs 2 -r 4 --json \
     'moe-gpu=cuda+vulkan -dev CUDA0' 'moe-cpu-experts=cuda+vulkan -dev CUDA0 -ot exps=CPU' \
     >"$out/bench-moe.json" 2>"$out/bench-moe.txt"
 echo "exit $?" >>"$out/bench-moe.txt"
@@ -57,7 +57,7 @@ hand() {  # name, model, env (K=V or -), llama-bench flags…
     local name=$1 model=$2 env=$3
     shift 3
     if [ "$env" = - ]; then env=(); else env=("$env"); fi
-    env "${env[@]}" "$bench" -m "$model" -p 512 -n 128 -d 0,1024 -r 5 -o jsonl "$@" \
+    env "${env[@]}" "$bench" -m "$model" -p 512 -n 64 -d 0,1024 -r 5 -o jsonl "$@" \
         >"$out/hand-$name.jsonl" 2>"$out/hand-$name.txt"
 }
 hand cuda0 /tmp/dense.gguf - -dev CUDA0
