@@ -136,6 +136,8 @@ class InstalledFrom:
     smoke: SmokeResult  # the run on this host
     warnings: tuple[str, ...]
     log: str
+    # the key that vouched for the archive (`install --from`); absent where none did (install-artifact, unsigned)
+    signed_by: str | None = field(default=None, metadata=OMIT_IF_NONE)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import binascii
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,7 +149,7 @@ class Signed:
     trusted_comment: str
 
 
-def verify(data: bytes | None, minisig: str, keys: dict[str, PublicKey], blake2b: bytes | None = None) -> Signed:
+def verify(data: bytes | None, minisig: str, keys: Mapping[str, PublicKey], blake2b: bytes | None = None) -> Signed:
     """Check a `.minisig` of `data` against trusted keys (by id); SignatureError says why not. `blake2b`: the data's
     BLAKE2b-512, which a prehashed signature (minisign's default, and buildmgr's) is over, read with another digest
     in one pass; `data` may then be None, unless the signature is a legacy one over the bytes themselves."""
@@ -202,7 +203,7 @@ def envelope(statement: dict[str, Any], key: SecretKey) -> dict[str, Any]:
     }
 
 
-def open_envelope(data: dict[str, Any], keys: dict[str, PublicKey]) -> tuple[str, dict[str, Any]]:
+def open_envelope(data: dict[str, Any], keys: Mapping[str, PublicKey]) -> tuple[str, dict[str, Any]]:
     """(the key id that signed it, the Statement) of a DSSE envelope one of `keys` signed; SignatureError if none."""
     try:
         payload = base64.b64decode(data["payload"], validate=True)

@@ -31,33 +31,60 @@ def downloads(dirs: Dirs) -> Path:
     return dirs.cache / "downloads"
 
 
-def untrusted(entry: index.Entry, trusted: Mapping[str, signing.PublicKey], allow_unsigned: bool) -> str | None:
-    """Why the index's word on its signature keeps it out (checked again, on the bytes, after download)."""
-    if allow_unsigned:
+def voucher(entry: index.Entry, keys: Mapping[str, signing.PublicKey]) -> str | None:
+    """The first of the entry's signers whose key vouches for its repository here (`keyring.Trust.for_repo`)."""
+    return next((key_id for key_id in entry.signers if key_id in keys), None)
+
+
+def untrusted(entry: index.Entry, trust: keyring.Trust, repo: str, allow_unsigned: bool) -> str | None:
+    """Why the index's word on its signatures keeps it out (checked again, on the bytes, after download)."""
+    if allow_unsigned or voucher(entry, trust.for_repo(repo)) is not None:
         return None
-    if entry.signed_by is None:
+    if not entry.signers:
         return "unsigned: --allow-unsigned installs it anyway"
-    if entry.signed_by not in trusted:
-        return f"signed by {entry.signed_by}, which this host does not trust ('buildmgr key trust FILE')"
-    return None
+    signers = ", ".join(entry.signers)
+    if repo in trust.pins:
+        return (
+            f"signed by {signers}, and {repo} is pinned to {', '.join(trust.pins[repo])} "
+            "('buildmgr key trust FILE --for REPO' adds a key)"
+        )
+    if scoped := [k for k in entry.signers if k in trust.keys]:
+        return (
+            f"signed by {signers}, which this host trusts only for {', '.join(trust.pinned_to(scoped[0]))} "
+            "('buildmgr key trust FILE' trusts it for any repository)"
+        )
+    return f"signed by {signers}, which this host does not trust ('buildmgr key trust FILE')"
+
+
+def _vouched(entry: index.Entry, trust: keyring.Trust, repo: str) -> tuple[str | None, str]:
+    """(the key that vouches for it here, the table's line that says so)."""
+    key_id = voucher(entry, trust.for_repo(repo))
+    if key_id is None:
+        return None, "vouched for by no key trusted here: installed as unsigned (--allow-unsigned)"
+    where = f"{repo} is pinned to it" if repo in trust.pins else "trusted for any repository that is not pinned"
+    return key_id, f"vouched for by key {key_id} ({where})"
 
 
 def candidates(
     repo: Repo, what: str | None, environ: Mapping[str, str], machine: str, dirs: Dirs, allow_unsigned: bool
 ) -> list[select.Candidate]:
-    """Every artifact the request names, judged against this host (read once) and ranked; nothing downloaded."""
+    """Every artifact the request names, judged against this host (read once) and ranked; nothing downloaded. A
+    fitting one says which key vouched for it."""
     entries = select.wanted(repo.listing().artifacts, what)
     targets = backends.gpu_targets(environ)
-    trusted = keyring.trusted(dirs)
-    judged = [
-        select.judge(
+    trust = keyring.load(dirs)
+    judged = []
+    for entry in entries:
+        judge = select.judge(
             entry,
             compat.summary_findings(entry.summary, environ, machine, dirs, targets),
             targets,
-            untrusted(entry, trusted, allow_unsigned),
+            untrusted(entry, trust, repo.identity, allow_unsigned),
         )
-        for entry in entries
-    ]
+        if judge.fits:
+            key_id, line = _vouched(entry, trust, repo.identity)
+            judge = dataclasses.replace(judge, reasons=(*judge.reasons, line), vouched_by=key_id)
+        judged.append(judge)
     return select.rank(judged)
 
 
@@ -87,22 +114,28 @@ def fetch(repo: Repo, entry: index.Entry, dirs: Dirs, progress: Progress | None 
     return Fetched(archive, blake2b.digest())
 
 
-def verify(repo: Repo, entry: index.Entry, blake2b: bytes | None, dirs: Dirs, allow_unsigned: bool) -> str | None:
-    """The archive's .minisig and attestation against this host's trusted keys: the key that signed it, or None
-    where it is unsigned and --allow-unsigned takes it. Its receipt is checked against the index once extracted
+def verify(
+    repo: Repo,
+    entry: index.Entry,
+    blake2b: bytes | None,
+    trusted: Mapping[str, signing.PublicKey],
+    allow_unsigned: bool,
+) -> str | None:
+    """The archive's .minisig and attestation against the keys that vouch for its repository here (`trusted`): the
+    key that signed it, or None where it is unsigned and --allow-unsigned takes it. Of several signers, the first
+    of those keys is checked (else the first signer, whose files a host that trusts none of them checks, as it
+    checks an entry the index calls unsigned). Its receipt is checked against the index once extracted
     (`vouched`). `blake2b` None: these bytes were installed here before and are not read again; the attestation,
     over their sha256, is checked, and the .minisig, over the bytes, is not."""
-    found = repo.signatures(entry)
+    signer = voucher(entry, trusted) or entry.signed_by
+    found = repo.signatures(entry, signer)
     minisig, attestation = found.get(index.MINISIG), found.get(index.ATTESTATION)
     if minisig is None or attestation is None:
-        if entry.signed_by is not None:
-            raise RepoError(
-                f"{entry.name}: the index says it is signed by {entry.signed_by}, and its signature is missing"
-            )
+        if signer is not None:
+            raise RepoError(f"{entry.name}: the index says it is signed by {signer}, and its signature is missing")
         if not allow_unsigned:
             raise RepoError(f"{entry.name}: its signature files are missing; nothing was installed")
         return None
-    trusted = keyring.trusted(dirs)
     try:
         signed = (
             signing.verify(None, minisig.decode("utf-8", "replace"), trusted, blake2b) if blake2b is not None else None
@@ -189,8 +222,9 @@ def install_best(
 ) -> list[Attempt]:
     """Try the fitting candidates best first until one installs and sees what it was picked for. A candidate
     whose bytes, signature or receipt fail, or whose smoke run fails here, is passed over with why (an Attempt):
-    one bad entry does not keep the next fitting one out."""
+    one bad entry does not keep the next fitting one out. The installed receipt keeps which key vouched."""
     attempts: list[Attempt] = []
+    trusted = keyring.load(dirs).for_repo(repo.identity)
     for candidate in (c for c in ranked if c.fits):
         entry = candidate.entry
         signed_by: str | None = None
@@ -198,13 +232,20 @@ def install_best(
         try:
             before = installed_before(repo, dirs, entry)
             if before is not None:
-                done, signed_by = before, verify(repo, entry, None, dirs, allow_unsigned)
+                done, signed_by = before, verify(repo, entry, None, trusted, allow_unsigned)
             else:
                 fetched = True
                 got = fetch(repo, entry, dirs, progress)
-                signed_by = verify(repo, entry, got.blake2b, dirs, allow_unsigned)
+                signed_by = verify(repo, entry, got.blake2b, trusted, allow_unsigned)
                 done = install(
-                    dirs, got.archive, entry.sha256, entry.summary.id, vouched(repo, candidate), reporter, environ
+                    dirs,
+                    got.archive,
+                    entry.sha256,
+                    entry.summary.id,
+                    vouched(repo, candidate),
+                    reporter,
+                    environ,
+                    signed_by,
                 )
                 discard(dirs, entry)  # installed (or already, as the same build): the receipt keeps its sha256
         except BuildFailed as err:  # the smoke run failed here: the next candidate may run

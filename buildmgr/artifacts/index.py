@@ -21,6 +21,7 @@ SLSA_PROVENANCE = "https://slsa.dev/provenance/v1"
 STATEMENT = "https://in-toto.io/Statement/v1"
 BUILD_TYPE = "https://github.com/buildmgr/buildmgr/build/v1"
 _DIGEST = re.compile(r"[0-9a-f]{64}")
+_KEY_ID = re.compile(r"[0-9A-F]{16}")  # as minisign prints a key id
 _NAME = re.compile(r"llama-[A-Za-z0-9._+-]+\.tar\.gz")
 
 
@@ -76,10 +77,21 @@ class Entry:
     published: str
     summary: Summary
     signed_by: str | None = field(default=None, metadata=OMIT_IF_NONE)  # the key id of its .minisig and attestation
+    # keys that signed it after the first, each in files of its own (`signature_path`); absent where none did
+    also_signed_by: tuple[str, ...] = field(default=(), metadata=OMIT_IF_EMPTY)
 
     @property
     def path(self) -> str:
         return f"{BLOBS}/{self.sha256}/{self.name}"
+
+    @property
+    def signers(self) -> tuple[str, ...]:
+        return (self.signed_by, *self.also_signed_by) if self.signed_by is not None else ()
+
+    def signature_path(self, key_id: str | None) -> str:
+        """Where the signature files of a key lie, less their suffix: the first signer's are `<name>.minisig` and
+        `<name>.intoto.json` (what `minisign -Vm <name>` looks for), each later one's `<name>.<KEY ID>.minisig` …"""
+        return self.path if key_id is None or key_id == self.signed_by else f"{self.path}.{key_id}"
 
     def check(self) -> None:
         """Names and digests that become paths are checked: an index cannot point outside its repository."""
@@ -89,6 +101,9 @@ class Entry:
             raise jsonshape.ShapeError(f"artifact name {self.name!r} is not llama-….tar.gz")
         if not safe_id(self.summary.id):  # install locks and stages by it before the archive's receipt is read
             raise jsonshape.ShapeError(f"{self.name}: id {self.summary.id[:60]!r} is not a safe build id")
+        for key_id in (*self.signers, *self.also_signed_by):  # a later signer's id names its files
+            if not _KEY_ID.fullmatch(key_id):
+                raise jsonshape.ShapeError(f"{self.name}: signer {key_id[:20]!r} is not a key id (16 hex digits)")
 
 
 @dataclass(frozen=True)

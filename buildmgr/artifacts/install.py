@@ -39,9 +39,11 @@ def install(
     vouch: Callable[[Artifact], list[Finding]],
     reporter: Reporter,
     environ: Mapping[str, str],
+    signed_by: str | None = None,
 ) -> Installed:
     """Under the lock of `build_id`: extract into staging, then `vouch` (the caller's checks of the receipt it
-    holds, raising where it must not run here; it returns the host's findings), smoke-run, publish atomically."""
+    holds, raising where it must not run here; it returns the host's findings), smoke-run, publish atomically.
+    `signed_by`: the key that vouched for the archive, kept in `installed_from`."""
     from datetime import UTC, datetime
 
     from buildmgr.fsutil import locked
@@ -76,6 +78,7 @@ def install(
                     smoked.result,
                     said,
                     str(log),
+                    signed_by,
                 ),
             )
             store.publish(staging, prefix, installed)

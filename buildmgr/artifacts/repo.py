@@ -7,6 +7,7 @@ manifest visible only once its blobs are in."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -36,7 +37,12 @@ LOCK = ".lock"
 _BLOCK = 1 << 20
 TIMEOUT_S = 30.0
 OCI_TAG = "sha256-"  # an archive's manifest is tagged sha256-<its digest>
+# a later signer's signature files, a manifest of their own: signature-<KEY ID>-<the archive's digest> (a prefix that
+# is not sha256-, which readers before it take for an archive's)
+OCI_SIGNATURE_TAG = "signature-"
+_SIGNATURE_TAG = re.compile(r"signature-([0-9A-F]{16})-([0-9a-f]{64})")
 ENTRY_MEDIA_TYPE = "application/vnd.buildmgr.entry.v1+json"  # the manifest's config: the archive's index entry
+SIGNATURE_MEDIA_TYPE = "application/vnd.buildmgr.signature.v1+json"  # a later signer's manifest's config
 MEDIA_TYPES = {
     "": "application/vnd.buildmgr.archive.v1.tar+gzip",
     index.MINISIG: "application/vnd.buildmgr.minisig.v1",
@@ -51,7 +57,8 @@ RepoError = RepositoryFault
 @dataclass(frozen=True)
 class Published:
     entry: index.Entry
-    already: bool  # the same archive (and signature) was there: nothing was written
+    already: bool  # the repository held this archive (by digest) before
+    signature_added: str | None = None  # the key whose signature this publish wrote (None: no signature written)
 
 
 def _now() -> str:
@@ -91,7 +98,21 @@ def _entry(artifact: Artifact, size: int, key: signing.SecretKey | None, known: 
 
 def _is_known(known: index.Entry | None, artifact: Artifact, key: signing.SecretKey | None) -> bool:
     """Publishing it again changes nothing: the same archive, and no new signature asked for."""
-    return known is not None and known.name == artifact.path.name and (key is None or known.signed_by == key.public.id)
+    return known is not None and known.name == artifact.path.name and (key is None or key.public.id in known.signers)
+
+
+def _cosigns(text: str, known: index.Entry | None, artifact: Artifact, key: signing.SecretKey | None) -> bool:
+    """Another key signs an archive a first key signed: its signature goes beside the first's, which stays as it is
+    (a host that trusts only the first key still installs it). A signed archive is published under its published
+    name only: its signatures name that file, and an entry of another name would drop them."""
+    if known is None or not known.signers:
+        return False
+    if known.name != artifact.path.name:
+        raise UserError(
+            f"{artifact.path.name} is {known.name} of {text} (sha256 {known.sha256[:12]}…), signed by "
+            f"{', '.join(known.signers)}: publish it under that name"
+        )
+    return key is not None and key.public.id not in known.signers
 
 
 class _Larger(Exception):
@@ -126,9 +147,17 @@ class Repo(ABC):
     @abstractmethod
     def listing(self) -> index.Index: ...
 
+    @property
     @abstractmethod
-    def signatures(self, entry: index.Entry) -> dict[str, bytes]:
-        """The entry's `.minisig` and attestation that are there, by suffix."""
+    def identity(self) -> str:
+        """The repository as a pin names it (`key trust FILE --for REPO`): a directory by its absolute path
+        (normalized, links not followed), whether given as a path, relative or not, or as file://; a URL with its
+        trailing /; oci://HOST[:PORT]/NAME."""
+
+    @abstractmethod
+    def signatures(self, entry: index.Entry, key_id: str | None = None) -> dict[str, bytes]:
+        """The `.minisig` and attestation of the entry by `key_id` (None: its first signer's) that are there, by
+        suffix."""
 
     @abstractmethod
     def _download(self, entry: index.Entry, part: Path, have: int, progress: Progress | None) -> None:
@@ -246,8 +275,9 @@ class _Layout(Repo):
     def listing(self) -> index.Index:
         return _parse_index(self.text, self.read(index.INDEX))
 
-    def signatures(self, entry: index.Entry) -> dict[str, bytes]:
-        found = {suffix: self.read(entry.path + suffix) for suffix in (index.MINISIG, index.ATTESTATION)}
+    def signatures(self, entry: index.Entry, key_id: str | None = None) -> dict[str, bytes]:
+        where = entry.signature_path(key_id)
+        found = {suffix: self.read(where + suffix) for suffix in (index.MINISIG, index.ATTESTATION)}
         return {suffix: data for suffix, data in found.items() if data is not None}
 
 
@@ -255,6 +285,10 @@ class _Layout(Repo):
 class DirRepo(_Layout):
     text: str
     path: Path
+
+    @property
+    def identity(self) -> str:
+        return os.path.abspath(self.path)  # not resolved: no file system access, which a pin made before it has not
 
     def read(self, relative: str) -> bytes | None:
         try:
@@ -285,6 +319,13 @@ class DirRepo(_Layout):
                 assert known is not None
                 return Published(known, True)
             data = _read_checked(artifact)
+            if _cosigns(self.text, known, artifact, key):
+                assert known is not None and key is not None
+                for suffix, signed in _statement_files(artifact, data, key, builder).items():
+                    atomic_write_text(root / f"{known.signature_path(key.public.id)}{suffix}", signed.decode())
+                cosigned = dataclasses.replace(known, also_signed_by=(*known.also_signed_by, key.public.id))
+                atomic_write_text(root / index.INDEX, current.with_entry(cosigned).to_text())
+                return Published(cosigned, True, key.public.id)
             blob = root / index.BLOBS / digest
             blob.mkdir(parents=True, exist_ok=True)
             _place(data, blob / name, digest)
@@ -293,7 +334,7 @@ class DirRepo(_Layout):
                 atomic_write_text(blob / f"{name}{suffix}", text.decode())
             entry = _entry(artifact, len(data), key, known)
             atomic_write_text(root / index.INDEX, current.with_entry(entry).to_text())
-        return Published(entry, False)
+        return Published(entry, known is not None, key.public.id if key is not None else None)
 
 
 def _place(data: bytes, dest: Path, sha256: str) -> None:
@@ -313,6 +354,10 @@ def _place(data: bytes, dest: Path, sha256: str) -> None:
 class HttpRepo(_Layout):
     text: str
     url: str
+
+    @property
+    def identity(self) -> str:
+        return self.url
 
     def read(self, relative: str) -> bytes | None:
         import http.client  # here: a directory repository needs no HTTP client (10 ms of an install)
@@ -407,6 +452,10 @@ class OciRepo(Repo):
         host = self.registry.split("]")[0] + "]" if self.registry.startswith("[") else self.registry.rsplit(":", 1)[0]
         return host in _LOOPBACK
 
+    @property
+    def identity(self) -> str:
+        return f"oci://{self.registry}/{self.name}"
+
     def _container(self, tag: str | None = None) -> str:
         return f"{self.registry}/{self.name}" + (f":{tag}" if tag else "")
 
@@ -449,7 +498,13 @@ class OciRepo(Repo):
             )
         response.raise_for_status()
         tags = response.json().get("tags") or []
-        return [t for t in tags if isinstance(t, str) and t.startswith(OCI_TAG)]
+        return [t for t in tags if isinstance(t, str)]
+
+    @staticmethod
+    def _cosigned(entry: index.Entry, tags: list[str]) -> index.Entry:
+        """The entry with the later signers its signature tags name (the first signer is in its own manifest)."""
+        later = {m[1] for t in tags if (m := _SIGNATURE_TAG.fullmatch(t)) and m[2] == entry.sha256}
+        return dataclasses.replace(entry, also_signed_by=tuple(sorted(later - {entry.signed_by})))
 
     def _entry_of(self, client: Registry, manifest: dict[str, Any]) -> index.Entry:
         entry: index.Entry = jsonshape.load(index.Entry, json.loads(self._blob(client, manifest["config"]["digest"])))
@@ -459,14 +514,15 @@ class OciRepo(Repo):
     def listing(self) -> index.Index:
         def read(client: Registry) -> index.Index:
             entries = []
-            for tag in self._tags(client):
+            tags = self._tags(client)
+            for tag in (t for t in tags if t.startswith(OCI_TAG)):
                 manifest = self._manifest(client, tag)
                 if manifest is None:
                     continue
                 entry = self._entry_of(client, manifest)
                 if tag != f"{OCI_TAG}{entry.sha256}":
                     raise RepoError(f"{self.text}: the manifest tagged {tag} describes {entry.sha256[:12]}…")
-                entries.append(entry)
+                entries.append(self._cosigned(entry, tags))
             return index.Index(index.SCHEMA, tuple(sorted(entries, key=lambda e: (e.name, e.sha256))))
 
         try:
@@ -475,9 +531,10 @@ class OciRepo(Repo):
             raise RepoError(f"{self.text}: an archive's entry is not a buildmgr one ({err})") from None
         return found
 
-    def _layers(self, client: Registry, entry: index.Entry) -> dict[str, dict[str, Any]]:
-        """The manifest's layers by their title's suffix after the archive's name ("" the archive itself)."""
-        manifest = self._manifest(client, f"{OCI_TAG}{entry.sha256}")
+    def _layers(self, client: Registry, entry: index.Entry, tag: str | None = None) -> dict[str, dict[str, Any]]:
+        """The manifest's layers by their title's suffix after the archive's name ("" the archive itself); `tag`:
+        another manifest than the archive's (a later signer's)."""
+        manifest = self._manifest(client, tag or f"{OCI_TAG}{entry.sha256}")
         if manifest is None:
             raise FileNotFoundError(entry.name)
         found = {}
@@ -487,9 +544,15 @@ class OciRepo(Repo):
                 found[title[len(entry.name) :]] = layer
         return found
 
-    def signatures(self, entry: index.Entry) -> dict[str, bytes]:
+    def signatures(self, entry: index.Entry, key_id: str | None = None) -> dict[str, bytes]:
         def read(client: Registry) -> dict[str, bytes]:
-            layers = self._layers(client, entry)
+            later = key_id is not None and key_id != entry.signed_by
+            try:
+                layers = self._layers(client, entry, f"{OCI_SIGNATURE_TAG}{key_id}-{entry.sha256}" if later else None)
+            except FileNotFoundError:
+                if not later:
+                    raise
+                return {}  # install says: the index says it is signed by that key, and its signature is missing
             wanted = (index.MINISIG, index.ATTESTATION)
             return {s: self._blob(client, layers[s]["digest"]) for s in wanted if s in layers}
 
@@ -518,10 +581,19 @@ class OciRepo(Repo):
             tag = f"{OCI_TAG}{artifact.sha256}"
             manifest = self._manifest(client, tag)
             known = self._entry_of(client, manifest) if manifest is not None else None
+            if known is not None:
+                known = self._cosigned(known, self._tags(client))
             if _is_known(known, artifact, key):
                 assert known is not None
                 return Published(known, True)
             data = _read_checked(artifact)
+            if _cosigns(self.text, known, artifact, key):
+                assert known is not None and key is not None
+                self._push_signature(client, artifact, data, key, builder)
+                cosigned = dataclasses.replace(
+                    known, also_signed_by=tuple(sorted({*known.also_signed_by, key.public.id}))
+                )
+                return Published(cosigned, True, key.public.id)
             entry = _entry(artifact, len(data), key, known)
             with tempfile.TemporaryDirectory(prefix="buildmgr-oci-") as scratch:
                 # the checked bytes are pushed from a copy of our own: the file at artifact.path may change meanwhile
@@ -548,7 +620,30 @@ class OciRepo(Repo):
                     disable_path_validation=True,
                     quiet=True,
                 )
-            return Published(entry, False)
+            return Published(entry, known is not None, key.public.id if key is not None else None)
 
         found: Published = self._call(f"pushing {artifact.path.name}", push)
         return found
+
+    def _push_signature(
+        self, client: Registry, artifact: Artifact, data: bytes, key: signing.SecretKey, builder: str
+    ) -> None:
+        """A later signer's .minisig and attestation, a manifest of their own tagged by its key and the archive's
+        digest: the archive's manifest, and so the first signer's files, are not pushed again, and two signers at
+        once never write the same tag."""
+        with tempfile.TemporaryDirectory(prefix="buildmgr-oci-") as scratch:
+            files = []
+            for suffix, signed in _statement_files(artifact, data, key, builder).items():
+                path = Path(scratch) / f"{artifact.path.name}{suffix}"
+                path.write_bytes(signed)
+                files.append(f"{path}:{MEDIA_TYPES[suffix]}")
+            config = Path(scratch) / "signature.json"
+            config.write_text(json.dumps({"name": artifact.path.name, "sha256": artifact.sha256, "key": key.public.id}))
+            client.push(
+                target=self._container(f"{OCI_SIGNATURE_TAG}{key.public.id}-{artifact.sha256}"),
+                files=files,
+                manifest_config=f"{config}:{SIGNATURE_MEDIA_TYPE}",
+                manifest_annotations={"org.opencontainers.image.title": artifact.path.name},
+                disable_path_validation=True,
+                quiet=True,
+            )

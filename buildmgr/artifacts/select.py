@@ -32,6 +32,7 @@ class Candidate:
     reasons: tuple[str, ...]  # why not (the errors), or what to know of it (the warnings, the tier's basis)
     proves: tuple[str, ...]  # the backends it was picked for: the installed build must see a device of each
     findings: tuple[Finding, ...] = ()  # the host's, for its summary: install's warnings once its receipt is read
+    vouched_by: str | None = None  # the key that vouches for it here (None: unsigned, or it does not fit)
 
     @property
     def fits(self) -> bool:

@@ -69,10 +69,12 @@ def register(sub: Subparsers, name: str) -> None:
 
 def list_builds(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr import store
+    from buildmgr.cli.repos import warn_untrusted_installs
 
     builds, unreadable = store.scan(ctx.dirs)
     for skipped in unreadable:
         ctx.warn(f"{skipped}; not listed")
+    warn_untrusted_installs(ctx, builds)
     if args.json:
         rows = [
             {

@@ -129,10 +129,12 @@ def _parse(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr import inventory, store
+    from buildmgr.cli.repos import warn_untrusted_installs
 
     _refuse_stray(args)
     if args.parse is not None:
         return _parse(args)
+    warn_untrusted_installs(ctx, store.installed(ctx.dirs))
     if args.env:
         environ = dict(ctx.environ) | _env_assignments(args.env)
         data = inventory.preview(store.installed(ctx.dirs), environ)

@@ -1,4 +1,4 @@
-"""The binary repository: `key generate|trust|list`, `publish`, `repo list` and `install --from`."""
+"""The binary repository: `key generate|trust|untrust|list`, `publish`, `repo list` and `install --from`."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from buildmgr.artifacts.index import Entry
     from buildmgr.artifacts.select import Candidate
     from buildmgr.cli import Subparsers
+    from buildmgr.store import Build
 
 
 def register(sub: Subparsers, name: str) -> None:
@@ -24,15 +25,33 @@ def register(sub: Subparsers, name: str) -> None:
             sub,
             "key",
             key,
-            "signing keys: generate one, trust a publisher's, list them",
+            "signing keys: generate one, trust a publisher's, take trust back, list them",
             json=True,
             about="Signing keys (minisign's format). 'generate NAME' makes NAME.key (secret, mode 0600) and NAME.pub "
             "in <config>/buildmgr/keys/ (XDG_CONFIG_HOME, else ~/.config); 'trust' adds a publisher's .pub file or "
-            "key line to the keys this host accepts (<config>/buildmgr/trusted/); 'list' shows both.",
-            example="buildmgr key generate ci\nbuildmgr key trust ~/.config/buildmgr/keys/ci.pub\nbuildmgr key list",
+            "key line to the keys this host accepts (<config>/buildmgr/trusted/), for any repository, or with --for "
+            "REPO for that one only, which then takes no other key; 'untrust ID' takes it back (builds installed on "
+            "its word are named by 'list' and 'devices'); 'list' shows them, where each is kept and its pins.",
+            example="buildmgr key generate ci\nbuildmgr key trust ~/.config/buildmgr/keys/ci.pub\n"
+            "buildmgr key trust ci.pub --for oci://ghcr.io/org/llama\nbuildmgr key untrust 02C3AC4A4064784B\n"
+            "buildmgr key list",
         )
-        p.add_argument("action", choices=("generate", "trust", "list"), help="generate a key, trust one, or list them")
-        p.add_argument("what", nargs="?", help="generate: NAME (default buildmgr); trust: a .pub FILE or its KEY line")
+        p.add_argument(
+            "action",
+            choices=("generate", "trust", "untrust", "list"),
+            help="generate a key, trust one, take the trust back, or list them",
+        )
+        p.add_argument(
+            "what",
+            nargs="?",
+            help="generate: NAME (default buildmgr); trust: a .pub FILE or its KEY line; untrust: its ID (or FILE)",
+        )
+        p.add_argument(
+            "--for",
+            dest="for_repo",
+            metavar="REPO",
+            help="trust: for this repository only, and pin it to its keys (a directory, http(s):// or oci://)",
+        )
     elif name == "publish":
         p = command(
             sub,
@@ -42,7 +61,8 @@ def register(sub: Subparsers, name: str) -> None:
             json=True,
             about="Put archives made by 'buildmgr package' into a binary repository (a directory, or an OCI "
             "registry) with their receipt and provenance, signed with --sign by a key of 'buildmgr key generate'; "
-            "its index is rewritten atomically. Publishing an archive again is a no-op.",
+            "its index is rewritten atomically. Publishing an archive again is a no-op; with another key, its "
+            "signature is added beside the first's, which stays.",
             example="buildmgr publish --to /srv/llama-builds --sign ci dist/*.tar.gz\n"
             "buildmgr publish --to oci://registry.example.org/ml/llama --sign ci *.tar.gz",
         )
@@ -103,32 +123,107 @@ def key(args: argparse.Namespace, ctx: Context) -> int:
         render.say(f"minisign checks a signature without buildmgr: minisign -Vm FILE -P {made.public.line()}")
         print(made.public.line())
         return 0
+    if args.for_repo is not None and args.action != "trust":
+        raise UserError(f"--for is for 'key trust FILE --for REPO', not 'key {args.action}'")
     if args.action == "trust":
-        if not args.what:
-            raise UserError("key trust needs a .pub FILE or its KEY line, e.g. buildmgr key trust ci.pub")
-        public = keyring.read_key_argument(args.what)
-        ensure_writable(ctx.dirs.config, "set XDG_CONFIG_HOME to a writable directory")
-        path, new = keyring.trust(ctx.dirs, public)
-        if args.json:
-            print(json.dumps({"id": public.id, "path": str(path), "new": new}, indent=2))
-        else:
-            render.say(f"{'trusting' if new else 'already trusted:'} key {public.id} ({path})")
-        return 0
+        return _trust(args, ctx)
+    if args.action == "untrust":
+        return _untrust(args, ctx)
     if args.what:
         raise UserError("key list takes no argument")
     own = keyring.own_keys(ctx.dirs)
-    trusted = keyring.trusted(ctx.dirs)
+    trust = keyring.load(ctx.dirs)
     if args.json:
+        trusted = [{"id": i, "key": t.key.line(), "path": str(t.path), "anywhere": t.anywhere,
+                    "pinned": trust.pinned_to(i)} for i, t in trust.keys.items()]  # fmt: skip
         print(json.dumps({"own": [{"name": k.name, "id": k.public.id, "secret_key": str(k.path)} for k in own],
-                          "trusted": [{"id": i, "key": k.line()} for i, k in trusted.items()]}, indent=2))  # fmt: skip
+                          "trusted": trusted}, indent=2))  # fmt: skip
         return 0
     for k in own:
         render.result(f"own      {k.public.id}  {k.name} ({k.path})")
-    for i in trusted:
-        render.result(f"trusted  {i}")
-    if not own and not trusted:
+    for i, t in trust.keys.items():
+        pinned = trust.pinned_to(i)
+        scope = "any repository that is not pinned" if t.anywhere else "only " + ", ".join(pinned)
+        pins = f"; pinned: {', '.join(pinned)}" if t.anywhere and pinned else ""
+        render.result(f"trusted  {i}  {t.path}  for {scope}{pins}")
+    if not own and not trust.keys:
         render.say("no keys: 'buildmgr key generate' makes one, 'buildmgr key trust FILE' trusts a publisher's")
     return 0
+
+
+def _trust(args: argparse.Namespace, ctx: Context) -> int:
+    from buildmgr import keyring
+    from buildmgr.artifacts import repo
+
+    if not args.what:
+        raise UserError("key trust needs a .pub FILE or its KEY line, e.g. buildmgr key trust ci.pub")
+    public = keyring.read_key_argument(ctx.dirs, args.what)
+    pinned = repo.open_repo(args.for_repo).identity if args.for_repo is not None else None
+    ensure_writable(ctx.dirs.config, "set XDG_CONFIG_HOME to a writable directory")
+    path, new = keyring.trust(ctx.dirs, public, pinned)
+    if args.json:
+        print(json.dumps({"id": public.id, "path": str(path), "new": new, "for": pinned}, indent=2))
+        return 0
+    scope = f" for {pinned}, which takes only the keys pinned to it" if pinned else ""
+    render.say(f"{'trusting' if new else 'already trusted:'} key {public.id}{scope} ({path})")
+    return 0
+
+
+def _untrust(args: argparse.Namespace, ctx: Context) -> int:
+    """The key's trust taken back; the builds installed on its word are named (they stay installed: the user
+    decides)."""
+    from buildmgr import keyring
+
+    if not args.what:
+        raise UserError("key untrust needs the key's ID (as 'buildmgr key list' shows it), or its .pub FILE")
+    if ctx.dirs.config.is_dir():  # else there is no key to take back, which untrust says
+        ensure_writable(ctx.dirs.config, "set XDG_CONFIG_HOME to a writable directory")
+    taken = keyring.untrust(ctx.dirs, args.what)
+    builds = _installed_on_word_of(ctx, taken.key_id)
+    if args.json:
+        print(json.dumps({"id": taken.key_id, "path": str(taken.path), "unpinned": list(taken.unpinned),
+                          "installed_on_its_word": builds}, indent=2))  # fmt: skip
+        return 0
+    render.say(f"no longer trusting key {taken.key_id} (removed {taken.path})")
+    for pinned in taken.unpinned:
+        render.say(f"{pinned} was pinned to it alone: it takes the keys trusted for any repository now")
+    if builds:
+        render.say(
+            f"installed on its word: {', '.join(builds)} ('buildmgr remove ID' removes one; 'list' and 'devices' "
+            "warn of them meanwhile)"
+        )
+    return 0
+
+
+def _installed_on_word_of(ctx: Context, key_id: str) -> list[str]:
+    from buildmgr import store
+
+    return [
+        b.id
+        for b in store.installed(ctx.dirs)
+        if b.receipt.installed_from is not None and b.receipt.installed_from.signed_by == key_id
+    ]
+
+
+def warn_untrusted_installs(ctx: Context, builds: list[Build]) -> None:
+    """`list` and `devices`: each build installed on the word of a key this host no longer trusts, one warning
+    each (a trusted key that cannot be read safely is said instead, in its one line)."""
+    from buildmgr import keyring
+
+    signed = [(b, b.receipt.installed_from.signed_by) for b in builds if b.receipt.installed_from is not None]
+    if not any(key_id for _, key_id in signed):
+        return
+    try:
+        trusted = keyring.trusted(ctx.dirs)
+    except UserError as err:
+        ctx.warn(str(err))
+        return
+    for build, key_id in signed:
+        if key_id is not None and key_id not in trusted:
+            ctx.warn(
+                f"{build.id} was installed on the word of key {key_id}, which this host no longer trusts "
+                f"('buildmgr remove {build.id}', or install it again from a repository whose key you trust)"
+            )
 
 
 # --- publish and list ---------------------------------------------------------------------------------------------
@@ -152,14 +247,22 @@ def publish(args: argparse.Namespace, ctx: Context) -> int:
         published = target.publish(artifact, secret, builder)
         done.append(published)
         if not args.json:
-            signed = f", signed by {published.entry.signed_by}" if published.entry.signed_by else ", unsigned"
+            signers = ", ".join(published.entry.signers)
+            signed = f", signed by {signers}" if signers else ", unsigned"
             verb = "already in" if published.already else "published to"
-            render.result(f"{artifact.path.name} {verb} {args.to} (sha256 {artifact.sha256[:12]}…{signed})")
+            added = published.signature_added
+            now = f"; the signature of {added} added" if published.already and added else ""
+            render.result(f"{artifact.path.name} {verb} {args.to}{now} (sha256 {artifact.sha256[:12]}…{signed})")
     unsigned = [p for p in done if p.entry.signed_by is None]  # one published signed before stays signed
     if unsigned and not args.json:
         ctx.warn("note: unsigned: hosts install these only with --allow-unsigned (publish --sign NAME signs them)")
     if args.json:
-        print(json.dumps([_entry_json(p.entry) | {"already": p.already} for p in done], indent=2))
+        print(
+            json.dumps(
+                [_entry_json(p.entry) | {"already": p.already, "signature_added": p.signature_added} for p in done],
+                indent=2,
+            )
+        )
     return 0
 
 
@@ -172,6 +275,7 @@ def _entry_json(entry: Entry) -> dict[str, Any]:
         "path": entry.path,
         "published": entry.published,
         "signed_by": entry.signed_by,
+        "also_signed_by": list(entry.also_signed_by),
         "id": s.id,
         "recipe": s.recipe,
         "backends": list(s.backends),
@@ -201,7 +305,7 @@ def repo_list(args: argparse.Namespace, ctx: Context) -> int:
         code = " ".join(c for codes in s.runtime.device_code.values() for c in codes) or "—"
         table.add_row(
             render.escape(e.name), f"b{s.build_number}", "+".join(s.backends), code, s.runtime.glibc or "—",
-            f"{e.size / 1e6:.1f}", e.signed_by or "unsigned",
+            f"{e.size / 1e6:.1f}", ", ".join(e.signers) or "unsigned",
         )  # fmt: skip
     render.show(table)
     return 0
@@ -220,6 +324,7 @@ def _candidate_json(c: Candidate) -> dict[str, Any]:
         "tier": c.tier.name.lower() if c.tier is not None else None,
         "reasons": list(c.reasons),
         "proves": list(c.proves),
+        "vouched_by": c.vouched_by,
     }
 
 
