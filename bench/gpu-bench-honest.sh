@@ -46,11 +46,6 @@ if python3 -c 'import matplotlib' 2>/dev/null; then plot=(--plot "$out/dense.png
 bm bench -m /tmp/dense.gguf --depth 0,1024 --no-pg -n 64 --runs 2 -r 4 --json "${plot[@]}" "${configs[@]}" \
     >"$out/bench-dense.json" 2>"$out/bench-dense.txt"
 echo "exit $?" >>"$out/bench-dense.txt"
-log "bench moe"
-bm bench -m /tmp/moe.gguf --depth 0,1024 --no-pg -n 64 --runs 2 -r 4 --json \
-    'moe-gpu=cuda+vulkan -dev CUDA0' 'moe-cpu-experts=cuda+vulkan -dev CUDA0 -ot exps=CPU' \
-    >"$out/bench-moe.json" 2>"$out/bench-moe.txt"
-echo "exit $?" >>"$out/bench-moe.txt"
 
 log "by hand"
 hand() {  # name, model, env (K=V or -), llama-bench flags…
@@ -66,6 +61,13 @@ hand ngl8 /tmp/dense.gguf - -dev CUDA0 -ngl 8
 hand ot-half /tmp/dense.gguf GGML_CUDA_NO_PINNED=1 -dev CUDA0 -ot "$half"
 hand cuda0-fa /tmp/dense.gguf - -dev CUDA0 -fa 1
 hand vk0-fa /tmp/dense.gguf - -dev Vulkan0 -fa 1
+# the dense model's part comes whole first: a machine taken back half-way leaves a comparison of it
+log "bench moe"
+bm bench -m /tmp/moe.gguf --depth 0,1024 --no-pg -n 64 --runs 2 -r 4 --json \
+    'moe-gpu=cuda+vulkan -dev CUDA0' 'moe-cpu-experts=cuda+vulkan -dev CUDA0 -ot exps=CPU' \
+    >"$out/bench-moe.json" 2>"$out/bench-moe.txt"
+echo "exit $?" >>"$out/bench-moe.txt"
+log "moe by hand"
 hand moe-gpu /tmp/moe.gguf - -dev CUDA0
 hand moe-cpu-experts /tmp/moe.gguf GGML_CUDA_NO_PINNED=1 -dev CUDA0 -ot 'exps=CPU'
 
