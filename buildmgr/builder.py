@@ -67,6 +67,17 @@ class BuildTree:
         os.symlink(source, temporary)
         os.replace(temporary, self.src)
 
+    def forget_configure(self) -> None:
+        """What `cmake --fresh` removes (CMake 3.24; buildmgr takes 3.18): `CMakeCache.txt` and the top `CMakeFiles/`.
+
+        A configure reads the cache an earlier one left: llama.cpp turns `GGML_LLAMAFILE_DEFAULT` on only while
+        `GGML_LLAMAFILE` is not cached, and ggml-config.cmake records every `GGML_` variable it sees, so a tree
+        configured again installs other bytes than a fresh one (issue #50 item 9). The objects and Ninja's log stay:
+        what compiles with the same command is not compiled again."""
+        (self.build / "CMakeCache.txt").unlink(missing_ok=True)
+        if (self.build / "CMakeFiles").is_dir():
+            shutil.rmtree(self.build / "CMakeFiles")
+
 
 def build_env(
     plan: BuildPlan,
@@ -204,6 +215,7 @@ def _configure(
     with reporter.phase("configure"):
         tree.link(plan.source.path)
         tree.build.mkdir(parents=True, exist_ok=True)
+        tree.forget_configure()  # same inputs, same bytes, whatever the tree's history
         request_reply(tree.build)
         if proc.stream(configure_command(plan, tree, shader_launcher(plan, tree, dirs)), log, env=env) != 0:
             raise _fail("configure failed", log)

@@ -165,3 +165,18 @@ def test_a_build_step_streams_both_outputs_in_order_into_the_log_and_the_feed(tm
     assert log.read_text().splitlines()[1:] == ["one", "two", "three"]
     assert proc.stream([str(tmp_path / "no-cmake")], log) == -1  # not a traceback: the reason is in the log
     assert log.read_text().splitlines()[-1].startswith("could not start: [Errno 2]")
+
+
+def test_a_configured_tree_forgets_its_configure_and_keeps_what_it_compiled(tmp_path):
+    """Issue #50 item 9: what `cmake --fresh` removes goes; the objects and Ninja's log stay (nothing compiles again)."""
+    tree = BuildTree(tmp_path)
+    tree.forget_configure()  # a tree never configured: nothing to forget
+    (tree.build / "CMakeFiles" / "4.4.5").mkdir(parents=True)
+    (tree.build / "CMakeCache.txt").write_text("GGML_LLAMAFILE:BOOL=ON\n")
+    kept = [tree.build / ".ninja_log", tree.build / "ggml" / "src" / "CMakeFiles" / "ggml-base.dir" / "ggml.c.o"]
+    kept[1].parent.mkdir(parents=True)
+    for path in kept:
+        path.write_text("x")
+    tree.forget_configure()
+    assert not (tree.build / "CMakeCache.txt").exists() and not (tree.build / "CMakeFiles").exists()
+    assert all(path.read_text() == "x" for path in kept)
