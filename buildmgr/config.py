@@ -69,6 +69,12 @@ class Dirs:
         return self.cache / "downloads"
 
     @property
+    def seen_indexes(self) -> Path:
+        """The highest index version this host took from each repository: state, not cache (losing it would let an
+        old index in again)."""
+        return self.data / "repositories.json"
+
+    @property
     def build_trees(self) -> Path:
         return self.cache / "build-trees"
 

@@ -149,15 +149,21 @@ class Signed:
     trusted_comment: str
 
 
+def signer_of(minisig: str) -> str:
+    """The key id a `.minisig` names, unchecked: who it says it is by (to say which key a host would need)."""
+    head = _decoded(_lines(minisig, "the signature file", 4)[1], "the signature")
+    if len(head) != 74 or head[:2] not in (_PREHASHED, _ED):
+        raise SignatureError("not a minisign Ed25519 signature")
+    return head[2:10][::-1].hex().upper()
+
+
 def verify(data: bytes | None, minisig: str, keys: Mapping[str, PublicKey], blake2b: bytes | None = None) -> Signed:
     """Check a `.minisig` of `data` against trusted keys (by id); SignatureError says why not. `blake2b`: the data's
     BLAKE2b-512, which a prehashed signature (minisign's default, and buildmgr's) is over, read with another digest
     in one pass; `data` may then be None, unless the signature is a legacy one over the bytes themselves."""
     lines = _lines(minisig, "the signature file", 4)
+    key_id = signer_of(minisig)
     head = _decoded(lines[1], "the signature")
-    if len(head) != 74 or head[:2] not in (_PREHASHED, _ED):
-        raise SignatureError("not a minisign Ed25519 signature")
-    key_id = head[2:10][::-1].hex().upper()
     key = keys.get(key_id)
     if key is None:
         raise Untrusted(f"signed by key {key_id}, which this host does not trust")

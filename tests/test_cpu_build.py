@@ -335,6 +335,22 @@ def test_fresh_build_dir_with_warm_cache_hits_ccache(env, first_build):
     assert counts["misses"] <= counts["hits"] // 50, counts
 
 
+def test_a_rebuild_in_a_configured_tree_packages_what_its_receipt_builds(env, first_build, tmp_path):
+    """Issue #50 item 9: a --rebuild reconfigured the tree in place, and llama.cpp writes ggml-config.cmake from the
+    variables a configure sees (a cached GGML_LLAMAFILE turns GGML_LLAMAFILE_DEFAULT off), so the prefix differed
+    from the fresh tree `verify` builds in. The same inputs give the same bytes, whatever the tree's history."""
+    build_id = receipt_of(env)["id"]
+    cache = Path(env["XDG_CACHE_HOME"]) / "buildmgr" / "build-trees" / build_id / "build" / "CMakeCache.txt"
+    assert cache.is_file(), "the session's build left its configured tree"
+    rebuilt = buildmgr(env, "build", "cpu", "--rebuild")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    packaged = json.loads(buildmgr(env, "package", build_id, "-o", str(tmp_path), "--json").stdout)
+    verified = buildmgr(env, "verify", packaged["archive"], "--json")
+    assert verified.returncode == 0, verified.stderr[-3000:]
+    report = json.loads(verified.stdout)
+    assert report["differ"] == [] and report["files"] == len(receipt_of(env)["files"])
+
+
 def test_two_builds_of_one_id_at_once_compile_once(env, first_build):
     """The real race: with no prefix yet, both start; one builds, the other waits on the lock and reuses it."""
     assert buildmgr(env, "remove", "cpu").returncode == 0
@@ -635,14 +651,15 @@ def test_publish_signed_then_install_from_the_repository_over_http_into_a_fresh_
     assert again_here.returncode == 0, again_here.stderr
     assert json.loads(again_here.stdout)["attempts"][0]["outcome"] == "already installed"
     assert not (Path(host["XDG_CACHE_HOME"]) / "buildmgr" / "downloads").exists()
-    # the index's summary (unsigned: what the candidate was judged by) must still be the installed receipt's
+    # the index's summary (what the candidate is judged by) is signed (issue #50 item 1): changed, it is refused
+    # before anything is judged
     index_file = repo / "index.json"
     kept = index_file.read_text()
     lying = json.loads(kept)
     lying["artifacts"][0]["summary"]["native_cpu"] = False
     index_file.write_text(json.dumps(lying))
     refused = buildmgr(host, "install", "--from", str(repo))
-    assert refused.returncode == 1 and "the build installed from it is not what" in refused.stderr
+    assert refused.returncode == 1 and "index.json does not match its signature" in refused.stderr
     index_file.write_text(kept)
     [attestation] = (repo / "blobs").rglob("*.intoto.json")  # what vouches for those bytes now
     envelope = json.loads(attestation.read_text())

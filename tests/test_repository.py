@@ -71,8 +71,12 @@ def the_blob(repo: Path) -> Path:
 
 
 def nothing_installed(env: dict[str, str]) -> bool:
+    """No file under the data dir but locks and the index versions this host remembers (repositories.json: what it
+    saw, not what it installed)."""
     data = Path(env["XDG_DATA_HOME"])
-    return not data.exists() or not any(p.is_file() and p.suffix != ".lock" for p in data.rglob("*"))
+    return not data.exists() or not any(
+        p.is_file() and p.suffix != ".lock" and p.name != "repositories.json" for p in data.rglob("*")
+    )
 
 
 def downloaded(env: dict[str, str]) -> list[Path]:
@@ -335,6 +339,13 @@ def refused(host: dict[str, str], repo: Path | str, *fragments: str, extra: tupl
 
 def test_unsigned_and_untrusted_artifacts_are_refused_before_any_download(tmp_path):
     repo, _, host = published(tmp_path / "u", sign=False)
+    refused(host, repo, "its index.json is unsigned; --allow-unsigned reads it anyway")  # issue #50 item 1
+    assert downloaded(host) == []
+    # its index signed since (publish --sign, no archive): the archive it lists is still unsigned, and refused
+    publisher = make_env(tmp_path / "u" / "publisher-ci")
+    assert buildmgr(publisher, "publish", "--to", str(repo), "--sign", "ci").returncode == 0
+    pub = Path(publisher["XDG_CONFIG_HOME"]) / "buildmgr" / "keys" / "ci.pub"
+    assert buildmgr(host, "key", "trust", str(pub)).returncode == 0
     refused(host, repo, "unsigned: --allow-unsigned installs it anyway")
     assert downloaded(host) == []
     signed, _, _ = published(tmp_path / "s")
@@ -377,15 +388,21 @@ def test_an_index_that_names_a_missing_blob_is_refused(tmp_path):
 
 
 def test_an_index_that_lies_about_the_receipt_is_refused(tmp_path):
-    repo, _, host = published(tmp_path)
+    """A signed index that lies is refused before any download (test_repository_index); one read unsigned
+    (--allow-unsigned) is caught by the receipt, once extracted."""
+    repo, _, host = published(tmp_path, sign=False)
     text = (repo / index.INDEX).read_text()
     data = json.loads(text)
     data["artifacts"][0]["summary"]["runtime"]["glibc"] = "2.17"  # claims to fit older hosts than it does
     (repo / index.INDEX).write_text(json.dumps(data))
     refused(
-        host, repo, "its receipt is not what", "(runtime.glibc: the receipt says None, the index '2.17')"
-    )  # the field
-    failed = buildmgr(host, "install", "--from", str(repo), "--json")  # --json on failure: the attempt says why
+        host,
+        repo,
+        "its receipt is not what",
+        "(runtime.glibc: the receipt says None, the index '2.17')",  # the field
+        extra=("--allow-unsigned",),
+    )
+    failed = buildmgr(host, "install", "--from", str(repo), "--json", "--allow-unsigned")  # the attempt says why
     [attempt] = json.loads(failed.stdout)["attempts"]
     assert failed.returncode == 1 and "runtime.glibc" in attempt["outcome"]
 
@@ -588,7 +605,7 @@ def test_a_mistyped_repository_name_is_one_line_exit_2_for_every_command_and_tra
     empty.mkdir()
     (empty / index.INDEX).write_text(json.dumps({"schema": index.SCHEMA, "artifacts": []}))
     assert buildmgr(env, "repo", "list", str(empty)).returncode == 0
-    for extra in ((), ("--dry-run",)):
+    for extra in (("--allow-unsigned",), ("--allow-unsigned", "--dry-run")):  # an unsigned index: issue #50 item 1
         nothing = buildmgr(env, "install", "--from", str(empty), *extra)
         assert nothing.returncode == 1 and nothing.stderr.strip().splitlines()[-1] == (
             f"buildmgr: error: {empty} holds no artifact yet: nothing to install (publish puts one there)"

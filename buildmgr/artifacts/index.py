@@ -4,6 +4,7 @@ signature attests is made here too. Pure."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,7 +14,12 @@ from buildmgr.jsonshape import OMIT_IF_EMPTY, OMIT_IF_NONE
 from buildmgr.receipt import Receipt, RuntimeNeeds, ToolchainRef, safe_id
 
 INDEX = "index.json"
+INDEX_SIGNATURE = "index.json.minisig"  # beside it: `minisign -Vm index.json` checks it
+# the last index each key signed, with its .minisig: read by a host that trusts that key where index.json is
+# signed by another (a later signer, an unsigned publish)
+INDEXES = "indexes"
 SCHEMA = 1
+EXPIRES_DAYS = 30  # a signed index is taken for this long (`publish --expires DAYS`), then refused until signed again
 BLOBS = "blobs/sha256"  # <repo>/blobs/sha256/<hex>/<archive name>, its .sha256, .minisig and .intoto.json
 MINISIG = ".minisig"
 ATTESTATION = ".intoto.json"
@@ -106,12 +112,23 @@ class Entry:
                 raise jsonshape.ShapeError(f"{self.name}: signer {key_id[:20]!r} is not a key id (16 hex digits)")
 
 
+def key_index(key_id: str) -> str:
+    """Where the last index `key_id` signed lies, less its .minisig."""
+    return f"{INDEXES}/{key_id}.json"
+
+
 @dataclass(frozen=True)
 class Index(jsonshape.Record):
+    """What a repository holds. Signed, it is the whole file's bytes that are (index.json.minisig): every entry's
+    name, digest, size, signers and summary, and `version` (one more at each write: a host refuses an index older
+    than one it saw) and `expires` (a host refuses it after that, so an old copy cannot be served for ever)."""
+
     VERSION = SCHEMA
 
     schema: int
     artifacts: tuple[Entry, ...] = ()
+    version: int = 0  # 0: written before indexes had versions
+    expires: str | None = field(default=None, metadata=OMIT_IF_NONE)  # ISO 8601; None: unsigned
 
     @classmethod
     def from_json(cls, data: object) -> Index:
@@ -126,10 +143,30 @@ class Index(jsonshape.Record):
     def with_entry(self, entry: Entry) -> Index:
         """This index with `entry` in place of any entry of the same digest, sorted by name, then digest."""
         kept = [e for e in self.artifacts if e.sha256 != entry.sha256]
-        return Index(SCHEMA, tuple(sorted([*kept, entry], key=lambda e: (e.name, e.sha256))))
+        return dataclasses.replace(self, artifacts=tuple(sorted([*kept, entry], key=lambda e: (e.name, e.sha256))))
+
+    def next(self, expires: str | None) -> Index:
+        """This index as the next write of it: one version more, and the expiry of its signature (None: unsigned)."""
+        return dataclasses.replace(self, schema=SCHEMA, version=self.version + 1, expires=expires)
 
 
 EMPTY = Index(SCHEMA, ())
+
+
+def signature_comment(written: Index) -> str:
+    """The trusted comment of index.json.minisig (minisign prints it): which version, valid until when."""
+    return f"{INDEX} version:{written.version} expires:{written.expires}"
+
+
+@dataclass(frozen=True)
+class Seen(jsonshape.Record):
+    """`<data>/repositories.json`: the highest version of a signed index this host took from each repository (by its
+    identity, as pins name it); an older one is a rollback."""
+
+    VERSION = 1
+
+    schema: int
+    repositories: dict[str, int]
 
 
 def statement(name: str, sha256: str, receipt: Receipt, receipt_sha256: str, builder: str) -> dict[str, Any]:

@@ -1,25 +1,30 @@
 """Binary repositories, three kinds behind one interface (`Repo`): a directory (a shared file system, or anything a
 static web server serves) written under a lock; the same layout read over http(s); and an OCI registry through the
 `oras` SDK, where each archive is its own manifest tagged `sha256-<digest>` (so two publishers at once never write the
-same thing, and the index is the registry's list of those tags). Nothing a reader sees is ever half written: a
-blob is copied to a temporary name, checked and renamed, the index replaced atomically, last; a registry makes a
-manifest visible only once its blobs are in."""
+same thing), and the index is a manifest of its own, tagged `index`, rebuilt from those tags at each publish. Every
+write of an index is one version more, and signed (`--sign`) it carries an expiry and its .minisig, over the very
+bytes a host reads; the last index each key signed is kept too (`indexes/ID.json`, tag `index-ID`). Nothing a reader
+sees is ever half written: a blob is copied to a temporary name, checked and renamed, the index replaced atomically,
+last; a registry makes a manifest visible only once its blobs are in."""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import ipaddress
 import json
 import os
+import random
 import re
 import socket
 import stat
 import tempfile
+import time
 import urllib.parse
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
@@ -27,7 +32,7 @@ from buildmgr import jsonshape, signing
 from buildmgr.artifacts import index
 from buildmgr.artifacts.archive import Artifact
 from buildmgr.errors import BuildmgrError, RepositoryFault, UserError
-from buildmgr.fsutil import atomic_write_text, fsync_file, locked, sha256_file
+from buildmgr.fsutil import atomic_write_bytes, atomic_write_text, fsync_file, locked, sha256_file
 from buildmgr.jsonshape import NewerSchema, ShapeError
 
 if TYPE_CHECKING:
@@ -42,13 +47,16 @@ OCI_TAG = "sha256-"  # an archive's manifest is tagged sha256-<its digest>
 OCI_SIGNATURE_TAG = "signature-"
 _SIGNATURE_TAG = re.compile(r"signature-([0-9A-F]{16})-([0-9a-f]{64})")
 ENTRY_MEDIA_TYPE = "application/vnd.buildmgr.entry.v1+json"  # the manifest's config: the archive's index entry
+OCI_INDEX_TAG = "index"  # the index's manifest (the last one a key signed: index-<KEY ID>)
+INDEX_MEDIA_TYPE = "application/vnd.buildmgr.index.v1+json"  # its layer index.json (.minisig: MEDIA_TYPES)
+INDEX_CONFIG_MEDIA_TYPE = "application/vnd.buildmgr.index.config.v1+json"  # its config: version and signer, for people
+_INDEX_TRIES = 20  # rebuilds of an OCI index that another publisher changed meanwhile, before giving up
 SIGNATURE_MEDIA_TYPE = "application/vnd.buildmgr.signature.v1+json"  # a later signer's manifest's config
 MEDIA_TYPES = {
     "": "application/vnd.buildmgr.archive.v1.tar+gzip",
     index.MINISIG: "application/vnd.buildmgr.minisig.v1",
     index.ATTESTATION: "application/vnd.dsse.envelope.v1+json",
 }
-_LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 
 Progress = Callable[[int, int], None]  # (bytes so far, bytes in all)
 RepoError = RepositoryFault
@@ -59,10 +67,34 @@ class Published:
     entry: index.Entry
     already: bool  # the repository held this archive (by digest) before
     signature_added: str | None = None  # the key whose signature this publish wrote (None: no signature written)
+    written: index.Index | None = None  # the index this publish wrote (None: it changed nothing)
+
+
+@dataclass(frozen=True)
+class IndexFiles:
+    """An index's bytes as the repository serves them, and its .minisig (None: unsigned)."""
+
+    data: bytes
+    minisig: bytes | None
 
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _expiry(days: int) -> str:
+    return (datetime.now(UTC) + timedelta(days=days)).isoformat(timespec="seconds")
+
+
+def on_this_machine(host: str) -> bool:
+    """Loopback: 127.0.0.0/8, ::1 or localhost (brackets of an IPv6 literal allowed)."""
+    host = host.strip("[]").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _read_checked(artifact: Artifact) -> bytes:
@@ -155,6 +187,10 @@ class Repo(ABC):
         trailing /; oci://HOST[:PORT]/NAME."""
 
     @abstractmethod
+    def index_files(self, key_id: str | None = None) -> IndexFiles | None:
+        """The index and its .minisig as served (None: there is none): the newest, or the last one `key_id` signed."""
+
+    @abstractmethod
     def signatures(self, entry: index.Entry, key_id: str | None = None) -> dict[str, bytes]:
         """The `.minisig` and attestation of the entry by `key_id` (None: its first signer's) that are there, by
         suffix."""
@@ -163,8 +199,15 @@ class Repo(ABC):
     def _download(self, entry: index.Entry, part: Path, have: int, progress: Progress | None) -> None:
         """Append the archive's bytes from `have` on to `part` (or rewrite it from the start)."""
 
-    def publish(self, artifact: Artifact, key: signing.SecretKey | None, builder: str) -> Published:
+    def publish(
+        self, artifact: Artifact, key: signing.SecretKey | None, builder: str, days: int = index.EXPIRES_DAYS
+    ) -> Published:
         raise UserError(f"{self.text}: an http(s) repository is read-only; publish to its directory")
+
+    def sign_index(self, key: signing.SecretKey, days: int = index.EXPIRES_DAYS) -> index.Index:
+        """The index written again, one version more, signed by `key` with a new expiry (`publish` without an
+        archive): a repository nothing is published to stays valid."""
+        raise UserError(f"{self.text}: an http(s) repository is read-only; sign the index in its directory")
 
     def fetch(self, entry: index.Entry, dest: Path, progress: Progress | None = None) -> None:
         """The archive into `dest`, resuming a `dest.part` an earlier try left; `dest` appears only complete."""
@@ -226,6 +269,11 @@ def unreachable(err: BaseException) -> str | None:
 def open_repo(text: str) -> Repo:
     """A directory, `file://`, `http(s)://` (read-only) or `oci://HOST[:PORT]/NAMESPACE/NAME`."""
     parts = urllib.parse.urlsplit(text)
+    if parts.scheme == "http" and not on_this_machine(parts.hostname or ""):
+        # anyone on the way could serve an old index, or drop entries, and read what a host asks for
+        raise UserError(
+            f"{text}: plain http:// only for a repository on this machine (127.0.0.0/8, ::1, localhost): use https://"
+        )
     if parts.scheme in ("http", "https"):
         return HttpRepo(text, text if text.endswith("/") else text + "/")
     if parts.scheme == "oci":
@@ -275,6 +323,11 @@ class _Layout(Repo):
     def listing(self) -> index.Index:
         return _parse_index(self.text, self.read(index.INDEX))
 
+    def index_files(self, key_id: str | None = None) -> IndexFiles | None:
+        where = index.INDEX if key_id is None else index.key_index(key_id)
+        data = self.read(where)
+        return IndexFiles(data, self.read(where + index.MINISIG)) if data is not None else None
+
     def signatures(self, entry: index.Entry, key_id: str | None = None) -> dict[str, bytes]:
         where = entry.signature_path(key_id)
         found = {suffix: self.read(where + suffix) for suffix in (index.MINISIG, index.ATTESTATION)}
@@ -304,7 +357,9 @@ class DirRepo(_Layout):
             src.seek(have)
             _append(src, part, "ab", have, entry.size, progress)
 
-    def publish(self, artifact: Artifact, key: signing.SecretKey | None, builder: str) -> Published:
+    def publish(
+        self, artifact: Artifact, key: signing.SecretKey | None, builder: str, days: int = index.EXPIRES_DAYS
+    ) -> Published:
         """Put a checked artifact, its checksum and (with `key`) its signature files in, then the index, under the
         repository's lock: two publishers at once lose nothing."""
         root = self.path
@@ -324,8 +379,8 @@ class DirRepo(_Layout):
                 for suffix, signed in _statement_files(artifact, data, key, builder).items():
                     atomic_write_text(root / f"{known.signature_path(key.public.id)}{suffix}", signed.decode())
                 cosigned = dataclasses.replace(known, also_signed_by=(*known.also_signed_by, key.public.id))
-                atomic_write_text(root / index.INDEX, current.with_entry(cosigned).to_text())
-                return Published(cosigned, True, key.public.id)
+                written = _write_index(root, current.with_entry(cosigned), key, days)
+                return Published(cosigned, True, key.public.id, written)
             blob = root / index.BLOBS / digest
             blob.mkdir(parents=True, exist_ok=True)
             _place(data, blob / name, digest)
@@ -333,8 +388,35 @@ class DirRepo(_Layout):
             for suffix, text in (_statement_files(artifact, data, key, builder) if key is not None else {}).items():
                 atomic_write_text(blob / f"{name}{suffix}", text.decode())
             entry = _entry(artifact, len(data), key, known)
-            atomic_write_text(root / index.INDEX, current.with_entry(entry).to_text())
-        return Published(entry, known is not None, key.public.id if key is not None else None)
+            written = _write_index(root, current.with_entry(entry), key, days)
+        return Published(entry, known is not None, key.public.id if key is not None else None, written)
+
+    def sign_index(self, key: signing.SecretKey, days: int = index.EXPIRES_DAYS) -> index.Index:
+        root = self.path
+        if not (root / index.INDEX).is_file():
+            raise UserError(f"{self.text}: no {index.INDEX} here to sign (publish an archive to it first)")
+        with locked(root / LOCK):
+            return _write_index(root, self.listing(), key, days)
+
+
+def _write_index(root: Path, current: index.Index, key: signing.SecretKey | None, days: int) -> index.Index:
+    """The next version of the index in place (under the repository's lock), signed with `key` and kept as the last
+    one that key signed too. A reader never pairs new bytes with an old signature: the signature goes first, and
+    comes back after the bytes (a reader in between finds the key's own copy, whole)."""
+    written = current.next(_expiry(days) if key is not None else None)
+    data = written.to_text().encode()
+    signature = None
+    if key is not None:
+        signature = key.sign(data, index.signature_comment(written)).encode()
+        copy = root / index.key_index(key.public.id)
+        copy.with_name(copy.name + index.MINISIG).unlink(missing_ok=True)
+        atomic_write_bytes(copy, data)
+        atomic_write_bytes(copy.with_name(copy.name + index.MINISIG), signature)
+    (root / index.INDEX_SIGNATURE).unlink(missing_ok=True)
+    atomic_write_bytes(root / index.INDEX, data)
+    if signature is not None:
+        atomic_write_bytes(root / index.INDEX_SIGNATURE, signature)
+    return written
 
 
 def _place(data: bytes, dest: Path, sha256: str) -> None:
@@ -450,7 +532,7 @@ class OciRepo(Repo):
     def insecure(self) -> bool:
         """Plain http for a registry on this machine only, as docker does; https everywhere else."""
         host = self.registry.split("]")[0] + "]" if self.registry.startswith("[") else self.registry.rsplit(":", 1)[0]
-        return host in _LOOPBACK
+        return on_this_machine(host)
 
     @property
     def identity(self) -> str:
@@ -511,7 +593,36 @@ class OciRepo(Repo):
         entry.check()
         return entry
 
+    def index_files(self, key_id: str | None = None) -> IndexFiles | None:
+        def read(client: Registry) -> IndexFiles | None:
+            return self._index_files(client, key_id)
+
+        found: IndexFiles | None = self._call("reading its index", read)
+        return found
+
+    def _index_files(self, client: Registry, key_id: str | None) -> IndexFiles | None:
+        manifest = self._manifest(client, OCI_INDEX_TAG if key_id is None else f"{OCI_INDEX_TAG}-{key_id}")
+        if manifest is None:
+            return None
+        layers = {
+            layer.get("annotations", {}).get("org.opencontainers.image.title", ""): layer
+            for layer in manifest.get("layers", [])
+        }
+        if index.INDEX not in layers:
+            raise RepoError(f"{self.text}: the manifest tagged {OCI_INDEX_TAG} holds no {index.INDEX}")
+        signature = layers.get(index.INDEX_SIGNATURE)
+        return IndexFiles(
+            self._blob(client, layers[index.INDEX]["digest"]),
+            self._blob(client, signature["digest"]) if signature is not None else None,
+        )
+
     def listing(self) -> index.Index:
+        """The index's manifest; where there is none (a repository published to before indexes were), the list of
+        the archives' tags, each read from its manifest's config."""
+        files = self.index_files()
+        if files is not None:
+            return _parse_index(self.text, files.data)
+
         def read(client: Registry) -> index.Index:
             entries = []
             tags = self._tags(client)
@@ -574,8 +685,11 @@ class OciRepo(Repo):
             response.raw.decode_content = False
             _append(response.raw, part, "ab" if resumed else "wb", have if resumed else 0, entry.size, progress)
 
-    def publish(self, artifact: Artifact, key: signing.SecretKey | None, builder: str) -> Published:
-        """One manifest per archive, tagged by its digest: its blobs first, the manifest last (what makes it seen)."""
+    def publish(
+        self, artifact: Artifact, key: signing.SecretKey | None, builder: str, days: int = index.EXPIRES_DAYS
+    ) -> Published:
+        """One manifest per archive, tagged by its digest: its blobs first, the manifest last (what makes it seen);
+        then the index."""
 
         def push(client: Registry) -> Published:
             tag = f"{OCI_TAG}{artifact.sha256}"
@@ -593,7 +707,7 @@ class OciRepo(Repo):
                 cosigned = dataclasses.replace(
                     known, also_signed_by=tuple(sorted({*known.also_signed_by, key.public.id}))
                 )
-                return Published(cosigned, True, key.public.id)
+                return Published(cosigned, True, key.public.id, self._push_index(client, key, days, cosigned))
             entry = _entry(artifact, len(data), key, known)
             with tempfile.TemporaryDirectory(prefix="buildmgr-oci-") as scratch:
                 # the checked bytes are pushed from a copy of our own: the file at artifact.path may change meanwhile
@@ -620,10 +734,88 @@ class OciRepo(Repo):
                     disable_path_validation=True,
                     quiet=True,
                 )
-            return Published(entry, known is not None, key.public.id if key is not None else None)
+            written = self._push_index(client, key, days, entry)
+            return Published(entry, known is not None, key.public.id if key is not None else None, written)
 
         found: Published = self._call(f"pushing {artifact.path.name}", push)
         return found
+
+    def sign_index(self, key: signing.SecretKey, days: int = index.EXPIRES_DAYS) -> index.Index:
+        def push(client: Registry) -> index.Index:
+            return self._push_index(client, key, days, None)
+
+        found: index.Index = self._call("signing its index", push)
+        return found
+
+    def _push_index(
+        self, client: Registry, key: signing.SecretKey | None, days: int, own: index.Entry | None
+    ) -> index.Index:
+        """The index rebuilt from the archives' tags (an entry the last index holds is taken from it, ours from
+        `own`, another from its manifest's config) and pushed, one version more. No lock: two publishers at once
+        may each push an index without the other's archive, so each reads the tags again after its push and
+        rebuilds until its index holds every archive and signer tagged by then; the last to push sees all."""
+        for attempt in range(_INDEX_TRIES):
+            try:
+                written = self._rebuild_index(client, key, days, own)
+            except BuildmgrError:
+                raise
+            except Exception as err:  # pushes and reads of one tag at the same moment (the registry: 400, 500)
+                if unreachable(err) is not None or attempt == _INDEX_TRIES - 1:
+                    raise
+                written = None
+            if written is not None:
+                return written
+            time.sleep(random.uniform(0.02, 0.2))  # apart from the others, the next try
+        raise RepoError(f"{self.text}: other publishers kept changing its index ({_INDEX_TRIES} tries); publish again")
+
+    def _rebuild_index(
+        self, client: Registry, key: signing.SecretKey | None, days: int, own: index.Entry | None
+    ) -> index.Index | None:
+        """One try of `_push_index`: the index it pushed, or None where a tag came that it does not hold."""
+        tags = self._tags(client)
+        files = self._index_files(client, None)
+        last = _parse_index(self.text, files.data) if files is not None else index.EMPTY
+        known = {e.sha256: e for e in last.artifacts} | ({own.sha256: own} if own is not None else {})
+        entries = []
+        for tag in (t for t in tags if t.startswith(OCI_TAG)):
+            entry = known.get(tag[len(OCI_TAG) :])
+            if entry is None:
+                manifest = self._manifest(client, tag)
+                if manifest is None:
+                    continue
+                entry = self._entry_of(client, manifest)
+                if tag != f"{OCI_TAG}{entry.sha256}":
+                    raise RepoError(f"{self.text}: the manifest tagged {tag} describes {entry.sha256[:12]}…")
+            entries.append(self._cosigned(entry, tags))
+        rebuilt = index.Index(index.SCHEMA, tuple(sorted(entries, key=lambda e: (e.name, e.sha256))), last.version)
+        written = rebuilt.next(_expiry(days) if key is not None else None)
+        self._push_index_files(client, written, key)
+        return written if _holds_every_tag(written, self._tags(client)) else None
+
+    def _push_index_files(self, client: Registry, written: index.Index, key: signing.SecretKey | None) -> None:
+        """index.json and its .minisig, the layers of a manifest tagged `index` (and `index-<KEY ID>`): a host
+        checks the signature over the bytes of that very layer."""
+        data = written.to_text().encode()
+        with tempfile.TemporaryDirectory(prefix="buildmgr-oci-") as scratch:
+            path = Path(scratch) / index.INDEX
+            path.write_bytes(data)
+            files = [f"{path}:{INDEX_MEDIA_TYPE}"]
+            if key is not None:
+                signature = Path(scratch) / index.INDEX_SIGNATURE
+                signature.write_text(key.sign(data, index.signature_comment(written)))
+                files.append(f"{signature}:{MEDIA_TYPES[index.MINISIG]}")
+            config = Path(scratch) / "index-config.json"
+            signer = key.public.id if key is not None else None
+            config.write_text(json.dumps({"version": written.version, "signed_by": signer, "expires": written.expires}))
+            for tag in ([f"{OCI_INDEX_TAG}-{signer}"] if signer is not None else []) + [OCI_INDEX_TAG]:
+                client.push(
+                    target=self._container(tag),
+                    files=files,
+                    manifest_config=f"{config}:{INDEX_CONFIG_MEDIA_TYPE}",
+                    manifest_annotations={"org.opencontainers.image.title": index.INDEX},
+                    disable_path_validation=True,
+                    quiet=True,
+                )
 
     def _push_signature(
         self, client: Registry, artifact: Artifact, data: bytes, key: signing.SecretKey, builder: str
@@ -647,3 +839,14 @@ class OciRepo(Repo):
                 disable_path_validation=True,
                 quiet=True,
             )
+
+
+def _holds_every_tag(written: index.Index, tags: list[str]) -> bool:
+    """Whether the index lists every archive tagged, with every later signer its signature tags name."""
+    signers = {e.sha256: set(e.signers) for e in written.artifacts}
+    for tag in tags:
+        if tag.startswith(OCI_TAG) and tag[len(OCI_TAG) :] not in signers:
+            return False
+        if (m := _SIGNATURE_TAG.fullmatch(tag)) and m[2] in signers and m[1] not in signers[m[2]]:
+            return False
+    return True

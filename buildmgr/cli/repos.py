@@ -53,6 +53,8 @@ def register(sub: Subparsers, name: str) -> None:
             help="trust: for this repository only, and pin it to its keys (a directory, http(s):// or oci://)",
         )
     elif name == "publish":
+        from buildmgr.artifacts.index import EXPIRES_DAYS
+
         p = command(
             sub,
             "publish",
@@ -61,12 +63,20 @@ def register(sub: Subparsers, name: str) -> None:
             json=True,
             about="Put archives made by 'buildmgr package' into a binary repository (a directory, or an OCI "
             "registry) with their receipt and provenance, signed with --sign by a key of 'buildmgr key generate'; "
-            "its index is rewritten atomically. Publishing an archive again is a no-op; with another key, its "
-            "signature is added beside the first's, which stays.",
+            "its index is rewritten atomically, one version more, and signed too: hosts take it for --expires days "
+            f"({EXPIRES_DAYS}), so sign it again before then (--sign NAME and no ARTIFACT). Publishing an archive "
+            "again is a no-op; with another key, its signature is added beside the first's, which stays.",
             example="buildmgr publish --to /srv/llama-builds --sign ci dist/*.tar.gz\n"
-            "buildmgr publish --to oci://registry.example.org/ml/llama --sign ci *.tar.gz",
+            "buildmgr publish --to oci://registry.example.org/ml/llama --sign ci *.tar.gz\n"
+            "buildmgr publish --to /srv/llama-builds --sign ci  # the index signed again",
         )
-        p.add_argument("files", type=Path, nargs="+", metavar="ARTIFACT", help="llama-…-bin-….tar.gz (.sha256 beside)")
+        p.add_argument(
+            "files",
+            type=Path,
+            nargs="*",
+            metavar="ARTIFACT",
+            help="llama-…-bin-….tar.gz (.sha256 beside); none, with --sign: the index is signed again",
+        )
         p.add_argument(
             "--to",
             required=True,
@@ -74,6 +84,12 @@ def register(sub: Subparsers, name: str) -> None:
             help="a directory (created if absent), or oci://HOST[:PORT]/NAMESPACE/NAME",
         )
         p.add_argument("--sign", metavar="NAME", help="sign with this key of 'buildmgr key generate NAME'")
+        p.add_argument(
+            "--expires",
+            type=int,
+            metavar="DAYS",
+            help=f"hosts take the signed index for DAYS (default {EXPIRES_DAYS}); then it must be signed again",
+        )
         p.add_argument("--builder", help="who built it, for the provenance (default: this user@host)")
     elif name == "repo":
         p = command(
@@ -234,8 +250,15 @@ def publish(args: argparse.Namespace, ctx: Context) -> int:
     import socket
 
     from buildmgr import keyring
-    from buildmgr.artifacts import archive, repo
+    from buildmgr.artifacts import archive, index, repo
 
+    if not args.files and not args.sign:
+        raise UserError("publish needs an ARTIFACT (or, with --sign NAME and none, signs the index again)")
+    if args.expires is not None and not args.sign:
+        raise UserError("--expires is how long a signed index is taken: give --sign NAME too")
+    days = index.EXPIRES_DAYS if args.expires is None else args.expires
+    if not 1 <= days <= 3650:
+        raise UserError(f"--expires {days}: the days hosts take the signed index, 1 to 3650")
     target = repo.open_repo(args.to)
     secret = keyring.own(ctx.dirs, args.sign) if args.sign else None
     opened = [
@@ -243,8 +266,10 @@ def publish(args: argparse.Namespace, ctx: Context) -> int:
     ]  # every one checked before any is published
     builder = args.builder or f"{getpass.getuser()}@{socket.gethostname()}"
     done = []
+    written = target.sign_index(secret, days) if not opened and secret is not None else None
     for artifact in opened:
-        published = target.publish(artifact, secret, builder)
+        published = target.publish(artifact, secret, builder, days)
+        written = published.written or written
         done.append(published)
         if not args.json:
             signers = ", ".join(published.entry.signers)
@@ -253,6 +278,9 @@ def publish(args: argparse.Namespace, ctx: Context) -> int:
             added = published.signature_added
             now = f"; the signature of {added} added" if published.already and added else ""
             render.result(f"{artifact.path.name} {verb} {args.to}{now} (sha256 {artifact.sha256[:12]}…{signed})")
+    if written is not None and not args.json:
+        signer = f"signed by {secret.public.id}, expires {written.expires}" if secret is not None else "unsigned"
+        render.result(f"{index.INDEX} version {written.version}, {signer}")
     unsigned = [p for p in done if p.entry.signed_by is None]  # one published signed before stays signed
     if unsigned and not args.json:
         ctx.warn("note: unsigned: hosts install these only with --allow-unsigned (publish --sign NAME signs them)")
@@ -348,7 +376,10 @@ def install_from(args: argparse.Namespace, ctx: Context) -> int:
 
     source = repo.open_repo(args.source)
     machine = hostfacts.read().machine
-    ranked = deliver.candidates(source, args.what, ctx.environ, machine, ctx.dirs, args.allow_unsigned)
+    listing = deliver.read_index(source, ctx.dirs, args.allow_unsigned)
+    if listing.note is not None:
+        ctx.warn(f"note: {listing.note}")
+    ranked = deliver.candidates(source, listing.index, args.what, ctx.environ, machine, ctx.dirs, args.allow_unsigned)
     if not ranked:  # an empty repository (a missing one is a user error, said when it is opened)
         raise CannotRunHere(f"{args.source} holds no artifact yet: nothing to install (publish puts one there)")
     if not args.json:  # with --json, stdout is the JSON alone: its candidates are the table
@@ -364,6 +395,7 @@ def install_from(args: argparse.Namespace, ctx: Context) -> int:
         raise CannotRunHere(f"no artifact of {args.source} fits this host (the table says why); nothing was installed")
     ensure_writable(ctx.dirs.data, "set XDG_DATA_HOME to a writable directory")
     ensure_writable(ctx.dirs.cache, "set XDG_CACHE_HOME to a writable directory")
+    deliver.remember(ctx.dirs, source, listing)  # from now on an older index of it is refused (a dry run keeps none)
 
     def probe(done: Any) -> list[tuple[str, str]]:  # recorded in the inventory, as after a build
         from buildmgr import inventory
