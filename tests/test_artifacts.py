@@ -630,6 +630,24 @@ def test_the_workflow_is_valid_for_github_actions():
     assert audit.returncode == 0, audit.stdout + audit.stderr
 
 
+def test_the_workflow_signs_the_index_again_well_before_hosts_refuse_it():
+    """A signed index expires (issue #50): a workflow that publishes only on tags would leave every host refusing
+    the repository 30 days after a release. On its weekly schedule it signs the index alone, building nothing."""
+    import yaml
+
+    from buildmgr.artifacts.index import EXPIRES_DAYS
+
+    workflow = yaml.safe_load(WORKFLOW.read_text())
+    [cron] = [entry["cron"] for entry in workflow[True]["schedule"]]  # YAML 1.1 reads `on:` as True
+    minute, hour, day, month, weekday = cron.split()
+    assert (day, month) == ("*", "*") and weekday.isdigit() and 7 < EXPIRES_DAYS  # weekly
+    assert workflow["jobs"]["matrix"]["if"] == "github.event_name != 'schedule'"
+    publish = workflow["jobs"]["publish"]
+    assert "github.event_name == 'schedule'" in publish["if"] and "!cancelled()" in publish["if"]
+    script = next(step["run"] for step in publish["steps"] if "buildmgr publish" in step.get("run", ""))
+    assert 'buildmgr publish --to "$to" --sign ci\n' in script
+
+
 def test_the_workflow_matrix_comes_from_buildmgr_matrix_and_uses_only_keys_it_prints(tmp_env):
     import re
 
