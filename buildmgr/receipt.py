@@ -100,6 +100,9 @@ class SourceRecord:
     fingerprint: str
     state: str | None = None  # absent in receipts before 2026-11-30
     commit_time: int | None = None
+    # a dirty git checkout: how many paths differ from the commit (changed or untracked), and a digest of them
+    changes: int | None = field(default=None, metadata=OMIT_IF_NONE)
+    changes_sha256: str | None = field(default=None, metadata=OMIT_IF_NONE)
 
     @property
     def short_commit(self) -> str:

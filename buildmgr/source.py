@@ -90,6 +90,15 @@ class SourceTree:
     # with --vendor: edits are not tracked) or "untracked" (no git, no marker): build_number 0 means unknown
     state: str = "pinned"
     commit_time: int | None = None  # seconds since the epoch; a package's file times
+    changes: tuple[str, ...] = ()  # a dirty checkout's `git status` lines: how it differs from its commit
+
+    @property
+    def changes_sha256(self) -> str | None:
+        """A digest of the changed and untracked paths with their status, so an attestation names this tree's
+        difference from its commit without listing it."""
+        if not self.changes:
+            return None
+        return hashlib.sha256("\0".join(self.changes).encode()).hexdigest()
 
     @property
     def short_commit(self) -> str:
@@ -114,6 +123,7 @@ class SourceTree:
             "fingerprint": self.fingerprint,
             "state": self.state,
             "commit_time": self.commit_time,
+            **({"changes": len(self.changes), "changes_sha256": self.changes_sha256} if self.changes else {}),
         }
 
 
@@ -324,8 +334,14 @@ def _git(args: list[str], cwd: Path | None = None) -> str:
 class GitFacts:
     commit: str
     count: int  # `git rev-list --count HEAD`: upstream's build number
-    clean: bool
+    # the paths that differ from HEAD, changed or untracked (not ignored): ggml-cuda's CMake globs *.cu, so a new
+    # file is built as surely as an edited one
+    changes: tuple[str, ...]
     time: int
+
+    @property
+    def clean(self) -> bool:
+        return not self.changes
 
 
 def _git_facts(root: Path) -> GitFacts | None:
@@ -335,11 +351,13 @@ def _git_facts(root: Path) -> GitFacts | None:
     try:
         commit = _git(["rev-parse", "HEAD"], cwd=root)
         count = int(_git(["rev-list", "--count", "HEAD"], cwd=root))
-        clean = _git(["status", "--porcelain", "--untracked-files=no"], cwd=root) == ""
+        status = _git(["status", "--porcelain=v1", "-z", "--untracked-files=all"], cwd=root)
         time = int(_git(["log", "-1", "--format=%ct", "HEAD"], cwd=root))
     except (UserError, ValueError):
         return None
-    return GitFacts(commit, count, clean, time)
+    # -z: "XY path\0", a rename's source path as an entry of its own; sorted so the digest is the tree's
+    changes = tuple(sorted(line for line in status.split("\0") if line))
+    return GitFacts(commit, count, changes, time)
 
 
 def local_tree(path: Path) -> SourceTree:
@@ -349,7 +367,9 @@ def local_tree(path: Path) -> SourceTree:
     if git is not None:
         state = "clean" if git.clean else "dirty"
         fingerprint = git.commit if git.clean else fingerprint_tree(root)
-        return SourceTree(root, f"path:{root}", git.commit, git.count, version, fingerprint, state, git.time)
+        return SourceTree(
+            root, f"path:{root}", git.commit, git.count, version, fingerprint, state, git.time, git.changes
+        )
     marker = read_marker(root)  # `source sync --vendor` left it: the commit is known, edits are not
     if isinstance(marker.get("commit"), str) and isinstance(marker.get("build_number"), int):
         commit_time = int(datetime.fromisoformat(marker["date"]).replace(tzinfo=UTC).timestamp())

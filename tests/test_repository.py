@@ -7,6 +7,7 @@ cpu artifact is published, installed with --from and smoke-run in test_cpu_build
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import http.server
 import json
@@ -317,7 +318,8 @@ def test_a_host_that_fits_nothing_gets_the_table_exit_1_and_nothing_is_written(t
     dry = buildmgr(host, "install", "--from", str(repo), "--dry-run", "--json")
     assert dry.returncode == 1 and json.loads(dry.stdout)["candidates"][0]["fits"] is False
     assert_user_error(
-        buildmgr(host, "install", "cuda", "--from", str(repo)), "no 'cuda' artifact in this repository (it has cpu)"
+        buildmgr(host, "install", "cuda", "--from", str(repo)),
+        "no 'cuda' artifact in this repository (it has cpu; builds cpu-",
     )
     assert_user_error(
         buildmgr(host, "install", "b42", "--from", str(repo)), "no build b42 in this repository (it has b11312)"
@@ -705,3 +707,210 @@ def test_gc_collects_an_artifact_download_an_interrupted_install_left(tmp_path):
     assert [item["path"] for item in dry["removed"]] == [str(left)] and left.is_dir()
     done = buildmgr(host, "gc", "--json")
     assert done.returncode == 0 and not left.exists()
+
+
+# --- provenance (issue #50 item 6) --------------------------------------------------------------------------------
+
+
+def resigned(repo: Path, pub: Path, change) -> None:
+    """The archive's attestation with its Statement changed by `change(statement)`, signed again by the same key:
+    a signature that holds over a statement that does not."""
+    blob = the_blob(repo)
+    attestation = blob.with_name(blob.name + index.ATTESTATION)
+    key = signing.read_secret(pub.with_suffix(".key").read_text())
+    _, statement = signing.open_envelope(json.loads(attestation.read_text()), {key.public.id: key.public})
+    change(statement)
+    attestation.write_text(json.dumps(signing.envelope(statement, key)))
+
+
+def test_a_checkout_with_an_untracked_cu_file_is_built_and_attested_as_dirty(tmp_path):
+    """ggml-cuda's CMake globs *.cu: a file git does not track is built, so the tree is not its commit."""
+    from test_artifacts import git_tree
+
+    from buildmgr import source
+
+    tree = Path(git_tree(tmp_path / "src", nondeterministic=False).removesuffix("@main"))
+    git = ["git", "-C", str(tree)]
+    assert source.local_tree(tree).state == "clean"
+    (tree / "ggml" / "extra.cu").write_text("__global__ void k() {}\n")
+    env, pub = keyed(tmp_path)
+    built = buildmgr(env, "build", "--source", str(tree), "--json")
+    assert built.returncode == 0, built.stderr
+    build_id = json.loads(built.stdout)["id"]
+    packaged = buildmgr(env, "package", build_id, "-o", str(tmp_path / "dist"), "--json")
+    assert packaged.returncode == 0, packaged.stderr
+    archive = json.loads(packaged.stdout)["archive"]
+    repo = tmp_path / "repo"
+    assert buildmgr(env, "publish", archive, "--to", str(repo), "--sign", "ci").returncode == 0
+    blob = the_blob(repo)
+    key = signing.read_public(pub.read_text())
+    _, statement = signing.open_envelope(
+        json.loads(blob.with_name(blob.name + index.ATTESTATION).read_text()), {key.id: key}
+    )
+    [dependency] = statement["predicate"]["buildDefinition"]["resolvedDependencies"]
+    commit = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    assert dependency["annotations"]["tree"] == "dirty" and dependency["annotations"]["changes"] == 1
+    assert len(dependency["annotations"]["changes_sha256"]) == 64
+    assert "digest" not in dependency and dependency["annotations"]["base_commit"] == commit  # not attested as it
+
+
+def test_a_statement_that_is_signed_but_not_what_install_relies_on_is_refused(tmp_path):
+    repo, pub, host = published(tmp_path)
+    assert pub is not None
+    resigned(repo, pub, lambda s: s.update(predicateType="https://example.com/not-provenance/v1"))
+    refused(host, repo, "its predicateType is 'https://example.com/not-provenance/v1'")
+    resigned(repo, pub, lambda s: s.update(predicateType=index.SLSA_PROVENANCE))
+    resigned(repo, pub, lambda s: s["predicate"]["runDetails"]["metadata"].update(invocationId="cpu-00000000"))
+    refused(host, repo, "it attests build 'cpu-00000000'")
+    assert downloaded(host) == []
+
+
+def test_a_minisig_whose_trusted_comment_names_another_build_is_refused(tmp_path):
+    repo, pub, host = published(tmp_path)
+    assert pub is not None
+    blob = the_blob(repo)
+    key = signing.read_secret(pub.with_suffix(".key").read_text())
+    comment = f"file:{blob.name} sha256:{blob.parent.name} build:cpu-00000000"
+    blob.with_name(blob.name + index.MINISIG).write_text(key.sign(blob.read_bytes(), comment))
+    refused(host, repo, "its signature's trusted comment", "is not about this archive and build")
+    assert downloaded(host) == []
+
+
+# --- the README's check without buildmgr (issue #50 item 7) ---------------------------------------------------------
+
+
+def readme_check() -> tuple[list[str], str]:
+    """The README's `$ minisign` and `$ python3` lines of "Checking an artifact without buildmgr", and its script."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme.split("**Checking an artifact without buildmgr.**", 1)[1]
+    steps = [line[2:].split("  #")[0].strip() for line in section.split("```python")[0].splitlines()]
+    script = section.split("```python\n", 1)[1].split("```", 1)[0]
+    return [s for s in steps if s.startswith(("minisign ", "python3 "))], script
+
+
+def test_the_readme_s_check_without_buildmgr_runs_as_written_on_a_published_archive(tmp_path):
+    repo, pub, _ = published(tmp_path)
+    assert pub is not None
+    steps, script = readme_check()
+    assert [s.split()[0] for s in steps] == ["minisign", "python3"]
+    blob = the_blob(repo)
+    here = tmp_path / "user"
+    here.mkdir()
+    for suffix in ("", index.MINISIG, index.ATTESTATION):  # what the README's curl fetches
+        shutil.copy(blob.with_name(blob.name + suffix), here / (blob.name + suffix))
+    shutil.copy(pub, here / "ci.pub")
+    (here / "check_attestation.py").write_text(script)
+
+    def run(step: str) -> subprocess.CompletedProcess[str]:
+        argv = [blob.name if a.startswith("llama-") else a for a in step.split()]
+        if argv[0] == "python3":
+            argv[0] = sys.executable
+        elif MINISIGN is None:
+            pytest.skip("minisign (Debian's package) is installed by ci/test.sh")  # the Python check ran first
+        return subprocess.run(argv, cwd=here, capture_output=True, text=True)
+
+    python = run(steps[1])
+    assert python.returncode == 0, python.stderr
+    assert python.stdout.startswith(f"OK {blob.name} built by ") and '"tree": "pinned"' in python.stdout
+    data = bytearray((here / blob.name).read_bytes())
+    data[len(data) // 2] ^= 1
+    (here / blob.name).write_bytes(bytes(data))
+    changed = run(steps[1])
+    assert changed.returncode == 1 and "NOT VERIFIED: the statement is about another file" in changed.stderr
+    shutil.copy(blob, here / blob.name)
+    key = signing.read_secret(pub.with_suffix(".key").read_text())
+    envelope = json.loads((here / (blob.name + index.ATTESTATION)).read_text())
+    envelope["payload"] = base64.b64encode(base64.b64decode(envelope["payload"]).replace(b"cpu", b"cuda")).decode()
+    (here / (blob.name + index.ATTESTATION)).write_text(json.dumps(envelope))
+    forged = run(steps[1])
+    assert forged.returncode == 1 and "NOT VERIFIED: the signature does not match" in forged.stderr
+    assert key.public.id in (here / "ci.pub").read_text()
+    checked = run(steps[0])
+    assert checked.returncode == 0, checked.stderr
+    assert f"file:{blob.name} sha256:{blob.parent.name}" in checked.stdout
+
+
+# --- two builds, one archive name (issue #50 item 8) ----------------------------------------------------------------
+
+
+def stored_build(env: dict[str, str], build_id: str, hostname: str, finished: str) -> None:
+    """A fake cpu build in the store of `env`, as another host's build of the same recipe at the same commit would be:
+    its archive gets the same name."""
+    from conftest import make_receipt
+    from test_repository_bounds import PASSES
+
+    from buildmgr import store
+
+    prefix = Path(env["XDG_DATA_HOME"]) / "buildmgr" / "builds" / "0.5.0-0c1e570" / build_id
+    (prefix / "bin").mkdir(parents=True)
+    for name in ("llama-cli", "llama-bench"):
+        (prefix / "bin" / name).write_text(PASSES.replace("TAG", build_id))
+        (prefix / "bin" / name).chmod(0o755)
+    (prefix / "LICENSE").write_text("MIT\n")
+    receipt = make_receipt(
+        build_id, host={"hostname": hostname}, finished=finished, runtime={}, files=store.file_hashes(prefix)
+    )
+    store.write_receipt(prefix, receipt)
+
+
+def test_two_builds_of_one_archive_name_are_packaged_apart_listed_apart_ranked_with_why_and_picked_by_id(tmp_path):
+    env, pub = keyed(tmp_path)
+    first, second = "cpu-aaaa1111", "cpu-bbbb2222"
+    stored_build(env, first, "here", "2026-11-30T00:00:00+00:00")
+    stored_build(env, second, "h200", "2026-12-01T00:00:00+00:00")
+    dist = tmp_path / "dist"
+    made = buildmgr(env, "package", first, "-o", str(dist))
+    assert made.returncode == 0, made.stderr
+    [archive] = dist.glob("*.tar.gz")
+    assert made.stdout.splitlines()[0].endswith(f"), build {first}")
+    before = archive.read_bytes()
+    # the other build's archive of that name is not written over without a word
+    refused_ = buildmgr(env, "package", second, "-o", str(dist))
+    assert_user_error(refused_, f"{archive} is build {first}'s archive, not {second}'s", "another folder (-o)")
+    assert archive.read_bytes() == before and sorted(p.name for p in dist.iterdir()) == [
+        archive.name,
+        archive.name + ".sha256",
+    ]
+    assert buildmgr(env, "package", first, "-o", str(dist)).returncode == 0  # the same build again: the same bytes
+    assert archive.read_bytes() == before
+    other = buildmgr(env, "package", second, "-o", str(tmp_path / "dist2"), "--json")
+    assert other.returncode == 0, other.stderr
+    assert Path(json.loads(other.stdout)["archive"]).name == archive.name
+    repo = tmp_path / "repo"
+    for path in (archive, json.loads(other.stdout)["archive"]):
+        assert buildmgr(env, "publish", str(path), "--to", str(repo), "--sign", "ci").returncode == 0
+    entries = {e.summary.id: e for e in index.Index.from_text((repo / index.INDEX).read_text()).artifacts}
+    assert sorted(entries) == [first, second]
+    # repo list: one row each, told apart by id and digest
+    listed = buildmgr(make_env(tmp_path / "any"), "repo", "list", str(repo))
+    rows = [line for line in listed.stdout.splitlines() if line.startswith("llama-")]
+    assert len(rows) == 2 and len(set(rows)) == 2
+    for build_id, e in entries.items():
+        assert any(build_id in row and e.sha256[:12] in row for row in rows), rows
+    # the table of candidates: id, digest and date on each line, and why 1 is above 2
+    host = make_env(tmp_path / "host")
+    assert buildmgr(host, "key", "trust", str(pub)).returncode == 0
+    dry = buildmgr(host, "install", "--from", str(repo), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    lines = dry.stdout.splitlines()
+    one = next(line for line in lines if line.startswith(" 1  "))
+    two = next(line for line in lines if line.startswith(" 2  "))
+    assert second in one and entries[second].sha256[:12] in one and "2026-12-01" in one
+    assert first in two and entries[first].sha256[:12] in two and "2026-11-30" in two
+    assert (
+        "      above 2: same tier and build number; finished later, 2026-12-01T00:00:00+00:00 against "
+        "2026-11-30T00:00:00+00:00"
+    ) in lines
+    dry_json = json.loads(buildmgr(host, "install", "--from", str(repo), "--dry-run", "--json").stdout)
+    assert [c["id"] for c in dry_json["candidates"]] == [second, first]
+    assert dry_json["candidates"][0]["above_next"].startswith("same tier and build number")
+    assert dry_json["candidates"][1]["above_next"] is None
+    # a build id picks that build, though another of its name ranks above it
+    picked = buildmgr(host, "install", first, "--from", str(repo), "--json")
+    assert picked.returncode == 0, picked.stderr
+    done = json.loads(picked.stdout)
+    assert done["id"] == first and [c["id"] for c in done["candidates"]] == [first]
+    assert_user_error(
+        buildmgr(host, "install", "cpu-cccc3333", "--from", str(repo)),
+        f"no 'cpu-cccc3333' artifact in this repository (it has cpu; builds {first}, {second})",
+    )

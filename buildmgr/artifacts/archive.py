@@ -9,6 +9,7 @@ import contextlib
 import gzip
 import hashlib
 import io
+import json
 import os
 import posixpath
 import re
@@ -32,6 +33,7 @@ from buildmgr.source import build_label, version_label
 
 MANIFEST = "MANIFEST.sha256"
 _GZIP_LEVEL = 6  # what `tar -czf` uses: level 9 is slower for about 1 % less
+_RECEIPT_LIMIT = 16 << 20  # a receipt read only to name its build: a larger one is no receipt
 
 
 @dataclass(frozen=True)
@@ -120,8 +122,15 @@ def package(build: store.Build, out_dir: Path, environ: Mapping[str, str]) -> Pa
     stem = receipt_stem(receipt)
     entries = _entries(build.prefix)
     manifest = "".join(f"{sha256_file(p)}  {n}\n" for n, p in entries if p.is_file() and not p.is_symlink())
-    out_dir.mkdir(parents=True, exist_ok=True)
     archive = out_dir / f"{stem}.tar.gz"
+    # one name for every build of a recipe at a commit (upstream's release names): a second build's archive would
+    # silently replace the first's, so only the same build's is written over
+    if archive.exists() and (held := archived_build(archive)) != build.id:
+        held_by = f"build {held}'s archive" if held else "a file that is no buildmgr archive"
+        raise UserError(
+            f"{archive} is {held_by}, not {build.id}'s; package into another folder (-o) or remove it first"
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{stem}.", suffix=".tmp")
     os.fchmod(fd, umask_mode())
     try:
@@ -150,6 +159,22 @@ def package(build: store.Build, out_dir: Path, environ: Mapping[str, str]) -> Pa
     checksum = out_dir / f"{archive.name}.sha256"
     atomic_write_text(checksum, f"{digest}  {archive.name}\n")
     return Packaged(build, archive, checksum, digest, archive.stat().st_size)
+
+
+def archived_build(path: Path) -> str | None:
+    """The build id an archive's receipt names (None: not readable as one), read as a stream up to its receipt: only
+    to tell whose archive a name holds, never to trust it (open_artifact checks an archive)."""
+    try:
+        with tarfile.open(path, "r|gz") as tar:
+            for info in tar:
+                if info.isfile() and info.name.count("/") == 1 and info.name.endswith(f"/{RECEIPT}"):
+                    handle = tar.extractfile(info)
+                    data = json.loads(handle.read(_RECEIPT_LIMIT)) if handle is not None else None
+                    found = data.get("id") if isinstance(data, dict) else None
+                    return found if isinstance(found, str) else None
+    except (OSError, tarfile.TarError, ValueError, EOFError):
+        return None
+    return None
 
 
 # --- reading an artifact: nothing of it is used before everything is checked ------------------------------

@@ -315,6 +315,17 @@ def verify(
         raise RepoError(f"{entry.name}: its .minisig is by {signed.key_id} and its attestation by {key_id}")
     if index.attested_digest(statement, entry.name) != entry.sha256:
         raise RepoError(f"{entry.name}: its attestation is about another archive; nothing was installed")
+    # what is signed is checked, not only that it is signed: the .minisig's trusted comment and the provenance
+    if signed is not None and signed.trusted_comment != index.artifact_comment(
+        entry.name, entry.sha256, entry.summary.id
+    ):
+        raise RepoError(
+            f"{entry.name}: its signature's trusted comment {signed.trusted_comment[:120]!r} is not about this archive "
+            "and build; nothing was installed"
+        )
+    mismatch = index.provenance_mismatch(statement, entry)
+    if mismatch is not None:
+        raise RepoError(f"{entry.name}: its attestation does not hold: {mismatch}; nothing was installed")
     return key_id
 
 

@@ -26,6 +26,7 @@ ATTESTATION = ".intoto.json"
 SLSA_PROVENANCE = "https://slsa.dev/provenance/v1"
 STATEMENT = "https://in-toto.io/Statement/v1"
 BUILD_TYPE = "https://github.com/buildmgr/buildmgr/build/v1"
+EXACT_TREES = ("pinned", "clean")  # a source exactly its commit; any other is attested with its commit as a base
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _KEY_ID = re.compile(r"[0-9A-F]{16}")  # as minisign prints a key id
 _NAME = re.compile(r"llama-[A-Za-z0-9._+-]+\.tar\.gz")
@@ -172,9 +173,17 @@ class Seen(jsonshape.Record):
 def statement(name: str, sha256: str, receipt: Receipt, receipt_sha256: str, builder: str) -> dict[str, Any]:
     """An in-toto Statement about the archive: SLSA provenance v1, with the source and the receipt it came from."""
     source = receipt.source
-    dependency: dict[str, Any] = {"uri": source.origin, "annotations": {"build_number": source.build_number}}
-    if source.commit:
+    # the tree as it was built: a dirty checkout is not its commit, so it names the commit as its base only, with
+    # how many paths differed (changed or untracked) and their digest
+    tree = source.state or "unknown"
+    annotations: dict[str, Any] = {"build_number": source.build_number, "tree": tree}
+    if source.changes is not None:
+        annotations |= {"changes": source.changes, "changes_sha256": source.changes_sha256}
+    dependency: dict[str, Any] = {"uri": source.origin, "annotations": annotations}
+    if source.commit and tree in EXACT_TREES:
         dependency["digest"] = {"gitCommit": source.commit}
+    elif source.commit:
+        annotations["base_commit"] = source.commit
     return {
         "_type": STATEMENT,
         "subject": [{"name": name, "digest": {"sha256": sha256}}],
@@ -193,6 +202,43 @@ def statement(name: str, sha256: str, receipt: Receipt, receipt_sha256: str, bui
             },
         },
     }
+
+
+def artifact_comment(name: str, sha256: str, build_id: str) -> str:
+    """The trusted comment of an archive's .minisig (minisign prints it): which file, which bytes, which build."""
+    return f"file:{name} sha256:{sha256} build:{build_id}"
+
+
+def provenance_mismatch(statement_: dict[str, Any], entry: Entry) -> str | None:
+    """What in a Statement's predicate disagrees with the index's entry (None: nothing), over the fields a host relies
+    on: SLSA provenance v1 of buildmgr's build type, the build id, the receipt's digest (which binds the receipt, and
+    through it the source tree's state, to the signature) and the tree named as the receipt names it."""
+    if statement_.get("predicateType") != SLSA_PROVENANCE:
+        return f"its predicateType is {str(statement_.get('predicateType'))[:80]!r}, not {SLSA_PROVENANCE}"
+    predicate = statement_.get("predicate")
+    try:
+        assert isinstance(predicate, dict)
+        definition, run = predicate["buildDefinition"], predicate["runDetails"]
+        build_type = definition["buildType"]
+        [dependency] = definition["resolvedDependencies"]
+        annotations = dependency["annotations"]
+        invocation = run["metadata"]["invocationId"]
+        receipts = [b["digest"]["sha256"] for b in run["byproducts"] if b.get("name") == "buildmgr-receipt.json"]
+        commit = dependency.get("digest", {}).get("gitCommit", annotations.get("base_commit"))
+        tree = annotations.get("tree")  # absent in statements before 2026-12-05
+    except (AssertionError, KeyError, TypeError, ValueError, AttributeError):
+        return "its predicate lacks the build definition, run details or source a host checks"
+    summary = entry.summary
+    exact = "digest" in dependency
+    if build_type != BUILD_TYPE:
+        return f"its buildType is {str(build_type)[:80]!r}, not {BUILD_TYPE}"
+    if invocation != summary.id:
+        return f"it attests build {str(invocation)[:40]!r}, and the index says {summary.id}"
+    if receipts != [summary.receipt_sha256]:
+        return "the receipt it attests is not the one the index describes"
+    if commit != summary.commit or (tree is not None and exact != (tree in EXACT_TREES)):
+        return "the source it attests is not the one the index describes"
+    return None
 
 
 def attested_digest(statement_: dict[str, Any], name: str) -> str | None:

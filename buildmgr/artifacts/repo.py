@@ -109,7 +109,7 @@ def _read_checked(artifact: Artifact) -> bytes:
 def _statement_files(artifact: Artifact, data: bytes, key: signing.SecretKey, builder: str) -> dict[str, bytes]:
     """The .minisig of the archive's checked bytes (`_read_checked`) and its DSSE attestation."""
     name, digest = artifact.path.name, artifact.sha256
-    comment = f"file:{name} sha256:{digest} build:{artifact.receipt.id}"
+    comment = index.artifact_comment(name, digest, artifact.receipt.id)
     statement = index.statement(name, digest, artifact.receipt, artifact.receipt_sha256, builder)
     return {
         index.MINISIG: key.sign(data, comment).encode(),

@@ -4,7 +4,9 @@ among equals, the newest build. Pure: the host's findings for each artifact and 
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -33,6 +35,7 @@ class Candidate:
     proves: tuple[str, ...]  # the backends it was picked for: the installed build must see a device of each
     findings: tuple[Finding, ...] = ()  # the host's, for its summary: install's warnings once its receipt is read
     vouched_by: str | None = None  # the key that vouches for it here (None: unsigned, or it does not fit)
+    above_next: str | None = None  # which rank key put it above the next fitting one (None: the last of them)
 
     @property
     def fits(self) -> bool:
@@ -85,18 +88,36 @@ def judge(
 
 
 def rank(candidates: Sequence[Candidate]) -> list[Candidate]:
-    """Fitting ones best first (tier, then the newest build number, then the latest finish), then the others."""
+    """Fitting ones best first (tier, then the newest build number, then the latest finish), then the others; each
+    fitting one says which of those keys put it above the next."""
     fitting = sorted(
         (c for c in candidates if c.tier is not None), key=lambda c: c.entry.summary.finished, reverse=True
     )
     fitting.sort(key=lambda c: (c.tier, -c.entry.summary.build_number))  # stable: the latest first among equals
-    return [*fitting, *(c for c in candidates if c.tier is None)]
+    told = [dataclasses.replace(c, above_next=_above(c, after)) for c, after in itertools.pairwise(fitting)]
+    return [*told, *fitting[len(told) :], *(c for c in candidates if c.tier is None)]
+
+
+def _above(first: Candidate, second: Candidate) -> str:
+    """The rank key that decided between two fitting candidates, in words."""
+    a, b = first.entry.summary, second.entry.summary
+    assert first.tier is not None and second.tier is not None
+    if first.tier != second.tier:
+        return f"{first.tier.text} ranks above {second.tier.text}"
+    if a.build_number != b.build_number:
+        return f"same tier; a newer build, b{a.build_number} against b{b.build_number}"
+    if a.finished != b.finished:
+        return f"same tier and build number; finished later, {a.finished} against {b.finished}"
+    return "same tier, build number and finish: the repository's order (by name, then digest)"
 
 
 def wanted(entries: Sequence[Entry], what: str | None) -> list[Entry]:
-    """The entries `install [RECIPE|BUILD_NUMBER]` asks for; a name that matches nothing is a user error."""
+    """The entries `install [RECIPE|BUILD_NUMBER|BUILD_ID]` asks for; a name that matches nothing is a user error.
+    A build id (`cpu-a707a459`) picks one build among archives of one name."""
     if what is None:
         chosen = list(entries)
+    elif any(e.summary.id == what for e in entries):
+        chosen = [e for e in entries if e.summary.id == what]
     elif what.isdigit() or (what[:1] == "b" and what[1:].isdigit()):
         number = int(what.lstrip("b"))
         chosen = [e for e in entries if e.summary.build_number == number]
@@ -107,5 +128,9 @@ def wanted(entries: Sequence[Entry], what: str | None) -> list[Entry]:
         chosen = [e for e in entries if e.summary.recipe == what]
         if not chosen:
             recipes = sorted({e.summary.recipe for e in entries})
-            raise UserError(f"no {what!r} artifact in this repository (it has {', '.join(recipes) or 'none'})")
+            ids = sorted({e.summary.id for e in entries})
+            raise UserError(
+                f"no {what!r} artifact in this repository (it has {', '.join(recipes) or 'none'}"
+                + (f"; builds {', '.join(ids)})" if ids else ")")
+            )
     return chosen

@@ -147,7 +147,7 @@ def package(args: argparse.Namespace, ctx: Context) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    render.out().print(f"{packaged.archive} ({packaged.size / 1e6:.1f} MB)", markup=False)
+    render.out().print(f"{packaged.archive} ({packaged.size / 1e6:.1f} MB), build {build.id}", markup=False)
     render.out().print(f"{packaged.checksum}  sha256 {packaged.sha256}", markup=False)
     code = "".join(f"; {c.key.upper()} {' '.join(result[c.key])}" for _, c in backends.device_codes() if result[c.key])
     render.out().print(

@@ -114,10 +114,15 @@ def register(sub: Subparsers, name: str) -> None:
         )
         example = "buildmgr install --from https://example.org/llama-builds --dry-run\nbuildmgr install cuda --from oci://registry.example.org/ml/llama"
         p = command(sub, "install", install_from, help, json=True, about=about, example=example)
-        p.add_argument("what", nargs="?", metavar="RECIPE|BUILD_NUMBER", help="only this recipe, or build (b8000)")
+        p.add_argument(
+            "what", nargs="?", metavar="RECIPE|BUILD_NUMBER|ID", help="only this recipe, build (b8000) or build id"
+        )
         p.add_argument("--from", dest="source", required=True, metavar="REPO", help="a directory, http(s):// or oci://")
         p.add_argument("--dry-run", action="store_true", help="print the table of candidates and stop")
         p.add_argument("--allow-unsigned", action="store_true", help="accept artifacts no trusted key signed")
+
+
+SHORT_DIGEST = 12  # of a sha256 in a table: enough to tell two archives of one name apart
 
 
 # --- key ----------------------------------------------------------------------------------------------------------
@@ -326,14 +331,17 @@ def repo_list(args: argparse.Namespace, ctx: Context) -> int:
     if not entries:
         render.say(f"{args.repo} holds nothing yet")
         return 0
-    table = render.table("artifact", "build", "backends", "GPU code", "glibc", "MB", "signed by")
+    # two builds of a recipe share an archive name (upstream's): the build id and digest tell their rows apart
+    table = render.table(
+        "artifact", "build", "id", "sha256", "finished", "backends", "GPU code", "glibc", "MB", "signed by"
+    )
     table.columns[0].overflow = "fold"  # a name cut short names another archive: fold it, at any width
     for e in entries:
         s = e.summary
         code = " ".join(c for codes in s.runtime.device_code.values() for c in codes) or "—"
         table.add_row(
-            render.escape(e.name), f"b{s.build_number}", "+".join(s.backends), code, s.runtime.glibc or "—",
-            f"{e.size / 1e6:.1f}", ", ".join(e.signers) or "unsigned",
+            render.escape(e.name), f"b{s.build_number}", render.escape(s.id), e.sha256[:SHORT_DIGEST], s.finished[:16],
+            "+".join(s.backends), code, s.runtime.glibc or "—", f"{e.size / 1e6:.1f}", ", ".join(e.signers) or "unsigned",
         )  # fmt: skip
     render.show(table)
     return 0
@@ -348,11 +356,14 @@ def _candidate_json(c: Candidate) -> dict[str, Any]:
         "sha256": c.entry.sha256,
         "recipe": c.entry.summary.recipe,
         "build_number": c.entry.summary.build_number,
+        "id": c.entry.summary.id,
+        "finished": c.entry.summary.finished,
         "fits": c.fits,
         "tier": c.tier.name.lower() if c.tier is not None else None,
         "reasons": list(c.reasons),
         "proves": list(c.proves),
         "vouched_by": c.vouched_by,
+        "above_next": c.above_next,
     }
 
 
@@ -364,9 +375,13 @@ def _show(ranked: list[Candidate]) -> None:
     """Each candidate on its own line, best first, with its reasons indented below: readable at any width."""
     for number, c in enumerate(ranked, 1):
         verdict = c.tier.text if c.tier is not None else "does not fit"
-        render.result(f"{number if c.fits else '—':>2}  {c.entry.name}  {verdict}", None if c.fits else "red")
+        s = c.entry.summary  # an archive name is shared by every build of a recipe: the id and digest tell them apart
+        what = f"{c.entry.name}  {s.id}  sha256 {c.entry.sha256[:SHORT_DIGEST]}  {s.finished[:16]}"
+        render.result(f"{number if c.fits else '—':>2}  {what}  {verdict}", None if c.fits else "red")
         for reason in c.reasons:
             render.result(f"      {reason}")
+        if c.above_next is not None:
+            render.result(f"      above {number + 1}: {c.above_next}")
 
 
 def install_from(args: argparse.Namespace, ctx: Context) -> int:
