@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue #32 on this machine: `buildmgr install --from DIR` of the cpu artifact into a fresh data dir, against the
 # same steps by hand (copy the archive and its .sha256, `sha256sum -c`, `tar x`, the smoke run: every tool's
-# --version, `llama-cli --list-devices`, llama-bench -p 16 -n 8 on the tiny model on the CPU and on each device
+# --version, `llama-cli --list-devices`, llama-bench -p 512 -n 8 on the proof's kernels model on the CPU and on each device
 # listed), side by side, alternating, ROUNDS rounds (default 5).
 # The archive is packaged from the build BUILD names (default cpu, the one `buildmgr build` made; BUILDMGR=…, default
 # .venv/bin/buildmgr; PYTHON=…, default the Python beside it).
@@ -26,8 +26,11 @@ publisher=(env XDG_CONFIG_HOME="$out/publisher")
 "${publisher[@]}" "$bm" key generate ci >"$out/key.txt" 2>&1
 key=$(tail -1 "$out/key.txt")
 "${publisher[@]}" "$bm" publish "$archive" --to "$out/repo" --sign ci >/dev/null 2>&1
-model=$out/tiny.gguf
-"$python" -c "import sys; from buildmgr.smoke import write_tiny_model; from pathlib import Path; write_tiny_model(Path(sys.argv[1]))" "$model"
+# the proof's models, as a host that built before holds them in <cache>/buildmgr/smoke/ (the kernels model: every
+# weight type real models use, which the smoke run benches on each device)
+"$python" -c "import sys; from pathlib import Path; from buildmgr import proof_models as m; c = Path(sys.argv[1]); m.tiny_model(c); m.kernels_model(c)" "$out/models"
+model=$(ls "$out"/models/smoke/kernels-*.gguf)
+bench_args=$("$python" -c 'from buildmgr.smoke import BENCH_ARGS; print(" ".join(BENCH_ARGS))')
 blob=$(ls "$out"/repo/blobs/sha256/*/*.tar.gz)
 by_hand() {  # ROOT: what a user types: copy, check, unpack, then the smoke run's steps one after another (every
     # tool's --version, the devices the build lists, llama-bench on the CPU and on each of them)
@@ -43,7 +46,8 @@ by_hand() {  # ROOT: what a user types: copy, check, unpack, then the smoke run'
     mkdir -p "$XDG_CACHE_HOME"
     for tool in llama-cli llama-server llama-bench llama-completion; do "$bin/$tool" --version >/dev/null 2>&1; done
     for device in none $("$bin/llama-cli" --list-devices 2>/dev/null | sed -n 's/^  \([A-Za-z]*[0-9][0-9]*\): .*/\1/p'); do
-        "$bin/llama-bench" -m "$model" -p 16 -n 8 -r 1 -o json -dev "$device" >/dev/null 2>&1
+        # shellcheck disable=SC2086
+        "$bin/llama-bench" -m "$model" $bench_args -dev "$device" >/dev/null 2>&1
     done
 }
 host() {  # ROOT COMMAND…: buildmgr (BM, default this one) with a fresh host's data, cache and config dirs under ROOT
@@ -54,10 +58,9 @@ host() {  # ROOT COMMAND…: buildmgr (BM, default this one) with a fresh host's
 with_buildmgr() {  # ROOT: install --from, with its checks, smoke run and proof (the host trusts the key already)
     host "$1" install --from "$out/repo" >"$1.log" 2>&1
 }
-fresh_host() {  # ROOT: trusts the key and holds the smoke run's tiny model, which the hand run is given too
+fresh_host() {  # ROOT: trusts the key and holds the proof's models, which the hand run is given too
     host "$1" key trust "$key" >/dev/null
-    mkdir -p "$1/cache/buildmgr/smoke" && cp "$model" "$1/cache/buildmgr/smoke/$(
-        "$python" -c 'from buildmgr.smoke import MODEL_NAME; print(MODEL_NAME)')"
+    mkdir -p "$1/cache/buildmgr" && cp -r "$out/models/smoke" "$1/cache/buildmgr/"
 }
 timed() {  # NAME FUNCTION ROOT
     local t0 t1
