@@ -914,3 +914,13 @@ def test_two_builds_of_one_archive_name_are_packaged_apart_listed_apart_ranked_w
         buildmgr(host, "install", "cpu-cccc3333", "--from", str(repo)),
         f"no 'cpu-cccc3333' artifact in this repository (it has cpu; builds {first}, {second})",
     )
+    # which candidate is installed here already: from these bytes on the host, by its id where it was built
+    again = buildmgr(host, "install", "--from", str(repo), "--dry-run")
+    below = again.stdout.split(f" 2  {entries[first].name}  {first}")[1].split("\n 1 ")[0]
+    assert "installed here already, from this very archive" in below, again.stdout
+    assert "installed here already" not in again.stdout.split(" 2  ")[0]
+    assert buildmgr(env, "key", "trust", str(pub)).returncode == 0  # the publisher, who built both here
+    assert [
+        c["installed_here"]
+        for c in json.loads(buildmgr(env, "install", "--from", str(repo), "--dry-run", "--json").stdout)["candidates"]
+    ] == ["same build", "same build"]

@@ -358,6 +358,16 @@ def _differing(found: object, said: object, path: str = "") -> str:
     return "; ".join(parts)
 
 
+def installed_here(dirs: Dirs, entry: index.Entry) -> str | None:
+    """Whether a candidate is installed here already, for its line in the table: "these bytes" (installed from this
+    very archive), "same build" (its build id, built here or installed from other bytes), else None."""
+    for build in store.installed(dirs):
+        if build.id == entry.summary.id:
+            origin = build.receipt.installed_from
+            return "these bytes" if origin is not None and origin.sha256 == entry.sha256 else "same build"
+    return None
+
+
 def installed_before(repo: Repo, dirs: Dirs, entry: index.Entry) -> Installed | None:
     """The build these very bytes were installed as here (its receipt keeps the archive's sha256): known without a
     download or an extraction, so a host that runs `install --from` again and again fetches only what is new. The

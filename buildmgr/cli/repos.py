@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from buildmgr.cli import command, render
-from buildmgr.config import Context, ensure_writable
+from buildmgr.config import Context, Dirs, ensure_writable
 from buildmgr.errors import CannotRunHere, UserError
 
 if TYPE_CHECKING:
@@ -350,7 +350,9 @@ def repo_list(args: argparse.Namespace, ctx: Context) -> int:
 # --- install --from -----------------------------------------------------------------------------------------------
 
 
-def _candidate_json(c: Candidate) -> dict[str, Any]:
+def _candidate_json(c: Candidate, dirs: Dirs) -> dict[str, Any]:
+    from buildmgr.artifacts import deliver
+
     return {
         "name": c.entry.name,
         "sha256": c.entry.sha256,
@@ -364,6 +366,7 @@ def _candidate_json(c: Candidate) -> dict[str, Any]:
         "proves": list(c.proves),
         "vouched_by": c.vouched_by,
         "above_next": c.above_next,
+        "installed_here": deliver.installed_here(dirs, c.entry),
     }
 
 
@@ -371,8 +374,16 @@ def _attempt_json(a: Attempt) -> dict[str, Any]:
     return {"name": a.candidate.entry.name, "outcome": a.outcome, "signed_by": a.signed_by, "devices": list(a.devices)}
 
 
-def _show(ranked: list[Candidate]) -> None:
+_INSTALLED = {
+    "these bytes": "installed here already, from this very archive",
+    "same build": "a build of this id is installed here already (built here, or from another archive of it)",
+}
+
+
+def _show(ranked: list[Candidate], dirs: Dirs) -> None:
     """Each candidate on its own line, best first, with its reasons indented below: readable at any width."""
+    from buildmgr.artifacts import deliver
+
     for number, c in enumerate(ranked, 1):
         verdict = c.tier.text if c.tier is not None else "does not fit"
         s = c.entry.summary  # an archive name is shared by every build of a recipe: the id and digest tell them apart
@@ -380,6 +391,8 @@ def _show(ranked: list[Candidate]) -> None:
         render.result(f"{number if c.fits else '—':>2}  {what}  {verdict}", None if c.fits else "red")
         for reason in c.reasons:
             render.result(f"      {reason}")
+        if (here := deliver.installed_here(dirs, c.entry)) is not None:
+            render.result(f"      {_INSTALLED[here]}")
         if c.above_next is not None:
             render.result(f"      above {number + 1}: {c.above_next}")
 
@@ -398,15 +411,15 @@ def install_from(args: argparse.Namespace, ctx: Context) -> int:
     if not ranked:  # an empty repository (a missing one is a user error, said when it is opened)
         raise CannotRunHere(f"{args.source} holds no artifact yet: nothing to install (publish puts one there)")
     if not args.json:  # with --json, stdout is the JSON alone: its candidates are the table
-        _show(ranked)
+        _show(ranked, ctx.dirs)
     fitting = [c for c in ranked if c.fits]
     if args.dry_run:
         if args.json:
-            print(json.dumps({"candidates": [_candidate_json(c) for c in ranked], "attempts": []}, indent=2))
+            print(json.dumps({"candidates": [_candidate_json(c, ctx.dirs) for c in ranked], "attempts": []}, indent=2))
         return 0 if fitting else 1
     if not fitting:
         if args.json:
-            print(json.dumps({"candidates": [_candidate_json(c) for c in ranked], "attempts": []}, indent=2))
+            print(json.dumps({"candidates": [_candidate_json(c, ctx.dirs) for c in ranked], "attempts": []}, indent=2))
         raise CannotRunHere(f"no artifact of {args.source} fits this host (the table says why); nothing was installed")
     ensure_writable(ctx.dirs.data, "set XDG_DATA_HOME to a writable directory")
     ensure_writable(ctx.dirs.cache, "set XDG_CACHE_HOME to a writable directory")
@@ -439,7 +452,7 @@ def install_from(args: argparse.Namespace, ctx: Context) -> int:
     if args.json:
         print(
             json.dumps(
-                {"candidates": [_candidate_json(c) for c in ranked], "attempts": [_attempt_json(a) for a in attempts]}
+                {"candidates": [_candidate_json(c, ctx.dirs) for c in ranked], "attempts": [_attempt_json(a) for a in attempts]}
                 | ({"id": last.installed.build.id, "prefix": str(last.installed.build.prefix)} if last and last.installed else {}),
                 indent=2,
             )
