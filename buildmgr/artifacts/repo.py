@@ -627,13 +627,9 @@ class OciRepo(Repo):
             entries = []
             tags = self._tags(client)
             for tag in (t for t in tags if t.startswith(OCI_TAG)):
-                manifest = self._manifest(client, tag)
-                if manifest is None:
-                    continue
-                entry = self._entry_of(client, manifest)
-                if tag != f"{OCI_TAG}{entry.sha256}":
-                    raise RepoError(f"{self.text}: the manifest tagged {tag} describes {entry.sha256[:12]}…")
-                entries.append(self._cosigned(entry, tags))
+                entry = self._tagged(client, tag)
+                if entry is not None:
+                    entries.append(self._cosigned(entry, tags))
             return index.Index(index.SCHEMA, tuple(sorted(entries, key=lambda e: (e.name, e.sha256))))
 
         try:
@@ -778,19 +774,23 @@ class OciRepo(Repo):
         known = {e.sha256: e for e in last.artifacts} | ({own.sha256: own} if own is not None else {})
         entries = []
         for tag in (t for t in tags if t.startswith(OCI_TAG)):
-            entry = known.get(tag[len(OCI_TAG) :])
-            if entry is None:
-                manifest = self._manifest(client, tag)
-                if manifest is None:
-                    continue
-                entry = self._entry_of(client, manifest)
-                if tag != f"{OCI_TAG}{entry.sha256}":
-                    raise RepoError(f"{self.text}: the manifest tagged {tag} describes {entry.sha256[:12]}…")
-            entries.append(self._cosigned(entry, tags))
+            entry = known.get(tag[len(OCI_TAG) :]) or self._tagged(client, tag)
+            if entry is not None:
+                entries.append(self._cosigned(entry, tags))
         rebuilt = index.Index(index.SCHEMA, tuple(sorted(entries, key=lambda e: (e.name, e.sha256))), last.version)
         written = rebuilt.next(_expiry(days) if key is not None else None)
         self._push_index_files(client, written, key)
         return written if _holds_every_tag(written, self._tags(client)) else None
+
+    def _tagged(self, client: Registry, tag: str) -> index.Entry | None:
+        """The entry an archive's tag holds (None: the tag is gone), which must be the digest the tag names."""
+        manifest = self._manifest(client, tag)
+        if manifest is None:
+            return None
+        entry = self._entry_of(client, manifest)
+        if tag != f"{OCI_TAG}{entry.sha256}":
+            raise RepoError(f"{self.text}: the manifest tagged {tag} describes {entry.sha256[:12]}…")
+        return entry
 
     def _push_index_files(self, client: Registry, written: index.Index, key: signing.SecretKey | None) -> None:
         """index.json and its .minisig, the layers of a manifest tagged `index` (and `index-<KEY ID>`): a host
