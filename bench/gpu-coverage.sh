@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Coverage on a lent H200 machine (issue #47): build cuda+vulkan --sm 90 with -D GGML_CUDA_FA=OFF (the README's fast
-# build), write a random-weight F16 llama (bench/gguf_model.py: 16 layers, 2048 wide), then
+# build), write a random-weight F16 llama (bench/gguf_model.py: 4 layers, 2048 wide: coverage needs its shape, not its size), then
 #   - `check --model` (text and --json) of `llama-cli -dev CUDA0 -fa 1` and of `-dev Vulkan0 -fa 1`, and of both
 #     without -fa; `run --check` of the CUDA one (refused);
 #   - the raw scheduler log of each coverage run (GGML_SCHED_DEBUG=2 llama-bench -v), kept as parser fixtures;
@@ -27,26 +27,30 @@ cp "$prefix/buildmgr-receipt.json" "$out/receipt.json"
 bench="$prefix/bin/llama-bench"
 
 log "model"
-python3 "$here/gguf_model.py" /tmp/cov.gguf --embd 2048 --ff 5632 --layers 16 --kv-heads 8 --ctx 8192 >"$out/model.txt" 2>&1
+python3 "$here/gguf_model.py" /tmp/cov.gguf --embd 2048 --ff 5632 --layers 4 --kv-heads 8 --ctx 8192 >"$out/model.txt" 2>&1
 ls -l /tmp/cov.gguf >>"$out/model.txt"
 
-log "devices"
-bm devices >"$out/devices.txt" 2>&1
-
+cases=("cuda0-fa:-dev CUDA0 -fa 1" "vk0-fa:-dev Vulkan0 -fa 1" "cuda0:-dev CUDA0" "vk0:-dev Vulkan0")
+log "scheduler logs"  # first: the parser's fixtures, seconds each, if the lent time ends early
+for case in "${cases[@]}"; do
+    name=${case%%:*}
+    read -r -a flags <<<"${case#*:}"
+    # the log the coverage run reads (the command placement.cover runs)
+    GGML_SCHED_DEBUG=2 "$bench" -m /tmp/cov.gguf -p 512 -n 0 -r 1 --no-warmup -v "${flags[@]}" \
+        >/dev/null 2>"$out/sched-$name.log"
+done
 log "check"
-for case in "cuda0-fa:-dev CUDA0 -fa 1" "vk0-fa:-dev Vulkan0 -fa 1" "cuda0:-dev CUDA0" "vk0:-dev Vulkan0"; do
+for case in "${cases[@]}"; do
     name=${case%%:*}
     read -r -a flags <<<"${case#*:}"
     bm check cuda+vulkan --model /tmp/cov.gguf -- llama-cli "${flags[@]}" >"$out/check-$name.txt" 2>&1
     echo "exit $?" >>"$out/check-$name.txt"
     bm check cuda+vulkan --model /tmp/cov.gguf --json -- llama-cli "${flags[@]}" >"$out/check-$name.json" 2>>"$out/check-$name.txt"
-    # the log the coverage run read (the same command placement.cover runs)
-    bflags=("${flags[@]}")
-    GGML_SCHED_DEBUG=2 "$bench" -m /tmp/cov.gguf -p 512 -n 0 -r 1 --no-warmup -v "${bflags[@]}" \
-        >/dev/null 2>"$out/sched-$name.log"
 done
 bm run cuda+vulkan --check -- llama-cli -m /tmp/cov.gguf -dev CUDA0 -fa 1 -n 1 -p hi >"$out/run-check.txt" 2>&1
 echo "exit $?" >>"$out/run-check.txt"
+log "devices"
+bm devices >"$out/devices.txt" 2>&1
 
 log "bench"
 if [ "${COVERAGE_BENCH:-1}" = 0 ]; then log "done (no bench)"; echo done >"$out/finished"; exit 0; fi
