@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Coverage on a lent H200 machine (issue #47): build cuda+vulkan --sm 90 with -D GGML_CUDA_FA=OFF (the README's fast
-# build), write a random-weight F16 llama (bench/gguf_model.py: 4 layers, 2048 wide: coverage needs its shape, not its size), then
+# build), write a random-weight F16 llama (bench/gguf_model.py: 4 layers, 2048 wide; coverage needs its shape, not
+# its size), then
 #   - `check --model` (text and --json) of `llama-cli -dev CUDA0 -fa 1` and of `-dev Vulkan0 -fa 1`, and of both
 #     without -fa; `run --check` of the CUDA one (refused);
 #   - the raw scheduler log of each coverage run (GGML_SCHED_DEBUG=2 llama-bench -v), kept as parser fixtures;
