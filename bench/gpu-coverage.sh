@@ -21,9 +21,9 @@ nvidia-smi -L >"$out/host.txt" 2>&1
 
 log "build"
 start=$(date +%s)
-bm build cuda+vulkan --sm 90 -D GGML_CUDA_FA=OFF -j 16 >"$out/build.txt" 2>&1
+bm build "${RECIPE:-cuda+vulkan}" --sm 90 -D GGML_CUDA_FA=OFF -j 16 >"$out/build.txt" 2>&1
 echo "build exit $? wall seconds: $(( $(date +%s) - start ))" >>"$out/build.txt"
-prefix=$(bm which cuda+vulkan 2>>"$out/build.txt")
+prefix=$(bm which "${RECIPE:-cuda+vulkan}" 2>>"$out/build.txt")
 cp "$prefix/buildmgr-receipt.json" "$out/receipt.json"
 bench="$prefix/bin/llama-bench"
 
@@ -44,11 +44,11 @@ log "check"
 for case in "${cases[@]}"; do
     name=${case%%:*}
     read -r -a flags <<<"${case#*:}"
-    bm check cuda+vulkan --model /tmp/cov.gguf -- llama-cli "${flags[@]}" >"$out/check-$name.txt" 2>&1
+    bm check "${RECIPE:-cuda+vulkan}" --model /tmp/cov.gguf -- llama-cli "${flags[@]}" >"$out/check-$name.txt" 2>&1
     echo "exit $?" >>"$out/check-$name.txt"
-    bm check cuda+vulkan --model /tmp/cov.gguf --json -- llama-cli "${flags[@]}" >"$out/check-$name.json" 2>>"$out/check-$name.txt"
+    bm check "${RECIPE:-cuda+vulkan}" --model /tmp/cov.gguf --json -- llama-cli "${flags[@]}" >"$out/check-$name.json" 2>>"$out/check-$name.txt"
 done
-bm run cuda+vulkan --check -- llama-cli -m /tmp/cov.gguf -dev CUDA0 -fa 1 -n 1 -p hi >"$out/run-check.txt" 2>&1
+bm run "${RECIPE:-cuda+vulkan}" --check -- llama-cli -m /tmp/cov.gguf -dev CUDA0 -fa 1 -n 1 -p hi >"$out/run-check.txt" 2>&1
 echo "exit $?" >>"$out/run-check.txt"
 log "devices"
 bm devices >"$out/devices.txt" 2>&1

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Wait for a background GPU job writing into DIR until DIR/finished exists or SECONDS pass, copying DIR (its large
-# logs compressed) to DEST every minute and at the end, so that a call cut short at its limit still brings back
+# Wait for a background GPU job writing into DIR until DIR/finished exists or SECONDS pass, copying DIR (as one
+# .tgz) to DEST every minute and at the end, so that a call cut short at its limit still brings back
 # what was there.
 set -uo pipefail
 dir=${1:?usage: gpu-poll.sh DIR SECONDS DEST}
 seconds=${2:?usage: gpu-poll.sh DIR SECONDS DEST}
 dest=${3:?usage: gpu-poll.sh DIR SECONDS DEST}
-copy() {
+copy() {  # one archive: a call brings back only a few files
     mkdir -p "$dest"
-    cp -r "$dir" "$dest/" 2>/dev/null
-    find "$dest" -name '*.log' -size +1M -exec gzip -f {} + 2>/dev/null
+    tar czf "$dest/$(basename "$dir").tgz.part" -C "$(dirname "$dir")" "$(basename "$dir")" 2>/dev/null
+    mv "$dest/$(basename "$dir").tgz.part" "$dest/$(basename "$dir").tgz"
 }
 end=$(( $(date +%s) + seconds ))
 next=$(( $(date +%s) + 60 ))
