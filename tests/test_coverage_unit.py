@@ -4,6 +4,9 @@ it meets; the real runs are in test_cpu_build.py (CPU) and test_vulkan_build.py 
 
 from __future__ import annotations
 
+import gzip
+from pathlib import Path
+
 from buildmgr import backends, coverage
 from buildmgr.devices import Device, Role, Selection, State
 from buildmgr.placement.check import Here, check
@@ -256,3 +259,35 @@ def test_check_covers_the_placement_bench_would_run():
     [placement], _ = parse("llama-cli", ["-dev", "CUDA0", "-cmoe", "-ncmoe", "3", "-fa", "on"], {})
     words = bench_words(placement)
     assert words[words.index("-ot") + 1].endswith("=CPU") and words[-4:] == ["-fa", "on", "-ncmoe", "3"]
+
+
+H200_COVERAGE = Path(__file__).parent / "fixtures" / "h200" / "coverage"
+
+
+def h200_log(name: str) -> coverage.Log:
+    with gzip.open(H200_COVERAGE / f"{name}.log.gz", "rt", encoding="utf-8") as handle:
+        return coverage.read(handle.read())
+
+
+def test_the_h200_s_own_scheduler_log_of_a_cuda_build_without_fa_kernels_names_each_fallback_and_its_cause():
+    """Issue #47 on the H200 (2026-12-05): `cuda --sm 90 -D GGML_CUDA_FA=OFF`, a 4-layer F16 llama, `-dev CUDA0 -fa 1`:
+    the scheduler ran every layer's FLASH_ATTN_EXT on the CPU and copied the KV cache's views each token; without
+    -fa every op of the layers ran on CUDA0 in two splits."""
+    found = coverage.cover(h200_log("sched-cuda0-fa"), CUDA_FA_OFF)
+    assert found is not None and found.layers == {"CUDA0": 4}
+    prefill, decode = found.graphs
+    assert (prefill.tokens, decode.tokens) == (512, 1)
+    for graph in (prefill, decode):
+        assert graph.ops["FLASH_ATTN_EXT"] == {"CPU": 4} and set(graph.ops["MUL_MAT"]) == {"CUDA0"}
+        assert graph.splits == 2 + 2 * 4  # the embeddings, then CUDA0 and back around each layer's attention
+        [off] = graph.off
+        assert (off.op, off.device, off.home, off.layers) == ("FLASH_ATTN_EXT", "CPU", "CUDA0", (0, 1, 2, 3))
+        assert "no CUDA FlashAttention kernels" in off.cause and "GGML_CUDA_FA=OFF" in off.cause
+    # decode copies the K and V cache views of every layer to the CPU and back for one token: 4 MiB against 10 KiB
+    assert decode.copied_per_token > 4 * 2**20
+    plain = coverage.cover(h200_log("sched-cuda0"), CUDA_FA_OFF)
+    assert plain is not None and plain.partial is None
+    assert [(g.splits, g.off, g.copied_per_token) for g in plain.graphs] == [(2, (), 10264.0), (2, (), 10240.0)]
+    # without the build's define to blame, the cause is the backend's own refusal, still on the right device
+    [blind] = coverage.cover(h200_log("sched-cuda0-fa")).graphs[1].off  # type: ignore[union-attr]
+    assert blind.cause.startswith("CUDA0 does not run FLASH_ATTN_EXT on these operands")
