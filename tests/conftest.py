@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import shutil
@@ -197,6 +198,21 @@ def write_fake_tree(root: Path, tool_source: str) -> Path:
         """)
     )
     return root
+
+
+class QuietFiles(http.server.SimpleHTTPRequestHandler):
+    """A static file server for the repository tests: silent, and a missing file a 404."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def served(self) -> Path | None:
+        """The file the request names, or None once a 404 was sent."""
+        path = Path(self.translate_path(self.path))
+        if path.is_file():
+            return path
+        self.send_error(404)
+        return None
 
 
 def free_port() -> int:

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import assert_user_error, buildmgr, make_env
+from conftest import QuietFiles, assert_user_error, buildmgr, make_env
 from test_artifacts import fake_build
 
 from buildmgr import signing
@@ -428,19 +428,15 @@ def test_an_index_whose_build_id_is_a_path_or_a_pattern_is_refused_before_anythi
 # --- downloads: resumed, and never trusted before the digest -------------------------------------------------------
 
 
-class _Ranged(http.server.SimpleHTTPRequestHandler):
+class _Ranged(QuietFiles):
     """A static server that honours `Range: bytes=N-` (206), and that can die half-way through a body."""
 
     cut: float | None = None  # send this share of a blob's body, then drop the connection
     pace: float = 0.0  # seconds between chunks of 64 bytes of a blob: a slow link, to kill a download in the middle
 
-    def log_message(self, *args: object) -> None:
-        pass
-
     def do_GET(self) -> None:
-        path = Path(self.translate_path(self.path))
-        if not path.is_file():
-            self.send_error(404)
+        path = self.served()
+        if path is None:
             return
         data = path.read_bytes()
         start = int(self.headers["Range"].split("=")[1].rstrip("-")) if self.headers.get("Range") else 0

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import buildmgr, make_env
+from conftest import QuietFiles, buildmgr, make_env
 from test_artifacts import fake_build
 from test_repository import artifact, downloaded, keyed, nothing_installed, published, the_blob
 
@@ -62,17 +62,13 @@ def test_a_blob_that_is_no_regular_file_is_refused_at_once_and_nothing_past_its_
     assert nothing_installed(host) and all(size <= held.size for size in written(host, held).values())
 
 
-class _Longer(http.server.SimpleHTTPRequestHandler):
+class _Longer(QuietFiles):
     """Serves a blob followed by a tail of more bytes than the index says, with no Content-Length: the body ends only
     when the server closes the connection (an endless one never would)."""
 
-    def log_message(self, *args: object) -> None:
-        pass
-
     def do_GET(self) -> None:
-        path = Path(self.translate_path(self.path))
-        if not path.is_file():
-            self.send_error(404)
+        path = self.served()
+        if path is None:
             return
         self.send_response(200)
         self.end_headers()
