@@ -1,6 +1,7 @@
 """A llama-architecture GGUF with random weights, dense or mixture-of-experts, of any size: for speed figures that
-mean something without downloading a model (llama-bench needs no real tokenizer: `tokenizer.ggml.model = "none"`
-and a vocabulary size). Used by tests (a small F32 one) and by the GPU scripts (1-3 GB F16).
+mean something without downloading a model. Its vocabulary is byte-level SentencePiece (the 256 bytes, the three
+specials, and filler pieces up to the size asked; bare ids below that size), so llama-server and llama-cli can
+tokenize and print, not only llama-bench. Used by tests (a small F32 one) and by the GPU scripts (1-3 GB F16).
 
     python bench/gguf_model.py OUT.gguf --embd 2048 --ff 5632 --layers 20 [--experts 16 --used 4] [--type f16]
 """
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+
+BYTE_VOCAB = 3 + 256  # the specials and a piece for every byte
 
 
 def write_model(
@@ -26,7 +29,7 @@ def write_model(
     dtype: str = "f16",
 ) -> None:
     import numpy as np
-    from gguf import GGUFWriter
+    from gguf import GGUFWriter, TokenType
 
     from buildmgr.proof_models import attention, feed_forward
 
@@ -53,7 +56,19 @@ def write_model(
     writer.add_rope_dimension_count(head_dim)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_vocab_size(vocab)
-    writer.add_tokenizer_model("none")
+    if vocab >= BYTE_VOCAB:
+        specials, pieces = ["<unk>", "<s>", "</s>"], [f"<0x{b:02X}>" for b in range(256)]
+        tokens = specials + pieces + [f"t{i}" for i in range(vocab - BYTE_VOCAB)]
+        types = [TokenType.UNKNOWN, TokenType.CONTROL, TokenType.CONTROL] + [TokenType.BYTE] * 256
+        writer.add_tokenizer_model("llama")
+        writer.add_token_list(tokens)
+        writer.add_token_scores([0.0] * len(tokens))
+        writer.add_token_types(types + [TokenType.NORMAL] * (vocab - BYTE_VOCAB))
+        writer.add_bos_token_id(1)
+        writer.add_eos_token_id(2)
+        writer.add_unk_token_id(0)
+    else:  # too few for the bytes: bare ids, which llama-bench takes and the text tools do not
+        writer.add_tokenizer_model("none")
     if experts:
         writer.add_expert_count(experts)
         writer.add_expert_used_count(used)

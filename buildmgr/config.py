@@ -65,6 +65,10 @@ class Dirs:
         return self.data / "bench"
 
     @property
+    def tune(self) -> Path:
+        return self.data / "tune"
+
+    @property
     def downloads(self) -> Path:
         return self.cache / "downloads"
 

@@ -2,14 +2,15 @@
 with undecodable bytes replaced, and a program that cannot start or runs past its timeout is an answer
 (returncode -1), not an exception. `run_together` starts several at once under one deadline (the probes, each
 waiting on driver start-up); `stream` runs a build step into its log, line by line; `watch` hands each line over
-with the moment it arrived (a benchmark's phases)."""
+with the moment it arrived (a benchmark's phases); `started` keeps a server running while its caller talks to it."""
 
 from __future__ import annotations
 
 import shlex
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -193,3 +194,25 @@ def watch(
     for reader in readers:
         reader.join()
     return Ran(-1 if timed_out else code, "".join(kept["stdout"]), "".join(kept["stderr"]), _since(start), timed_out)
+
+
+@contextmanager
+def started(command: list[str], log: Path, *, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[str]]:
+    """A program that runs until told (a server), both its streams into `log`; stopped when the block ends (TERM,
+    then KILL after five seconds). OSError where it cannot start."""
+    import subprocess  # here: a no-op build imports this module and starts no program
+
+    with open(log, "w", encoding="utf-8") as handle:
+        handle.write(f"$ {shlex.join(command)}\n")
+        handle.flush()
+        process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, text=True, env=env)
+        try:
+            yield process
+        finally:
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import platform
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -778,3 +779,94 @@ def test_the_rules_whose_runs_lost_their_message_match_the_pinned_source_s_own_t
     tree = source.pinned_tree(source.load_pin(), dirs).path
     for rule_id, (path, text, _) in LINES_AT_THE_PIN.items():
         assert f'"{text}"' in (tree / path).read_text(), rule_id
+
+
+# --- tune: the space raced from llama.cpp's own fit, pruned by its memory estimate, the winner served ------------
+
+
+def random_model(path: Path, **shape: int) -> Path:
+    sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
+    from gguf_model import write_model
+
+    write_model(path, vocab=2000, ctx=1024, dtype="f32", **shape)
+    return path
+
+
+def fit_params(env, *args: str) -> str:
+    tool = Path(buildmgr(env, "which", "cpu", "llama-fit-params").stdout.strip())
+    ran = subprocess.run([str(tool), *args], capture_output=True, text=True, env=env, check=True)
+    return ran.stdout
+
+
+def test_tune_races_from_llama_cpp_s_own_fit_and_serves_the_winner_at_the_depth(env, first_build, tmp_path):
+    model = random_model(tmp_path / "dense.gguf", embd=256, ff=768, layers=6)
+    # decode long enough for the CPU's time to be read in it (the judgement), on a sample every 10 ms
+    args = ("-m", str(model), "--depth", "64", "-p", "256", "-n", "128", "--interval", "0.01", "--allow-busy", "--json")
+    result = buildmgr(env, "tune", "cpu", *args)
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    seed, *others = plan["candidates"]
+    # the seed is what llama-fit-params answers for this model at the served context, without the context itself
+    fitted = fit_params(env, "-m", str(model), "-c", str(plan["ctx"])).split()
+    assert seed["seed"] and seed["flags"] == fitted[2:] and fitted[:2] == ["-c", "512"]
+    assert {c["label"] for c in others} == {"cpu fa1", "cpu fa1 t1", "cpu fa0", "cpu fa0 t1"}
+    states = [c["state"] for c in plan["candidates"]]
+    assert states.count("winner") == 1 and set(states) <= {"winner", "in the race at its end", "left the race"}
+    winner = plan["winner"]
+    [chosen] = [c for c in plan["candidates"] if c["state"] == "winner"]
+    assert chosen["label"] == winner["label"] and chosen["processes"] >= 2
+    for left in (c for c in plan["candidates"] if c["state"] == "left the race"):
+        assert left["ts"] < chosen["ts"] or left["reason"].startswith("screened out")
+    assert winner["validity"] == "valid"
+    assert winner["commands"]["llama-server"].endswith(shlex.join(["-c", "512", *chosen["flags"]]))
+    # it fits, seen: llama-server loaded it at that context and answered a prompt that fills the depth
+    served = plan["served"]
+    assert served["failure"] is None and served["prompt_tokens"] == 64 and served["generated"] == 128
+    assert served["decode_ts"] > 0 and served["ttft_ms"] > 0
+    # every raced candidate's rows, in bench's format: bench --compare reads them
+    compared = buildmgr(env, "bench", "--compare", plan["rows"], "--json")
+    assert compared.returncode == 0, compared.stderr
+    raced = {c["label"] for c in plan["candidates"] if c["processes"]}
+    assert {entry["config"] for entry in json.loads(compared.stdout)} == raced
+
+
+def test_tune_runs_nothing_llama_cpp_estimates_will_not_fit_the_memory_given(env, first_build, tmp_path):
+    model = random_model(tmp_path / "moe.gguf", embd=256, ff=256, layers=4, experts=8, used=2)
+    limit = 44  # MiB the host may hold: between what -fa 1 and -fa 0 need at -c 1024 (FlashAttention's smaller
+    # compute buffer), so the space splits
+    args = ("-m", str(model), "--ctx", "1024", "--objective", "pp", "--memory", f"CPU={limit}MiB", "--max-runs", "2")
+    result = buildmgr(env, "tune", "cpu", *args, "--no-serve", "--allow-busy", "--json")
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    fitting = set()
+    for candidate in plan["candidates"]:
+        # llama.cpp's own estimate, asked here again: the line decides
+        _, model_mib, context, compute = fit_params(
+            env, "-m", str(model), "-c", "1024", *candidate["flags"], "-fitp", "on"
+        ).split()
+        need = int(model_mib) + int(context) + int(compute)
+        assert candidate["need_mib"]["Host"]["total"] == need
+        if need <= limit:
+            fitting.add(candidate["label"])
+            assert candidate["processes"] >= 1, candidate
+        else:
+            assert candidate["state"] == "not run" and candidate["reason"].startswith("does not fit: Host needs")
+    assert fitting and fitting != {c["label"] for c in plan["candidates"]}
+    assert plan["winner"]["label"] in fitting and plan["winner"]["memory_mib"]["Host"]["may_hold"] == limit
+
+
+def test_tune_bad_input_is_one_line_and_a_build_without_the_fit_tool_says_how_to_get_it(env, first_build, tmp_path):
+    model = random_model(tmp_path / "small.gguf", embd=64, ff=128, layers=2)
+    written = Path(env["XDG_DATA_HOME"]) / "buildmgr" / "tune"
+    before = sorted(written.glob("*"))
+    assert_user_error(buildmgr(env, "tune", "cpu", "-m", str(model), "--memory", "CUDA0=1G"), "--memory CUDA0: not")
+    assert_user_error(buildmgr(env, "tune", "cpu", "-m", str(tmp_path / "none.gguf")), "does not exist")
+    assert_user_error(buildmgr(env, "tune", "cpu", "-m", str(model), "--memory", "CPU=1MiB"), "even llama.cpp's own fit")
+    tool = Path(buildmgr(env, "which", "cpu", "llama-fit-params").stdout.strip())
+    aside = tool.with_name("aside")
+    tool.rename(aside)
+    try:
+        assert_user_error(buildmgr(env, "tune", "cpu", "-m", str(model)), "no llama-fit-params", "buildmgr build cpu")
+    finally:
+        aside.rename(tool)
+    assert sorted(written.glob("*")) == before  # nothing written

@@ -361,6 +361,26 @@ def test_coverage_names_the_op_lavapipe_cannot_run_and_bench_calls_that_config_p
         Path(written).unlink()
 
 
+def test_tune_never_races_a_placement_whose_ops_fall_back_to_the_cpu(root, built):
+    """On the head-size-12 model lavapipe runs FlashAttention on the CPU: tune's `-fa 1` candidate is left out with
+    that cause before anything races, and the winner is one whose ops all run where it says."""
+    model = head_size_12_model(root / "hs12-tune.gguf")
+    env = env_with(root, GGML_VK_VISIBLE_DEVICES="0")
+    args = ["-m", str(model), "-p", "32", "-n", "8", "--max-runs", "2", "--no-serve", "--allow-busy", "--json"]
+    result = buildmgr(env, "tune", "vulkan", *args)
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    by_label = {c["label"]: c for c in plan["candidates"]}
+    assert set(by_label) == {"fit", "Vulkan0 fa1", "Vulkan0 fa0"}
+    fell = by_label["Vulkan0 fa1"]
+    assert fell["state"] == "not run" and fell["processes"] == 0
+    assert fell["reason"].startswith("falls back: FLASH_ATTN_EXT ×2 on CPU (Vulkan0 does not run FLASH_ATTN_EXT")
+    assert plan["winner"]["label"] in ("fit", "Vulkan0 fa0") and plan["winner"]["validity"] != "partial"
+    assert (
+        "-fa" not in plan["winner"]["flags"] or plan["winner"]["flags"][plan["winner"]["flags"].index("-fa") + 1] == "0"
+    )
+
+
 # --- bench: a cpu and a lavapipe placement measured side by side -----------------------------------------------------
 
 BENCH_CONFIGS = (

@@ -110,6 +110,33 @@ def _samples_json(planned: Planned, run: Run) -> dict[str, Any]:
     }
 
 
+def open_host(
+    dirs: Dirs,
+    request: Request,
+    sources: Sequence[backends.EngineSource],
+    say: Callable[[str], None],
+    notes: list[str],
+) -> tuple[rows.Host, list[str]]:
+    """Before the first run: a busy host refused (one line), the call's notes said, what the engines cannot read
+    and an unknown CPU bandwidth noted; the host as rows record it, and the notes every row keeps."""
+    busy = busy_host(sources, request.interval)
+    if busy and not request.allow_busy:
+        raise UserError("the host is busy: " + "; ".join(busy) + " (stop them, or pass --allow-busy)")
+    for note in notes:  # after the refusal, which is one line
+        say(f"note: {note}")
+    host_notes = [f"busy host allowed: {b}" for b in busy]
+    host_notes += [note for s in sources for note in s.limits()]
+    if not sources:
+        lacking = ", ".join(f"no {source}" for source in backends.engine_sources())
+        notes.append(f"no GPU engine readings here ({lacking}): GPUs are judged as not readable")
+        say(f"note: {notes[-1]}")
+    host = host_record(dirs, sources, busy=bool(busy), again=request.remeasure)
+    if host.cpu_gbs is None:
+        notes.append(f"the CPU's bandwidth is unknown ({host.cpu_basis}): decode rows on it get no limit")
+        say(f"note: {notes[-1]}")
+    return host, host_notes
+
+
 def bench(
     dirs: Dirs,
     request: Request,
@@ -126,21 +153,7 @@ def bench(
     writable(dirs.bench)
     sources = backends.open_engines()
     try:
-        busy = busy_host(sources, request.interval)
-        if busy and not request.allow_busy:
-            raise UserError("the host is busy: " + "; ".join(busy) + " (stop them, or pass --allow-busy)")
-        for note in notes:  # after the refusal, which is one line
-            say(f"note: {note}")
-        host_notes = [f"busy host allowed: {b}" for b in busy]
-        host_notes += [note for s in sources for note in s.limits()]
-        if not sources:
-            lacking = ", ".join(f"no {source}" for source in backends.engine_sources())
-            notes.append(f"no GPU engine readings here ({lacking}): GPUs are judged as not readable")
-            say(f"note: {notes[-1]}")
-        host = host_record(dirs, sources, busy=bool(busy), again=request.remeasure)
-        if host.cpu_gbs is None:
-            notes.append(f"the CPU's bandwidth is unknown ({host.cpu_basis}): decode rows on it get no limit")
-            say(f"note: {notes[-1]}")
+        host, host_notes = open_host(dirs, request, sources, say, notes)
         for p in planned:
             if p.blocked is not None:
                 say(f"  not run: {p.config.label}: {p.blocked.line()}")

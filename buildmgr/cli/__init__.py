@@ -29,6 +29,7 @@ COMMANDS = {
     "run": "tools",
     "check": "tools",
     "bench": "bench",
+    "tune": "tune",
     "remove": "builds",
     "gc": "builds",
     "recipes": "host",

@@ -1,0 +1,92 @@
+"""What `tune` is asked, resolved once: the build, the model, the objective and depth, the context served, the
+memory each device may hold (`--memory DEV=SIZE` emulates a smaller card), and how long the race may run. Every
+tune default is declared here once. Pure."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from buildmgr.errors import UserError
+from buildmgr.tune.space import Objective
+
+DEFAULT_DEPTH = 0
+DEFAULT_N_PROMPT = 512
+DEFAULT_N_GEN = 64  # decode tokens per test: each process repeats it, so fewer than bench's 128
+# Processes per candidate at most: screening is one each, the finalists run until an interval tells them apart.
+DEFAULT_MAX_RUNS = 4
+# Timed repetitions per process, the first kept apart (as bench): three steady samples each.
+DEFAULT_REPETITIONS = 4
+DEFAULT_BUDGET_MIN = 30.0
+CTX_STEP = 256  # the context served is rounded up to this
+UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30}
+UNITS |= {"kb": 1000, "mb": 1000**2, "gb": 1000**3, "t": 1 << 40, "tib": 1 << 40, "tb": 1000**4}
+HOST_NAMES = ("CPU", "Host")  # --memory CPU=… limits what the host's memory may hold
+
+
+@dataclass(frozen=True)
+class Request:
+    build: str
+    model: Path
+    objective: Objective = Objective.TG
+    depth: int = DEFAULT_DEPTH
+    n_prompt: int = DEFAULT_N_PROMPT
+    n_gen: int = DEFAULT_N_GEN
+    ctx: int | None = None  # the context served; None: depth and the test's tokens, rounded up
+    memory_mib: dict[str, int] = field(default_factory=dict)  # device name (or CPU) → MiB it may hold
+    budget_s: float = DEFAULT_BUDGET_MIN * 60
+    max_runs: int = DEFAULT_MAX_RUNS
+    repetitions: int = DEFAULT_REPETITIONS
+    interval: float = 0.1
+    allow_busy: bool = False
+    allow_pinned: bool = False
+    serve: bool = True  # prove the winner by llama-server
+
+    def context(self, trained: int | None) -> int:
+        """The context the winner is served at: what was asked, else the depth with the test on top, rounded up to
+        CTX_STEP; never past what the model was trained for."""
+        if self.ctx is not None:
+            if trained is not None and self.ctx > trained:
+                raise UserError(f"--ctx {self.ctx}: the model's context is {trained}; use at most that")
+            if self.ctx < self.depth + self.n_gen + 1:
+                raise UserError(f"--ctx {self.ctx}: the depth {self.depth} and -n {self.n_gen} need more")
+            return self.ctx
+        need = self.depth + max(self.n_prompt, 1) + self.n_gen
+        rounded = math.ceil(need / CTX_STEP) * CTX_STEP
+        if trained is not None and need > trained:
+            raise UserError(
+                f"--depth {self.depth} with -p {self.n_prompt} -n {self.n_gen} passes the model's context of {trained}"
+            )
+        return min(rounded, trained) if trained is not None else rounded
+
+
+def parse_size(text: str, flag: str) -> int:
+    """A size in MiB from '24GiB', '24G', '512MiB', '24000000000' (bytes)."""
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    unit = found.group(2).lower() if found else ""
+    if not found or unit not in UNITS:
+        raise UserError(f"{flag} {text!r}: a size such as 24GiB, 24G or 512MiB")
+    mib = float(found.group(1)) * UNITS[unit] / (1 << 20)
+    if mib < 1:
+        raise UserError(f"{flag} {text!r}: at least 1 MiB")
+    return int(mib)
+
+
+def parse_memory(items: list[str]) -> dict[str, int]:
+    """`--memory DEV=SIZE …`: each device once."""
+    found: dict[str, int] = {}
+    for item in items:
+        name, eq, size = item.partition("=")
+        if not eq or not name:
+            raise UserError(f"--memory {item!r}: write DEVICE=SIZE, e.g. --memory CUDA0=24GiB")
+        if name in found:
+            raise UserError(f"--memory names {name} twice: give each device once")
+        found[name] = parse_size(size, f"--memory {name}=")
+    return found
+
+
+def at_least(value: float, flag: str, minimum: float) -> None:
+    if value < minimum:
+        raise UserError(f"{flag} {value:g}: at least {minimum:g}")

@@ -1,0 +1,93 @@
+"""The race between candidates, decided after each round of processes (one per candidate still in): the process is
+the unit of repetition, as in bench. A candidate leaves when the best's interval excludes it (its ratio's upper
+bound below 1) or, while more than `FINALISTS` remain, when it is in the slower half of one round (successive
+halving: cheap screening, then processes for those that matter). The seed, llama.cpp's own fit, stays until an
+interval excludes it, so the winner is always compared with it. Pure."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from buildmgr.bench.stats import Ratio, geomean, ratio
+
+FINALISTS = 3  # below this many, no one leaves but by an interval
+
+
+@dataclass(frozen=True)
+class Standing:
+    label: str
+    units: tuple[float, ...]  # one per process: the geometric mean of its steady samples of the objective's test
+    seed: bool = False
+
+    @property
+    def value(self) -> float:
+        return geomean(self.units) if self.units else 0.0
+
+
+@dataclass(frozen=True)
+class Out:
+    label: str
+    reason: str
+    ratio: Ratio | None  # its speed over the best's when it left, where it was measured
+
+
+def speed(value: float) -> str:
+    """Tokens/s as tables show them: whole above 100, three figures below."""
+    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def best(standings: Sequence[Standing]) -> Standing:
+    return max(standings, key=lambda s: s.value)
+
+
+def after_round(standings: Sequence[Standing], round_: int) -> list[Out]:
+    """Who leaves the race after this round (1-based), each with why."""
+    measured = [s for s in standings if s.units]
+    if len(measured) < 2:
+        return []
+    lead = best(measured)
+    out: list[Out] = []
+    for other in measured:
+        if other is lead or len(other.units) < 2 or len(lead.units) < 2:
+            continue
+        found = ratio(lead.units, other.units)
+        if found is not None and found.high is not None and found.high < 1.0:
+            out.append(Out(other.label, f"slower than {lead.label}: {found.text()} over {round_} processes", found))
+    left = [s for s in measured if s.label not in {o.label for o in out}]
+    if len(left) > FINALISTS:
+        ranked = sorted(left, key=lambda s: s.value, reverse=True)
+        keep = max(FINALISTS, math.ceil(len(ranked) / 2))
+        for other in ranked[keep:]:
+            if other.seed:
+                continue
+            found = ratio(lead.units, other.units)
+            out.append(
+                Out(
+                    other.label,
+                    f"screened out in round {round_}: {speed(other.value)} t/s against {lead.label}'s "
+                    f"{speed(lead.value)} (the slower half)",
+                    found,
+                )
+            )
+    return out
+
+
+def winner(standings: Sequence[Standing]) -> tuple[Standing, Ratio | None]:
+    """The winner of those still in when the race ends: the fastest, unless the seed is still in and its interval
+    does not exclude it (then the seed: a change is recommended only where it is seen to be faster); with the
+    fastest's ratio over the seed."""
+    lead = best(standings)
+    seed = next((s for s in standings if s.seed), None)
+    if seed is None or seed is lead:
+        return lead, None
+    found = ratio(seed.units, lead.units)
+    if found is None or found.low is None or found.low <= 1.0:
+        return seed, found
+    return lead, found
+
+
+def versus(standings: Sequence[Standing], chosen: Standing) -> list[tuple[str, Ratio | None]]:
+    """How each of the others still in compares with the winner (inside the noise, or too few processes to tell)."""
+    return [(s.label, ratio(chosen.units, s.units)) for s in standings if s is not chosen]

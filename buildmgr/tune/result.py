@@ -1,0 +1,162 @@
+"""What a tune found, as records: each candidate's entry (its state, why, the memory llama.cpp says it needs, its
+speed per process), and the result (the winner, its commands, how it compares with llama.cpp's fit, the proof by
+llama-server), with the plan's JSON."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from buildmgr.bench import rows
+from buildmgr.bench.stats import Ratio, geomean, ratio, t975
+from buildmgr.tune import oracle, race, serve, space
+from buildmgr.tune.config import Request
+
+
+class State(Enum):
+    WINNER = "winner"
+    FINALIST = "in the race at its end"
+    RACED_OUT = "left the race"
+    FAILED = "failed"
+    PRUNED = "not run"
+
+
+@dataclass
+class Entry:
+    candidate: space.Candidate
+    state: State = State.PRUNED
+    reason: str = ""
+    need: dict[str, oracle.Need] = field(default_factory=dict)
+    units: tuple[float, ...] = ()
+    versus_best: Ratio | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        value = geomean(self.units) if self.units else None
+        return self.candidate.to_json() | {
+            "state": self.state.value,
+            "reason": self.reason,
+            "processes": len(self.units),
+            "ts": round(value, 3) if value else None,
+            "versus_winner": self.versus_best.to_json() if self.versus_best else None,
+            "need_mib": {name: n.to_json() for name, n in self.need.items()},
+        }
+
+
+@dataclass(frozen=True)
+class Tuned:
+    request: Request
+    build: str
+    ctx: int
+    entries: tuple[Entry, ...]
+    notes: tuple[str, ...]
+    rounds: int
+    seconds: float
+    capacity_mib: dict[str, int | None]
+    winner: Entry | None
+    rows_path: Path
+    plan_path: Path
+    commands: dict[str, str]
+    winner_row: rows.Row | None
+    served: serve.Served | None
+
+    @property
+    def exit_code(self) -> int:
+        """1 where nothing won or the winner did not serve."""
+        return int(self.winner is None or (self.served is not None and self.served.failure is not None))
+
+    def versus_seed(self) -> Ratio | None:
+        seed = next((e for e in self.entries if e.candidate.seed), None)
+        if self.winner is None or seed is None or not seed.units:
+            return None
+        return ratio(seed.units, self.winner.units)
+
+    def to_json(self) -> dict[str, Any]:
+        winner = self.winner
+        meta = self.winner_row.meta if self.winner_row is not None else None
+        memory = {}
+        if winner is not None:
+            for name, n in winner.need.items():
+                room = self.capacity_mib.get(name)
+                memory[name] = n.to_json() | {
+                    "may_hold": room,
+                    "headroom": room - n.total if room is not None else None,
+                }
+        versus = self.versus_seed()
+        return {
+            "build": self.build,
+            "model": str(self.request.model),
+            "objective": self.request.objective.value,
+            "depth": self.request.depth,
+            "ctx": self.ctx,
+            "memory_emulated_mib": self.request.memory_mib,
+            "winner": None
+            if winner is None
+            else {
+                "label": winner.candidate.label,
+                "flags": list(winner.candidate.words),
+                "commands": self.commands,
+                "ts": interval_json(winner.units),
+                "limit_percent": meta.limit_percent if meta else None,
+                "j_per_token": meta.j_per_token if meta else None,
+                "validity": meta.validity.value if meta else None,
+                "memory_mib": memory,
+                "versus_fit": versus.to_json() if versus else None,
+            },
+            "served": self.served.to_json() if self.served else None,
+            "candidates": [e.to_json() for e in self.entries],
+            "rounds": self.rounds,
+            "seconds": round(self.seconds, 1),
+            "notes": list(self.notes),
+            "rows": str(self.rows_path),
+            "plan": str(self.plan_path),
+            "exit_code": self.exit_code,
+        }
+
+
+def interval_json(units: Sequence[float]) -> dict[str, Any]:
+    """The geometric mean over processes with its 95 % interval (none from one process)."""
+    logs = [math.log(u) for u in units]
+    mean = statistics.fmean(logs)
+    if len(logs) < 2:
+        return {"value": round(math.exp(mean), 3), "low": None, "high": None, "processes": len(logs)}
+    half = t975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return {
+        "value": round(math.exp(mean), 3),
+        "low": round(math.exp(mean - half), 3),
+        "high": round(math.exp(mean + half), 3),
+        "processes": len(logs),
+    }
+
+
+def decide(raced: Sequence[Entry], objective: str) -> Entry | None:
+    """The winner among those still in the race at its end (race.winner: llama.cpp's fit stays unless an interval
+    shows something faster), and how each other finalist compares with it."""
+    finalists = {e.candidate.label: e for e in raced if e.state is State.FINALIST}
+    if not finalists:
+        return None
+    standings = [race.Standing(label, e.units, e.candidate.seed) for label, e in finalists.items()]
+    chosen, over_seed = race.winner(standings)
+    winner = finalists[chosen.label]
+    winner.state = State.WINNER
+    lead = race.best(standings)
+    if chosen is lead:
+        winner.reason = f"fastest by {objective} over {len(winner.units)} processes"
+    else:
+        ahead = f"{over_seed.text()}" if over_seed is not None else "one process each"
+        winner.reason = f"llama.cpp's fit stays: {lead.label} is ahead by {ahead}, inside the noise"
+    for label, found in race.versus(standings, chosen):
+        entry = finalists[label]
+        entry.versus_best = found
+        entry.reason = (
+            "too few processes to tell from the winner"
+            if found is None or found.low is None
+            else f"cannot tell from the winner ({found.text()})"
+            if found.within_noise
+            else f"{found.text()} of the winner"
+        )
+    return winner

@@ -1,0 +1,342 @@
+"""The tune stage: the cards here and the model's shape read, llama.cpp's own fit asked for its seed, the space
+pruned (the placement check, llama.cpp's estimate of the memory each device needs against what it may hold, where
+each op runs), then raced in rounds of llama-bench processes (bench's own runs, judged as bench judges them), the
+winner proven by llama-server, and every row, the table and the plan written under `<data>/tune/`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from buildmgr import backends
+from buildmgr.bench import config as bench_config
+from buildmgr.bench import rows
+from buildmgr.bench.aggregate import rows_of
+from buildmgr.bench.judge import Validity
+from buildmgr.bench.prepare import Planned, bandwidths, model_context, plan
+from buildmgr.bench.process import Run, run_once, test_key
+from buildmgr.bench.runner import cover, open_host, writable
+from buildmgr.bench.stats import geomean
+from buildmgr.errors import UserError
+from buildmgr.placement.check import Here, model_devices, read_gguf
+from buildmgr.placement.cover import Covered
+from buildmgr.placement.syntax import Placement
+from buildmgr.tune import oracle, race, serve, space
+from buildmgr.tune.config import HOST_NAMES, Request
+from buildmgr.tune.result import Entry, State, Tuned, decide
+
+if TYPE_CHECKING:
+    from buildmgr.config import Dirs
+    from buildmgr.store import Build
+
+
+# --- before anything runs ----------------------------------------------------------------------------------------
+
+
+def cards(here: Here, memory: Mapping[str, int]) -> tuple[tuple[space.Card, ...], dict[str, int | None]]:
+    """The cards here, each with every name it has (one physical id), and what each device and the host may hold:
+    `--memory` where given (a name that is no device here, or a size past what is free, is exit 2)."""
+    names = {d.name for d in here.devices}
+    unknown = [n for n in memory if n not in names and n not in HOST_NAMES]
+    if unknown:
+        valid = ", ".join([*sorted(names), "CPU"])
+        raise UserError(f"--memory {unknown[0]}: not a device of this build here; valid: {valid}")
+    capacity: dict[str, int | None] = {}
+    grouped: dict[str, list[str]] = {}
+    for device in here.devices:
+        key = device.physical_id or device.name
+        grouped.setdefault(key, []).append(device.name)
+        free = here.free_mib.get(device.name)
+        asked = memory.get(device.name)
+        if asked is not None and free is not None and asked > free:
+            raise UserError(f"--memory {device.name}={asked}MiB: more than its {free} MiB free; ask for less")
+        capacity[device.name] = asked if asked is not None else free
+    host = next((memory[n] for n in HOST_NAMES if n in memory), None)
+    capacity[oracle.HOST] = host if host is not None else here.host_free_mib
+    found = []
+    for group in grouped.values():
+        held = [capacity[n] for n in group if capacity[n] is not None]
+        found.append(space.Card(tuple(group), min(held) if held else None))  # type: ignore[type-var]
+    return tuple(found), capacity
+
+
+def shape(model: Path) -> tuple[space.Shape, int]:
+    """The model's layers and weights (MiB) from its GGUF header, and its vocabulary's size."""
+    reader = read_gguf(model)
+    layers: dict[int, float] = {}
+    experts = other = 0.0
+    for tensor in reader.tensors:
+        mib = int(tensor.n_bytes) / (1 << 20)
+        parts = tensor.name.split(".")
+        if parts[0] == "blk" and parts[1].isdigit():
+            layers[int(parts[1])] = layers.get(int(parts[1]), 0.0) + mib
+            experts += mib if "_exps" in tensor.name else 0.0
+        else:
+            other += mib
+    count = max(len(layers), 1)
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    vocab = len(tokens.data) if tokens is not None else 32000
+    return space.Shape(len(layers), sum(layers.values()) / count, experts / count, other), vocab
+
+
+def margins(here: Here, capacity: Mapping[str, int | None]) -> list[int]:
+    """-fitt for llama.cpp's fit: its margin on each device it would use, plus what --memory keeps out of reach."""
+    chosen, _ = model_devices(Placement(), here)
+    found = []
+    for name in chosen:
+        free, room = here.free_mib.get(name), capacity.get(name)
+        extra = free - room if free is not None and room is not None else 0
+        found.append(space.FIT_MARGIN_MIB + max(extra, 0))
+    return found
+
+
+def fit_tool(build: Build) -> Path:
+    path = build.tool(oracle.TOOL)
+    if not path.is_file():
+        raise UserError(
+            f"build {build.id} has no {oracle.TOOL} (built before tune needed it): build its recipe again "
+            f"(buildmgr build {build.receipt.recipe.name}), which now builds it"
+        )
+    return path
+
+
+# --- the race ----------------------------------------------------------------------------------------------------
+
+
+def units_of(run: Run, test: tuple[int, int, int]) -> float | None:
+    """The process's steady speed on the objective's test: the geometric mean of its repetitions, the first kept
+    apart (it still pays warm-up inside the process)."""
+    tokens = test[0] + test[1]
+    for row in run.rows:
+        if test_key(row) == test:
+            steady = [tokens * 1e9 / ns for ns in (row.get("samples_ns") or [])[1:] if ns > 0]
+            return geomean(steady) if steady else None
+    return None
+
+
+def prune(
+    entries: Sequence[Entry],
+    planned: Sequence[Planned],
+    tool: Path,
+    request: Request,
+    ctx: int,
+    capacity: Mapping[str, int | None],
+    bench_request: bench_config.Request,
+    environ: Mapping[str, str],
+) -> dict[str, tuple[Entry, Planned, Covered]]:
+    """Those left to race, each with its plan and coverage; the others' entries say why not: the placement check's
+    certain failure, llama.cpp's estimate past what a device may hold, or ops the CPU would run for a device."""
+    live: dict[str, tuple[Entry, Planned, Covered]] = {}
+    for entry, p in zip(entries, planned, strict=True):
+        if p.blocked is not None:
+            entry.reason = f"the placement check: {p.blocked.line()}"
+            continue
+        try:
+            entry.need = oracle.need(tool, request.model, ctx, entry.candidate.words, environ)
+        except oracle.FitFailed as err:
+            entry.reason = f"llama.cpp could not estimate its memory: {err}"
+            continue
+        short = oracle.short(entry.need, capacity, space.FIT_MARGIN_MIB)
+        if short:
+            entry.reason = "does not fit: " + "; ".join(short)
+            continue
+        covered = cover(p, bench_request, environ, lambda line: None)
+        partial = covered.coverage.partial if covered.coverage is not None else None
+        if partial:
+            entry.reason = f"falls back: {partial}"
+            continue
+        live[entry.candidate.label] = (entry, p, covered)
+    return live
+
+
+def race_all(
+    live: Mapping[str, tuple[Entry, Planned, Covered]],
+    bench_request: bench_config.Request,
+    request: Request,
+    environ: Mapping[str, str],
+    sources: list[backends.EngineSource],
+    host: rows.Host,
+    started: float,
+    say: Callable[[str], None],
+    notes: list[str],
+) -> tuple[dict[str, list[Run]], int]:
+    """Rounds of one llama-bench process per candidate still in, until one is left, the most processes ran, or the
+    next round would pass the budget; every run kept, by candidate, and the rounds run."""
+    tests = bench_request.workload.tests()
+    test = tests[0 if request.objective is space.Objective.PP else 1]
+    runs: dict[str, list[Run]] = {label: [] for label in live}
+    in_race = dict(live)
+    rounds = 0
+    while in_race and rounds < request.max_runs:
+        rounds += 1
+        round_started = time.monotonic()
+        for label, (entry, p, _) in list(in_race.items()):
+            run = run_once(p, bench_request, environ, sources, rounds, bandwidth=bandwidths(p, host))
+            runs[label].append(run)
+            judged = run.judgements.get(tests.index(test) + 1)
+            value = units_of(run, test)
+            if run.failure or value is None:
+                entry.state, entry.reason = State.FAILED, run.failure or "printed no result for the test"
+            elif judged is not None and judged.validity is Validity.FALLBACK:
+                entry.state, entry.reason = State.FAILED, "fell back: " + "; ".join(judged.evidence)
+            else:
+                entry.units += (value,)
+                entry.state = State.FINALIST
+                say(f"  round {rounds}: {label}: {race.speed(value)} t/s ({run.ran.seconds:.1f} s)")
+                continue
+            del in_race[label]
+            say(f"  round {rounds}: {label}: {entry.reason}")
+        standings = [race.Standing(label, e.units, e.candidate.seed) for label, (e, _, _) in in_race.items()]
+        for out in race.after_round(standings, rounds):
+            entry = in_race.pop(out.label)[0]
+            entry.state, entry.reason, entry.versus_best = State.RACED_OUT, out.reason, out.ratio
+        elapsed = time.monotonic() - started
+        lead = (
+            f", ahead: {race.best(standings).label} {race.speed(race.best(standings).value)} t/s" if standings else ""
+        )
+        say(f"round {rounds}: {len(in_race)} in the race{lead} · {elapsed:.0f} s of a {request.budget_s:.0f} s budget")
+        if len(in_race) <= 1:
+            break
+        per = (time.monotonic() - round_started) / max(len(standings), 1)
+        if rounds < request.max_runs and elapsed + per * len(in_race) > request.budget_s:
+            notes.append(f"the budget ended the race after round {rounds}")
+            say(f"note: {notes[-1]}")
+            break
+    return runs, rounds
+
+
+def tune(
+    dirs: Dirs,
+    request: Request,
+    environ: Mapping[str, str],
+    say: Callable[[str], None],
+) -> Tuned:
+    from buildmgr import store
+    from buildmgr.fsutil import atomic_write_text
+    from buildmgr.placement.run import here_for
+
+    started = time.monotonic()
+    build = store.find(dirs, request.build)
+    build.installed_tool("llama-bench")
+    tool = fit_tool(build)
+    trained = model_context(request.model)
+    ctx = request.context(trained)
+    here, _ = here_for(dirs, build, environ)
+    found_cards, capacity = cards(here, request.memory_mib)
+    model_shape, vocab = shape(request.model)
+    writable(dirs.tune)
+    notes: list[str] = []
+    if request.memory_mib:
+        notes.append("emulated: " + ", ".join(f"{n} may hold {m} MiB" for n, m in request.memory_mib.items()))
+    cores = os.cpu_count() or 1
+    threads = tuple(t for t in sorted({cores, max(cores // 2, 1)}) if t != cores)  # llama.cpp's default beside
+    try:
+        _, seed_words = oracle.seed(tool, request.model, ctx, margins(here, capacity), environ)
+        seed_need = oracle.need(tool, request.model, ctx, seed_words, environ)
+    except oracle.FitFailed as err:
+        raise UserError(f"llama.cpp's own fit found no placement of this model at -c {ctx}: {err}") from None
+    short = oracle.short(seed_need, capacity, space.FIT_MARGIN_MIB)
+    if short:  # llama.cpp fits the cards, not the host: what it leaves there must fit too
+        raise UserError(
+            f"even llama.cpp's own fit does not fit at -c {ctx}: {short[0]}; allow more memory or serve a smaller --ctx"
+        )
+    say(f"llama.cpp's own fit at -c {ctx}: {shlex.join(seed_words) or '(its defaults)'}")
+    shaped = space.Space(found_cards, model_shape, request.objective, threads)
+    entries = [Entry(c) for c in space.with_seed(space.candidates(shaped), seed_words)]
+    workload = bench_config.Workload(
+        request.n_prompt,
+        request.n_gen,
+        (request.depth,),
+        pg=False,
+        runs=request.max_runs,
+        repetitions=request.repetitions,
+        warmup=0,
+    )
+    configs = []
+    for entry in entries:
+        text = shlex.join(entry.candidate.words)
+        configs.append(bench_config.from_words(entry.candidate.label, build.id, list(entry.candidate.words), text))
+    bench_request = bench_config.Request(
+        request.model,
+        tuple(configs),
+        workload,
+        request.interval,
+        allow_busy=request.allow_busy,
+        allow_pinned=request.allow_pinned,
+    )
+    planned = plan(dirs, bench_request, environ)
+    say(f"{len(entries)} candidates, the first llama.cpp's fit; pruning by the check, memory and coverage …")
+    live = prune(entries, planned, tool, request, ctx, capacity, bench_request, environ)
+    for entry in entries:
+        if entry.reason:
+            say(f"  not run: {entry.candidate.label}: {entry.reason}")
+    if not live:
+        first = entries[0]
+        raise UserError(
+            f"none of the {len(entries)} candidates is left to run; {first.candidate.label}: {first.reason}"
+            + (" (the others: see above)" if len(entries) > 1 else "")
+        )
+    test = workload.tests()[0 if request.objective is space.Objective.PP else 1]
+    sources = backends.open_engines()
+    try:
+        host, host_notes = open_host(dirs, bench_request, sources, say, notes)
+        runs, rounds = race_all(live, bench_request, request, environ, sources, host, started, say, notes)
+    finally:
+        for source in sources:
+            source.close()
+    winner = decide([e for e, _, _ in live.values()], request.objective.value)
+    made = [
+        row
+        for label, (entry, p, covered) in live.items()
+        if runs[label]
+        for row in rows_of(p, runs[label], bench_request, environ, host_notes, host, covered)
+    ]
+    winner_row = None
+    commands: dict[str, str] = {}
+    served = None
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    rows_path = dirs.tune / f"{stamp}-{os.getpid()}.jsonl"
+    plan_path = rows_path.with_suffix(".json")
+    if winner is not None:
+        winner_row = next((r for r in made if r.config == winner.candidate.label and test == test_key(r.fields)), None)
+        for tool_name in ("llama-server", "llama-cli"):
+            words = [str(build.tool(tool_name)), "-m", str(request.model), "-c", str(ctx), *winner.candidate.words]
+            commands[tool_name] = shlex.join(words)
+        if request.serve:
+            rows_path.parent.mkdir(parents=True, exist_ok=True)
+            prompt = [3 + i % max(vocab - 3, 1) for i in range(request.depth or request.n_prompt)]
+            say(f"proving the winner: llama-server at -c {ctx}, one request of {len(prompt)} tokens …")
+            served = serve.serve(
+                build.installed_tool("llama-server"),
+                request.model,
+                winner.candidate.words,
+                ctx,
+                prompt,
+                request.n_gen,
+                environ,
+                rows_path.with_suffix(".server.log"),
+            )
+    tuned = Tuned(
+        request,
+        build.id,
+        ctx,
+        tuple(entries),
+        tuple(notes),
+        rounds,
+        time.monotonic() - started,
+        capacity,
+        winner,
+        rows_path,
+        plan_path,
+        commands,
+        winner_row,
+        served,
+    )
+    atomic_write_text(rows_path, "".join(json.dumps(r.to_json()) + "\n" for r in made))
+    atomic_write_text(plan_path, json.dumps(tuned.to_json(), indent=2) + "\n")
+    return tuned

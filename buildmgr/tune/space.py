@@ -1,0 +1,133 @@
+"""The placements `tune` may try for one model on this host, written as the flags a user types for llama-cli: each
+card once (under each name it has here, one at a time), both split modes over several cards, layers or experts kept
+on the CPU where the model does not fit the cards, FlashAttention on and off, a larger micro-batch for prefill, and
+the thread counts where the CPU computes. Pure: what fits and what runs is decided later, by llama.cpp."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+# llama.cpp's own margin per device for --fit (common/arg.cpp at the pin: -fitt, default 1024 MiB)
+FIT_MARGIN_MIB = 1024
+# How many offload steps past the least one memory allows are tried: the first that fits by llama.cpp's estimate is
+# not always the fastest (a compute buffer or the KV cache needs room too), and more steps only move weights away.
+OFFLOAD_STEPS = 3
+UB_PREFILL = 2048  # llama.cpp's default -ub is 512; prefill of a large batch gains from more (issue #49: 1.54×)
+
+
+class Objective(Enum):
+    TG = "tg"  # decode tokens/s at the depth
+    PP = "pp"  # prefill tokens/s at the depth
+
+
+@dataclass(frozen=True)
+class Card:
+    """One physical card and every name it has here (CUDA0 and Vulkan0 of one GPU): tried under one name at a time."""
+
+    names: tuple[str, ...]
+    capacity_mib: int | None  # what tune may fill: --memory, else what is free now
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the space needs of the model, from its GGUF header."""
+
+    layers: int
+    layer_mib: float  # the weights of one repeating layer, on average
+    expert_mib: float  # of those, its expert tensors (0: a dense model)
+    other_mib: float  # the weights outside the layers (embeddings, output)
+
+    @property
+    def moe(self) -> bool:
+        return self.expert_mib > 0
+
+    @property
+    def weights_mib(self) -> float:
+        return self.layers * self.layer_mib + self.other_mib
+
+
+@dataclass(frozen=True)
+class Space:
+    cards: tuple[Card, ...]
+    shape: Shape
+    objective: Objective
+    threads: tuple[int, ...] = ()  # -t values beside llama.cpp's default, tried where the CPU computes
+
+
+@dataclass(frozen=True)
+class Candidate:
+    label: str
+    words: tuple[str, ...]  # llama-cli's flags: the placement and the options tune varies
+    seed: bool = False  # llama.cpp's own --fit answer
+
+    def to_json(self) -> dict[str, object]:
+        return {"label": self.label, "flags": list(self.words), "seed": self.seed}
+
+
+def _offload(cards: Sequence[Card], shape: Shape) -> list[tuple[str, tuple[str, ...]]]:
+    """Nothing kept on the CPU where the weights fit the cards' capacity with llama.cpp's margin; else the fewest
+    layers' experts (-ncmoe) or layers (-ngl) that would make them fit by weight alone, and a few steps more."""
+    capacities = [c.capacity_mib for c in cards]
+    if any(c is None for c in capacities):
+        return [("", ())]
+    room = sum(c for c in capacities if c is not None) - FIT_MARGIN_MIB * len(cards)
+    over = shape.weights_mib - room
+    if over <= 0:
+        return [("", ())]
+    if shape.moe:
+        least = max(1, math.ceil(over / shape.expert_mib))
+        steps = [k for k in range(least, least + OFFLOAD_STEPS + 1) if k < shape.layers]
+        return [(f"ncmoe{k}", ("-ncmoe", str(k))) for k in steps] + [("cmoe", ("--cpu-moe",))]
+    most = math.floor((room - shape.other_mib) / shape.layer_mib)
+    steps = [n for n in range(most, most - OFFLOAD_STEPS - 1, -1) if n > 0]
+    return [(f"ngl{n}", ("-ngl", str(n))) for n in steps] or [("ngl0", ("-ngl", "0"))]
+
+
+def _device_sets(cards: Sequence[Card]) -> list[tuple[str, ...]]:
+    """Every non-empty set of cards, each card under one of its names: never two names of one card together."""
+    sets = []
+    for size in range(1, len(cards) + 1):
+        for chosen in itertools.combinations(cards, size):
+            sets += list(itertools.product(*(c.names for c in chosen)))
+    return sets
+
+
+def candidates(space: Space) -> list[Candidate]:
+    """The space, each placement once, labelled by what it changes."""
+    found: list[Candidate] = []
+    by_name = {n: c for c in space.cards for n in c.names}
+    placements: list[tuple[str, tuple[str, ...], bool]] = []  # label, words, whether the CPU computes
+    for devices in _device_sets(space.cards):
+        chosen = [by_name[n] for n in devices]
+        base = "+".join(devices)
+        splits: list[tuple[str, tuple[str, ...]]] = (
+            [("", ())] if len(devices) == 1 else [("", ()), ("row", ("-sm", "row"))]
+        )
+        capacities = [c.capacity_mib for c in chosen]
+        shares: list[tuple[str, tuple[str, ...]]] = [("", ())]
+        if len(devices) > 1 and all(capacities) and len(set(capacities)) > 1:
+            shares.append(("ts", ("-ts", ",".join(str(c) for c in capacities))))
+        for (split, split_words), (share, share_words), (offload, offload_words) in itertools.product(
+            splits, shares, _offload(chosen, space.shape)
+        ):
+            label = " ".join(p for p in (base, split, share, offload) if p)
+            words = ("-dev", ",".join(devices), *split_words, *share_words, *offload_words)
+            placements.append((label, words, bool(offload)))
+    if not space.cards:
+        placements.append(("cpu", (), True))
+    ubatches = [("", ())] + ([(f"ub{UB_PREFILL}", ("-ub", str(UB_PREFILL)))] if space.objective is Objective.PP else [])
+    for label, words, cpu in placements:
+        threads = [("", ())] + ([(f"t{t}", ("-t", str(t))) for t in space.threads] if cpu else [])
+        for fa, (ub, ub_words), (t, t_words) in itertools.product(("1", "0"), ubatches, threads):
+            name = " ".join(p for p in (label, f"fa{fa}", ub, t) if p)
+            found.append(Candidate(name, (*words, "-fa", fa, *ub_words, *t_words)))
+    return found
+
+
+def with_seed(found: Sequence[Candidate], seed: Sequence[str]) -> list[Candidate]:
+    """The seed (llama.cpp's own fit) first, always a candidate, whatever the space holds."""
+    return [Candidate("fit", tuple(seed), seed=True), *found]

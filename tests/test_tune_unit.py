@@ -1,0 +1,156 @@
+"""tune's pure parts: the space of placements, the race's decisions, llama-fit-params's output read, the request."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from buildmgr.errors import UserError
+from buildmgr.tune import config, oracle, race, space
+from buildmgr.tune.space import Candidate, Card, Objective, Shape, Space
+
+DENSE = Shape(layers=32, layer_mib=400.0, expert_mib=0.0, other_mib=500.0)  # 13.3 GB
+MOE = Shape(layers=48, layer_mib=600.0, expert_mib=560.0, other_mib=600.0)  # 29.4 GB, experts 26.9 GB
+
+
+def flags(found: list[Candidate]) -> list[tuple[str, ...]]:
+    return [c.words for c in found]
+
+
+def devices_of(candidate: Candidate) -> list[str]:
+    words = list(candidate.words)
+    return words[words.index("-dev") + 1].split(",") if "-dev" in words else []
+
+
+def test_each_card_is_tried_under_each_of_its_names_but_never_two_names_of_one_card_together():
+    h200 = Card(("CUDA0", "Vulkan0"), 140_000)
+    other = Card(("CUDA1", "Vulkan1"), 140_000)
+    found = space.candidates(Space((h200, other), DENSE, Objective.TG))
+    sets = {tuple(devices_of(c)) for c in found}
+    assert sets == {
+        ("CUDA0",), ("Vulkan0",), ("CUDA1",), ("Vulkan1",),
+        ("CUDA0", "CUDA1"), ("CUDA0", "Vulkan1"), ("Vulkan0", "CUDA1"), ("Vulkan0", "Vulkan1"),
+    }  # fmt: skip
+    assert all(c.words.count("-fa") == 1 for c in found)
+    # over two cards both split modes; alone, no split mode to choose; equal cards need no -ts
+    two = [c for c in found if len(devices_of(c)) == 2]
+    assert {("-sm", "row") in zip(c.words, c.words[1:], strict=False) for c in two} == {True, False}
+    assert not any("-sm" in c.words for c in found if len(devices_of(c)) == 1)
+    assert not any("-ts" in c.words for c in found)
+    assert len({c.label for c in found}) == len(found)
+
+
+def test_cards_of_unequal_memory_get_a_split_by_what_each_may_hold():
+    found = space.candidates(Space((Card(("CUDA0",), 24_000), Card(("CUDA1",), 12_000)), DENSE, Objective.TG))
+    assert any(("-ts", "24000,12000") == pair for c in found for pair in zip(c.words, c.words[1:], strict=False))
+
+
+def test_a_moe_that_does_not_fit_keeps_the_fewest_layers_experts_on_the_cpu_that_would_fit_and_a_few_more():
+    found = space.candidates(Space((Card(("CUDA0",), 24 * 1024),), MOE, Objective.TG, threads=(8,)))
+    kept = sorted({int(c.words[c.words.index("-ncmoe") + 1]) for c in found if "-ncmoe" in c.words})
+    over = MOE.weights_mib - (24 * 1024 - space.FIT_MARGIN_MIB)
+    least = -(-over // MOE.expert_mib)
+    assert kept == list(range(int(least), int(least) + space.OFFLOAD_STEPS + 1))
+    assert any("--cpu-moe" in c.words for c in found)
+    # the CPU computes there, so its thread counts are tried; all on the card, they are not
+    assert any("-t" in c.words for c in found if "--cpu-moe" in c.words)
+    fits = space.candidates(Space((Card(("CUDA0",), 140_000),), MOE, Objective.TG, threads=(8,)))
+    assert not any(w in c.words for c in fits for w in ("-ncmoe", "--cpu-moe", "-ngl", "-t"))
+
+
+def test_a_dense_model_that_does_not_fit_offloads_the_most_layers_that_would():
+    found = space.candidates(Space((Card(("CUDA0",), 8 * 1024),), DENSE, Objective.TG))
+    layers = sorted({int(c.words[c.words.index("-ngl") + 1]) for c in found})
+    most = int((8 * 1024 - space.FIT_MARGIN_MIB - DENSE.other_mib) // DENSE.layer_mib)
+    assert layers == list(range(most - space.OFFLOAD_STEPS, most + 1))
+
+
+def test_prefill_tries_a_larger_micro_batch_and_decode_does_not():
+    card = (Card(("CUDA0",), 140_000),)
+    assert any("-ub" in c.words for c in space.candidates(Space(card, DENSE, Objective.PP)))
+    assert not any("-ub" in c.words for c in space.candidates(Space(card, DENSE, Objective.TG)))
+
+
+def test_the_seed_comes_first_and_is_kept_whatever_the_space_holds():
+    found = space.with_seed(space.candidates(Space((), DENSE, Objective.TG, threads=(1,))), ("-ngl", "-1"))
+    assert found[0] == Candidate("fit", ("-ngl", "-1"), seed=True)
+    assert sum(c.seed for c in found) == 1
+    assert {c.label for c in found[1:]} == {"cpu fa1", "cpu fa1 t1", "cpu fa0", "cpu fa0 t1"}
+
+
+def standing(label: str, *units: float, seed: bool = False) -> race.Standing:
+    return race.Standing(label, tuple(units), seed)
+
+
+def test_one_process_each_leaves_no_one_by_an_interval_and_the_slower_half_is_screened_out_keeping_the_seed():
+    field = [standing("fit", 50, seed=True)] + [standing(f"c{i}", 100 - i) for i in range(8)]
+    out = {o.label: o.reason for o in race.after_round(field, 1)}
+    assert set(out) == {"c5", "c6", "c7"}  # the faster half of nine stays, and the seed, slowest of all, beside it
+    assert all(reason.startswith("screened out in round 1") for reason in out.values())
+
+
+def test_an_interval_that_excludes_a_candidate_takes_it_out_and_noise_keeps_it_in():
+    field = [
+        standing("fast", 100, 101, 99),
+        standing("slow", 80, 81, 79),
+        standing("noisy", 60, 140, 95),
+    ]
+    out = race.after_round(field, 3)
+    assert [o.label for o in out] == ["slow"]
+    assert out[0].ratio is not None and out[0].ratio.high is not None and out[0].ratio.high < 1
+
+
+def test_the_seed_wins_unless_an_interval_shows_something_faster():
+    close = [standing("fit", 100, 102, 98, seed=True), standing("fa1", 101, 99, 104)]
+    chosen, over = race.winner(close)
+    assert chosen.label == "fit" and over is not None and over.low is not None and over.low <= 1
+    clear = [standing("fit", 100, 102, 98, seed=True), standing("ub", 150, 151, 149)]
+    chosen, over = race.winner(clear)
+    assert chosen.label == "ub" and over is not None and over.low is not None and over.low > 1
+    one = [standing("fit", 100, seed=True), standing("x", 200)]
+    assert race.winner(one)[0].label == "fit"  # one process each: too few to recommend a change
+
+
+@given(st.lists(st.floats(min_value=1, max_value=1e5), min_size=2, max_size=5), st.integers(1, 12))
+def test_the_best_never_leaves_and_whoever_leaves_is_slower(values, others):
+    field = [standing("best", *[v * 10 for v in values])] + [standing(f"c{i}", *values) for i in range(others)]
+    out = race.after_round(field, len(values))
+    assert "best" not in {o.label for o in out}
+
+
+def test_llama_fit_params_output_is_read_and_what_does_not_fit_is_said_with_its_numbers():
+    ctx, words = oracle.parse_seed('-c 4096 -ngl 48 -ot "blk\\.14\\.ffn_(up|down|gate)_(ch|)exps=CPU"\n')
+    assert ctx == 4096 and words == ("-ngl", "48", "-ot", "blk\\.14\\.ffn_(up|down|gate)_(ch|)exps=CPU")
+    needs = oracle.parse_need("CUDA0 17904 384 898 \nHost 58259 0 12 \n")
+    assert needs["CUDA0"].total == 19186 and needs["Host"].model == 58259
+    short = oracle.short(needs, {"CUDA0": 20000, "Host": 60000}, 1024)
+    assert short == ["CUDA0 needs 19186 MiB (model 17904, context 384, compute 898) and a margin of 1024, of 20000 MiB"]
+    assert oracle.short(needs, {"CUDA0": 21000, "Host": 58271}, 1024) == []  # the host keeps no margin
+    with pytest.raises(oracle.FitFailed):
+        oracle.parse_seed("failed to fit\n")
+    with pytest.raises(oracle.FitFailed):
+        oracle.parse_need("")
+
+
+@pytest.mark.parametrize(
+    ("text", "mib"), [("24GiB", 24 * 1024), ("24G", 24 * 1024), ("512MiB", 512), ("1.5g", 1536), ("24GB", 22888)]
+)
+def test_sizes_are_read_in_the_units_people_write(text, mib):
+    assert config.parse_size(text, "--memory CUDA0=") == mib
+
+
+@pytest.mark.parametrize(
+    ("items", "fragment"),
+    [(["CUDA0"], "write DEVICE=SIZE"), (["CUDA0=lots"], "a size such as"), (["A=1G", "A=2G"], "twice")],
+)
+def test_bad_memory_is_one_line_that_says_how(items, fragment):
+    with pytest.raises(UserError, match=fragment):
+        config.parse_memory(items)
+
+
+def test_the_context_served_holds_the_depth_and_the_test_and_never_passes_the_model_s():
+    request = config.Request("cpu", config.Path("m.gguf"), depth=4000, n_prompt=512, n_gen=64)
+    assert request.context(8192) == 4608
+    with pytest.raises(UserError, match="passes the model's context of 4096"):
+        request.context(4096)
