@@ -83,10 +83,11 @@ def standing(label: str, *units: float, seed: bool = False) -> race.Standing:
     return race.Standing(label, tuple(units), seed)
 
 
-def test_one_process_each_leaves_no_one_by_an_interval_and_the_slower_half_is_screened_out_keeping_the_seed():
+def test_one_process_each_leaves_no_one_by_an_interval_and_all_but_the_fastest_third_are_screened_out_but_the_seed():
     field = [standing("fit", 50, seed=True)] + [standing(f"c{i}", 100 - i) for i in range(8)]
     out = {o.label: o.reason for o in race.after_round(field, 1)}
-    assert set(out) == {"c5", "c6", "c7"}  # the faster half of nine stays, and the seed, slowest of all, beside it
+    assert race.after_round(field[:4], 1) == []  # no more than the finalists: only an interval takes one out
+    assert set(out) == {"c3", "c4", "c5", "c6", "c7"}  # the fastest third of nine stays, and the seed, the slowest
     assert all(reason.startswith("screened out in round 1") for reason in out.values())
 
 

@@ -65,15 +65,14 @@ def register(sub: Subparsers, name: str) -> None:
     p.add_argument(
         "--max-runs",
         type=int,
-        default=config.DEFAULT_MAX_RUNS,
-        help=f"llama-bench processes per candidate at most (default {config.DEFAULT_MAX_RUNS})",
+        help=f"llama-bench processes per candidate at most (default {config.DEFAULT_MAX_RUNS}; with --grid, bench's 3)",
     )
     p.add_argument(
         "-r",
         "--repetitions",
         type=int,
-        default=config.DEFAULT_REPETITIONS,
-        help=f"timed repetitions per process, the first kept apart (default {config.DEFAULT_REPETITIONS})",
+        help=f"timed repetitions per process, the first kept apart (default {config.DEFAULT_REPETITIONS}; with --grid, "
+        "bench's 6)",
     )
     p.add_argument("--interval", type=float, default=0.1, help="seconds between engine samples (default 0.1)")
     p.add_argument("--allow-busy", action="store_true", help="run although other processes use the GPUs")
@@ -81,17 +80,24 @@ def register(sub: Subparsers, name: str) -> None:
         "--allow-pinned", action="store_true", help="let candidates with CPU overrides page-lock host memory"
     )
     p.add_argument("--no-serve", action="store_true", help="leave out the proof by llama-server")
+    p.add_argument(
+        "--grid",
+        action="store_true",
+        help="race no one out: every candidate runs as bench runs a CONFIG (a warm-up process, then --max-runs): the "
+        "exhaustive grid, to measure tune by",
+    )
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr.tune import runner
 
+    runs, repetitions, warmup = config.shape_of_runs(args.grid, args.max_runs, args.repetitions)
     for value, flag, least in (
         (args.depth, "--depth", 0),
         (args.n_prompt, "-p", 1),
         (args.n_gen, "-n", 1),
-        (args.max_runs, "--max-runs", 2),
-        (args.repetitions, "-r", 2),
+        (runs, "--max-runs", 2),
+        (repetitions, "-r", 2),
         (args.budget, "--budget", 0.1),
         (args.interval, "--interval", 0.01),
     ):
@@ -110,12 +116,14 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         args.ctx,
         config.parse_memory(args.memory),
         args.budget * 60,
-        args.max_runs,
-        args.repetitions,
+        runs,
+        repetitions,
         args.interval,
         allow_busy=args.allow_busy,
         allow_pinned=args.allow_pinned,
         serve=not args.no_serve,
+        grid=args.grid,
+        warmup=warmup,
     )
     tuned = runner.tune(ctx.dirs, request, ctx.environ, render.say)
     if args.json:

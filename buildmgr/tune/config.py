@@ -43,6 +43,8 @@ class Request:
     allow_busy: bool = False
     allow_pinned: bool = False
     serve: bool = True  # prove the winner by llama-server
+    grid: bool = False  # every candidate runs every round: the exhaustive grid tune's race is measured against
+    warmup: int = 0  # untimed processes per candidate first (the grid's, as bench runs them)
 
     def context(self, trained: int | None) -> int:
         """The context the winner is served at: what was asked, else the depth with the test on top, rounded up to
@@ -60,6 +62,19 @@ class Request:
                 f"--depth {self.depth} with -p {self.n_prompt} -n {self.n_gen} passes the model's context of {trained}"
             )
         return min(rounded, trained) if trained is not None else rounded
+
+
+def shape_of_runs(grid: bool, max_runs: int | None, repetitions: int | None) -> tuple[int, int, int]:
+    """Processes, repetitions and warm-up processes per candidate: the race's, or with --grid what bench would run
+    for each CONFIG by default (what a user would run over the whole space instead)."""
+    from buildmgr.bench import config as bench
+
+    runs, reps = (bench.DEFAULT_RUNS, bench.DEFAULT_REPETITIONS) if grid else (DEFAULT_MAX_RUNS, DEFAULT_REPETITIONS)
+    return (
+        runs if max_runs is None else max_runs,
+        reps if repetitions is None else repetitions,
+        bench.DEFAULT_WARMUP if grid else 0,
+    )
 
 
 def parse_size(text: str, flag: str) -> int:

@@ -1,7 +1,7 @@
 """The race between candidates, decided after each round of processes (one per candidate still in): the process is
 the unit of repetition, as in bench. A candidate leaves when the best's interval excludes it (its ratio's upper
-bound below 1) or, while more than `FINALISTS` remain, when it is in the slower half of one round (successive
-halving: cheap screening, then processes for those that matter). The seed, llama.cpp's own fit, stays until an
+bound below 1) or, while more than `FINALISTS` remain, when it is outside the fastest third of one round
+(successive halving: cheap screening, then processes for those that matter). The seed, llama.cpp's own fit, stays until an
 interval excludes it, so the winner is always compared with it. Pure."""
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from buildmgr.bench.stats import Ratio, geomean, ratio
 
 FINALISTS = 3  # below this many, no one leaves but by an interval
+# Successive halving's rate (η): a third stays after each screening round, Hyperband's default; the seed besides.
+KEPT = 3
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,7 @@ def after_round(standings: Sequence[Standing], round_: int) -> list[Out]:
     left = [s for s in measured if s.label not in {o.label for o in out}]
     if len(left) > FINALISTS:
         ranked = sorted(left, key=lambda s: s.value, reverse=True)
-        keep = max(FINALISTS, math.ceil(len(ranked) / 2))
+        keep = max(FINALISTS, math.ceil(len(ranked) / KEPT))
         for other in ranked[keep:]:
             if other.seed:
                 continue
@@ -67,7 +69,7 @@ def after_round(standings: Sequence[Standing], round_: int) -> list[Out]:
                 Out(
                     other.label,
                     f"screened out in round {round_}: {speed(other.value)} t/s against {lead.label}'s "
-                    f"{speed(lead.value)} (the slower half)",
+                    f"{speed(lead.value)} (outside the fastest third)",
                     found,
                 )
             )

@@ -41,6 +41,7 @@ class Entry:
             "state": self.state.value,
             "reason": self.reason,
             "processes": len(self.units),
+            "units": [round(u, 3) for u in self.units],
             "ts": round(value, 3) if value else None,
             "versus_winner": self.versus_best.to_json() if self.versus_best else None,
             "need_mib": {name: n.to_json() for name, n in self.need.items()},
@@ -56,6 +57,7 @@ class Tuned:
     notes: tuple[str, ...]
     rounds: int
     seconds: float
+    run_seconds: float  # the llama-bench processes of the race alone: the device time the race cost
     capacity_mib: dict[str, int | None]
     winner: Entry | None
     rows_path: Path
@@ -71,7 +73,7 @@ class Tuned:
 
     def versus_seed(self) -> Ratio | None:
         seed = next((e for e in self.entries if e.candidate.seed), None)
-        if self.winner is None or seed is None or not seed.units:
+        if self.winner is None or seed is None or seed is self.winner or not seed.units:
             return None
         return ratio(seed.units, self.winner.units)
 
@@ -111,6 +113,7 @@ class Tuned:
             "candidates": [e.to_json() for e in self.entries],
             "rounds": self.rounds,
             "seconds": round(self.seconds, 1),
+            "run_seconds": round(self.run_seconds, 1),
             "notes": list(self.notes),
             "rows": str(self.rows_path),
             "plan": str(self.plan_path),

@@ -171,6 +171,13 @@ def race_all(
     test = tests[0 if request.objective is space.Objective.PP else 1]
     runs: dict[str, list[Run]] = {label: [] for label in live}
     in_race = dict(live)
+    for label, (entry, p, _) in list(in_race.items()) if request.warmup else []:  # round 0, kept apart
+        run = run_once(p, bench_request, environ, sources, 0, bandwidth=bandwidths(p, host))
+        runs[label].append(run)
+        if run.failure:
+            entry.state, entry.reason = State.FAILED, run.failure
+            del in_race[label]
+        say(f"  warm-up: {label}: {entry.reason or f'{run.ran.seconds:.1f} s (kept apart)'}")
     rounds = 0
     while in_race and rounds < request.max_runs:
         rounds += 1
@@ -192,7 +199,7 @@ def race_all(
             del in_race[label]
             say(f"  round {rounds}: {label}: {entry.reason}")
         standings = [race.Standing(label, e.units, e.candidate.seed) for label, (e, _, _) in in_race.items()]
-        for out in race.after_round(standings, rounds):
+        for out in [] if request.grid else race.after_round(standings, rounds):
             entry = in_race.pop(out.label)[0]
             entry.state, entry.reason, entry.versus_best = State.RACED_OUT, out.reason, out.ratio
         elapsed = time.monotonic() - started
@@ -200,7 +207,7 @@ def race_all(
             f", ahead: {race.best(standings).label} {race.speed(race.best(standings).value)} t/s" if standings else ""
         )
         say(f"round {rounds}: {len(in_race)} in the race{lead} · {elapsed:.0f} s of a {request.budget_s:.0f} s budget")
-        if len(in_race) <= 1:
+        if len(in_race) <= 1 and not request.grid:
             break
         per = (time.monotonic() - round_started) / max(len(standings), 1)
         if rounds < request.max_runs and elapsed + per * len(in_race) > request.budget_s:
@@ -255,7 +262,7 @@ def tune(
         pg=False,
         runs=request.max_runs,
         repetitions=request.repetitions,
-        warmup=0,
+        warmup=request.warmup,
     )
     configs = []
     for entry in entries:
@@ -329,6 +336,7 @@ def tune(
         tuple(notes),
         rounds,
         time.monotonic() - started,
+        sum(r.ran.seconds for done in runs.values() for r in done),
         capacity,
         winner,
         rows_path,
