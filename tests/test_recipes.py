@@ -48,7 +48,13 @@ def known() -> dict:
 def test_shipped_recipes_parse_and_cpu_builds_only_user_tools():
     recipes = load_recipes(resource_path("recipes"))
     assert {"cpu", "cuda", "vulkan", "hip", "sycl", "metal", "rpc", "universal"} <= set(recipes)
-    assert set(recipes["cpu"].targets) == {"llama-server", "llama-cli", "llama-bench", "llama-completion", "llama-fit-params"}
+    assert set(recipes["cpu"].targets) == {
+        "llama-server",
+        "llama-cli",
+        "llama-bench",
+        "llama-completion",
+        "llama-fit-params",
+    }
 
 
 def test_composition_is_the_union_in_canonical_order():

@@ -26,13 +26,12 @@ def devices_of(candidate: Candidate) -> list[str]:
 def test_each_card_is_tried_under_each_of_its_names_but_never_two_names_of_one_card_together():
     h200 = Card(("CUDA0", "Vulkan0"), 140_000)
     other = Card(("CUDA1", "Vulkan1"), 140_000)
-    found = space.candidates(Space((h200, other), DENSE, Objective.TG))
+    found = space.placements(Space((h200, other), DENSE, Objective.TG), ("-ngl", "-1"))[1:]
     sets = {tuple(devices_of(c)) for c in found}
     assert sets == {
         ("CUDA0",), ("Vulkan0",), ("CUDA1",), ("Vulkan1",),
         ("CUDA0", "CUDA1"), ("CUDA0", "Vulkan1"), ("Vulkan0", "CUDA1"), ("Vulkan0", "Vulkan1"),
     }  # fmt: skip
-    assert all(c.words.count("-fa") == 1 for c in found)
     # over two cards both split modes; alone, no split mode to choose; equal cards need no -ts
     two = [c for c in found if len(devices_of(c)) == 2]
     assert {("-sm", "row") in zip(c.words, c.words[1:], strict=False) for c in two} == {True, False}
@@ -42,25 +41,28 @@ def test_each_card_is_tried_under_each_of_its_names_but_never_two_names_of_one_c
 
 
 def test_cards_of_unequal_memory_get_a_split_by_what_each_may_hold():
-    found = space.candidates(Space((Card(("CUDA0",), 24_000), Card(("CUDA1",), 12_000)), DENSE, Objective.TG))
+    found = space.placements(Space((Card(("CUDA0",), 24_000), Card(("CUDA1",), 12_000)), DENSE, Objective.TG), ())
     assert any(("-ts", "24000,12000") == pair for c in found for pair in zip(c.words, c.words[1:], strict=False))
 
 
 def test_a_moe_that_does_not_fit_keeps_the_fewest_layers_experts_on_the_cpu_that_would_fit_and_a_few_more():
-    found = space.candidates(Space((Card(("CUDA0",), 24 * 1024),), MOE, Objective.TG, threads=(8,)))
+    shaped = Space((Card(("CUDA0",), 24 * 1024),), MOE, Objective.TG, threads=(8,))
+    found = space.placements(shaped, ("-ngl", "-1"))
     kept = sorted({int(c.words[c.words.index("-ncmoe") + 1]) for c in found if "-ncmoe" in c.words})
     over = MOE.weights_mib - (24 * 1024 - space.FIT_MARGIN_MIB)
     least = -(-over // MOE.expert_mib)
     assert kept == list(range(int(least), int(least) + space.OFFLOAD_STEPS + 1))
     assert any("--cpu-moe" in c.words for c in found)
-    # the CPU computes there, so its thread counts are tried; all on the card, they are not
-    assert any("-t" in c.words for c in found if "--cpu-moe" in c.words)
-    fits = space.candidates(Space((Card(("CUDA0",), 140_000),), MOE, Objective.TG, threads=(8,)))
-    assert not any(w in c.words for c in fits for w in ("-ncmoe", "--cpu-moe", "-ngl", "-t"))
+    # the CPU computes there, so its threads are a factor; all on the card, they are not
+    [cmoe] = [c for c in found if "--cpu-moe" in c.words]
+    assert cmoe.cpu and [level[0] for level in space.factors(shaped, cmoe.cpu)[-1]] == ["", "t8"]
+    fits = Space((Card(("CUDA0",), 140_000),), MOE, Objective.TG, threads=(8,))
+    assert not any(w in c.words for c in space.placements(fits, ()) for w in ("-ncmoe", "--cpu-moe", "-ngl", "-t"))
+    assert len(space.factors(fits, False)) == 1  # FlashAttention alone
 
 
 def test_a_dense_model_that_does_not_fit_offloads_the_most_layers_that_would():
-    found = space.candidates(Space((Card(("CUDA0",), 8 * 1024),), DENSE, Objective.TG))
+    found = space.placements(Space((Card(("CUDA0",), 8 * 1024),), DENSE, Objective.TG), ())[1:]
     layers = sorted({int(c.words[c.words.index("-ngl") + 1]) for c in found})
     most = int((8 * 1024 - space.FIT_MARGIN_MIB - DENSE.other_mib) // DENSE.layer_mib)
     assert layers == list(range(most - space.OFFLOAD_STEPS, most + 1))
@@ -68,19 +70,29 @@ def test_a_dense_model_that_does_not_fit_offloads_the_most_layers_that_would():
 
 def test_prefill_tries_a_larger_micro_batch_and_decode_does_not():
     card = (Card(("CUDA0",), 140_000),)
-    assert any("-ub" in c.words for c in space.candidates(Space(card, DENSE, Objective.PP)))
-    assert not any("-ub" in c.words for c in space.candidates(Space(card, DENSE, Objective.TG)))
+    flags = {w for f in space.factors(Space(card, DENSE, Objective.PP), False) for _, words in f for w in words}
+    assert "-ub" in flags
+    flags = {w for f in space.factors(Space(card, DENSE, Objective.TG), False) for _, words in f for w in words}
+    assert "-ub" not in flags
 
 
-def test_the_seed_comes_first_and_is_kept_whatever_the_space_holds():
-    found = space.with_seed(space.candidates(Space((), DENSE, Objective.TG, threads=(1,))), ("-ngl", "-1"))
-    assert found[0] == Candidate("fit", ("-ngl", "-1"), seed=True)
-    assert sum(c.seed for c in found) == 1
-    assert {c.label for c in found[1:]} == {"cpu fa1", "cpu fa1 t1", "cpu fa0", "cpu fa0 t1"}
+def test_the_seed_comes_first_and_the_later_stages_vary_one_factor_of_the_winner_so_far():
+    shaped = Space((), DENSE, Objective.PP, threads=(1,))
+    found = space.placements(shaped, ("-ngl", "-1"))
+    assert found[0] == Candidate("fit", ("-ngl", "-1"), seed=True, cpu=True)
+    assert [c.label for c in found] == ["fit", "cpu"]
+    fa, ub, threads = space.factors(shaped, found[1].cpu)
+    stage = space.varied(found[1], fa)
+    assert [(c.label, c.words) for c in stage] == [("cpu", ()), ("cpu fa1", ("-fa", "1")), ("cpu fa0", ("-fa", "0"))]
+    assert [c.label for c in space.varied(stage[2], ub)] == ["cpu fa0", "cpu fa0 ub2048"]
+    # the grid is the whole product: every placement at every level of every factor, the seed once as itself
+    grid = space.grid(shaped, ("-ngl", "-1"))
+    assert len(grid) == 2 * len(fa) * len(ub) * len(threads) and sum(c.seed for c in grid) == 1
+    assert {"fit fa0 ub2048 t1", "cpu", "cpu fa1 t1"} <= {c.label for c in grid}
 
 
 def standing(label: str, *units: float, seed: bool = False) -> race.Standing:
-    return race.Standing(label, tuple(units), seed)
+    return race.Standing(label, tuple(units), incumbent=seed)
 
 
 def test_one_process_each_leaves_no_one_by_an_interval_and_all_but_the_fastest_third_are_screened_out_but_the_seed():
@@ -155,3 +167,8 @@ def test_the_context_served_holds_the_depth_and_the_test_and_never_passes_the_mo
     assert request.context(8192) == 4608
     with pytest.raises(UserError, match="passes the model's context of 4096"):
         request.context(4096)
+
+
+def test_a_leader_at_its_bandwidth_limit_ends_the_race_and_one_past_it_says_the_limit_is_wrong():
+    assert race.at_limit(97.5) and race.at_limit(104.9)
+    assert not race.at_limit(80.0) and not race.at_limit(162.9) and not race.at_limit(None)

@@ -371,11 +371,12 @@ def test_tune_never_races_a_placement_whose_ops_fall_back_to_the_cpu(root, built
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     by_label = {c["label"]: c for c in plan["candidates"]}
-    assert set(by_label) == {"fit", "Vulkan0 fa1", "Vulkan0 fa0"}
-    fell = by_label["Vulkan0 fa1"]
+    [first] = {label[: -len(" fa1")] for label in by_label if label.endswith(" fa1")}  # stage 1's winner
+    assert first in ("fit", "Vulkan0") and set(by_label) == {"fit", "Vulkan0", f"{first} fa1", f"{first} fa0"}
+    fell = by_label[f"{first} fa1"]
     assert fell["state"] == "not run" and fell["processes"] == 0
     assert fell["reason"].startswith("falls back: FLASH_ATTN_EXT ×2 on CPU (Vulkan0 does not run FLASH_ATTN_EXT")
-    assert plan["winner"]["label"] in ("fit", "Vulkan0 fa0") and plan["winner"]["validity"] != "partial"
+    assert plan["winner"]["label"] in ("fit", "Vulkan0", f"{first} fa0") and plan["winner"]["validity"] != "partial"
     assert (
         "-fa" not in plan["winner"]["flags"] or plan["winner"]["flags"][plan["winner"]["flags"].index("-fa") + 1] == "0"
     )

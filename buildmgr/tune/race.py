@@ -1,8 +1,9 @@
 """The race between candidates, decided after each round of processes (one per candidate still in): the process is
 the unit of repetition, as in bench. A candidate leaves when the best's interval excludes it (its ratio's upper
 bound below 1) or, while more than `FINALISTS` remain, when it is outside the fastest third of one round
-(successive halving: cheap screening, then processes for those that matter). The seed, llama.cpp's own fit, stays until an
-interval excludes it, so the winner is always compared with it. Pure."""
+(successive halving: cheap screening, then processes for those that matter). The incumbent (llama.cpp's own fit in
+the first stage, the winner so far in each later one) stays until an interval excludes it, and wins unless something
+is seen to be faster, so every change from it is measured. Pure."""
 
 from __future__ import annotations
 
@@ -13,15 +14,24 @@ from dataclasses import dataclass
 from buildmgr.bench.stats import Ratio, geomean, ratio
 
 FINALISTS = 3  # below this many, no one leaves but by an interval
-# Successive halving's rate (η): a third stays after each screening round, Hyperband's default; the seed besides.
+# Successive halving's rate (η): a third stays after each screening round, Hyperband's default; the incumbent besides.
 KEPT = 3
+
+
+# A decode within this share of its memory-bandwidth limit leaves nothing much faster to find; above it the limit is
+# wrong (a model in the CPU's caches), and says nothing.
+AT_LIMIT = (95.0, 105.0)
+
+
+def at_limit(percent: float | None) -> bool:
+    return percent is not None and AT_LIMIT[0] <= percent <= AT_LIMIT[1]
 
 
 @dataclass(frozen=True)
 class Standing:
     label: str
     units: tuple[float, ...]  # one per process: the geometric mean of its steady samples of the objective's test
-    seed: bool = False
+    incumbent: bool = False
 
     @property
     def value(self) -> float:
@@ -62,7 +72,7 @@ def after_round(standings: Sequence[Standing], round_: int) -> list[Out]:
         ranked = sorted(left, key=lambda s: s.value, reverse=True)
         keep = max(FINALISTS, math.ceil(len(ranked) / KEPT))
         for other in ranked[keep:]:
-            if other.seed:
+            if other.incumbent:
                 continue
             found = ratio(lead.units, other.units)
             out.append(
@@ -77,16 +87,16 @@ def after_round(standings: Sequence[Standing], round_: int) -> list[Out]:
 
 
 def winner(standings: Sequence[Standing]) -> tuple[Standing, Ratio | None]:
-    """The winner of those still in when the race ends: the fastest, unless the seed is still in and its interval
-    does not exclude it (then the seed: a change is recommended only where it is seen to be faster); with the
-    fastest's ratio over the seed."""
+    """The winner of those still in when the race ends: the fastest, unless the incumbent is still in and the
+    interval does not exclude it (then the incumbent: a change is recommended only where it is seen to be faster);
+    with the fastest's ratio over the incumbent."""
     lead = best(standings)
-    seed = next((s for s in standings if s.seed), None)
-    if seed is None or seed is lead:
+    held = next((s for s in standings if s.incumbent), None)
+    if held is None or held is lead:
         return lead, None
-    found = ratio(seed.units, lead.units)
+    found = ratio(held.units, lead.units)
     if found is None or found.low is None or found.low <= 1.0:
-        return seed, found
+        return held, found
     return lead, found
 
 

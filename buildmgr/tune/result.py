@@ -136,13 +136,13 @@ def interval_json(units: Sequence[float]) -> dict[str, Any]:
     }
 
 
-def decide(raced: Sequence[Entry], objective: str) -> Entry | None:
-    """The winner among those still in the race at its end (race.winner: llama.cpp's fit stays unless an interval
+def decide(raced: Sequence[Entry], objective: str, incumbent: Entry) -> Entry | None:
+    """The winner among those still in the race at its end (race.winner: the incumbent stays unless an interval
     shows something faster), and how each other finalist compares with it."""
     finalists = {e.candidate.label: e for e in raced if e.state is State.FINALIST}
     if not finalists:
         return None
-    standings = [race.Standing(label, e.units, e.candidate.seed) for label, e in finalists.items()]
+    standings = [race.Standing(label, e.units, e is incumbent) for label, e in finalists.items()]
     chosen, over_seed = race.winner(standings)
     winner = finalists[chosen.label]
     winner.state = State.WINNER
@@ -151,15 +151,16 @@ def decide(raced: Sequence[Entry], objective: str) -> Entry | None:
         winner.reason = f"fastest by {objective} over {len(winner.units)} processes"
     else:
         ahead = f"{over_seed.text()}" if over_seed is not None else "one process each"
-        winner.reason = f"llama.cpp's fit stays: {lead.label} is ahead by {ahead}, inside the noise"
+        held = "llama.cpp's fit" if winner.candidate.seed else winner.candidate.label
+        winner.reason = f"{held} stays: {lead.label} is ahead by {ahead}, inside the noise"
     for label, found in race.versus(standings, chosen):
         entry = finalists[label]
         entry.versus_best = found
         entry.reason = (
-            "too few processes to tell from the winner"
+            f"too few processes to tell from {chosen.label}"
             if found is None or found.low is None
-            else f"cannot tell from the winner ({found.text()})"
+            else f"cannot tell from {chosen.label} ({found.text()})"
             if found.within_noise
-            else f"{found.text()} of the winner"
+            else f"{found.text()} of {chosen.label}"
         )
     return winner

@@ -5,6 +5,7 @@ winner proven by llama-server, and every row, the table and the plan written und
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -23,86 +24,14 @@ from buildmgr.bench.process import Run, run_once, test_key
 from buildmgr.bench.runner import cover, open_host, writable
 from buildmgr.bench.stats import geomean
 from buildmgr.errors import UserError
-from buildmgr.placement.check import Here, model_devices, read_gguf
 from buildmgr.placement.cover import Covered
-from buildmgr.placement.syntax import Placement
 from buildmgr.tune import oracle, race, serve, space
-from buildmgr.tune.config import HOST_NAMES, Request
+from buildmgr.tune.config import Request
+from buildmgr.tune.inputs import cards, config_of, fit_tool, margins, shape
 from buildmgr.tune.result import Entry, State, Tuned, decide
 
 if TYPE_CHECKING:
     from buildmgr.config import Dirs
-    from buildmgr.store import Build
-
-
-# --- before anything runs ----------------------------------------------------------------------------------------
-
-
-def cards(here: Here, memory: Mapping[str, int]) -> tuple[tuple[space.Card, ...], dict[str, int | None]]:
-    """The cards here, each with every name it has (one physical id), and what each device and the host may hold:
-    `--memory` where given (a name that is no device here, or a size past what is free, is exit 2)."""
-    names = {d.name for d in here.devices}
-    unknown = [n for n in memory if n not in names and n not in HOST_NAMES]
-    if unknown:
-        valid = ", ".join([*sorted(names), "CPU"])
-        raise UserError(f"--memory {unknown[0]}: not a device of this build here; valid: {valid}")
-    capacity: dict[str, int | None] = {}
-    grouped: dict[str, list[str]] = {}
-    for device in here.devices:
-        key = device.physical_id or device.name
-        grouped.setdefault(key, []).append(device.name)
-        free = here.free_mib.get(device.name)
-        asked = memory.get(device.name)
-        if asked is not None and free is not None and asked > free:
-            raise UserError(f"--memory {device.name}={asked}MiB: more than its {free} MiB free; ask for less")
-        capacity[device.name] = asked if asked is not None else free
-    host = next((memory[n] for n in HOST_NAMES if n in memory), None)
-    capacity[oracle.HOST] = host if host is not None else here.host_free_mib
-    found = []
-    for group in grouped.values():
-        held = [capacity[n] for n in group if capacity[n] is not None]
-        found.append(space.Card(tuple(group), min(held) if held else None))  # type: ignore[type-var]
-    return tuple(found), capacity
-
-
-def shape(model: Path) -> tuple[space.Shape, int]:
-    """The model's layers and weights (MiB) from its GGUF header, and its vocabulary's size."""
-    reader = read_gguf(model)
-    layers: dict[int, float] = {}
-    experts = other = 0.0
-    for tensor in reader.tensors:
-        mib = int(tensor.n_bytes) / (1 << 20)
-        parts = tensor.name.split(".")
-        if parts[0] == "blk" and parts[1].isdigit():
-            layers[int(parts[1])] = layers.get(int(parts[1]), 0.0) + mib
-            experts += mib if "_exps" in tensor.name else 0.0
-        else:
-            other += mib
-    count = max(len(layers), 1)
-    tokens = reader.fields.get("tokenizer.ggml.tokens")
-    vocab = len(tokens.data) if tokens is not None else 32000
-    return space.Shape(len(layers), sum(layers.values()) / count, experts / count, other), vocab
-
-
-def margins(here: Here, capacity: Mapping[str, int | None]) -> list[int]:
-    """-fitt for llama.cpp's fit: its margin on each device it would use, plus what --memory keeps out of reach."""
-    chosen, _ = model_devices(Placement(), here)
-    found = []
-    for name in chosen:
-        free, room = here.free_mib.get(name), capacity.get(name)
-        extra = free - room if free is not None and room is not None else 0
-        found.append(space.FIT_MARGIN_MIB + max(extra, 0))
-    return found
-
-
-def fit_tool(build: Build) -> Path:
-    path = build.tool(oracle.TOOL)
-    if not path.is_file():
-        raise UserError(
-            f"build {build.id} has no {oracle.TOOL} (built before tune needed it): build its recipe again "
-            f"(buildmgr build {build.receipt.recipe.name}), which now builds it"
-        )
-    return path
 
 
 # --- the race ----------------------------------------------------------------------------------------------------
@@ -154,8 +83,28 @@ def prune(
     return live
 
 
+def leader_share(
+    live: Mapping[str, tuple[Entry, Planned, Covered]],
+    runs: Mapping[str, list[Run]],
+    standings: Sequence[race.Standing],
+    bench_request: bench_config.Request,
+    environ: Mapping[str, str],
+    host: rows.Host,
+    test: tuple[int, int, int],
+) -> float | None:
+    """The leader's share of its decode's bandwidth limit so far (None for prefill, or where it is unknown)."""
+    if not standings or test[1] == 0:
+        return None
+    label = race.best(standings).label
+    _, p, covered = live[label]
+    made = rows_of(p, runs[label], bench_request, environ, [], host, covered)
+    row = next((r for r in made if test_key(r.fields) == test), None)
+    return row.meta.limit_percent if row is not None and row.meta is not None else None
+
+
 def race_all(
     live: Mapping[str, tuple[Entry, Planned, Covered]],
+    incumbent: Entry,
     bench_request: bench_config.Request,
     request: Request,
     environ: Mapping[str, str],
@@ -164,12 +113,16 @@ def race_all(
     started: float,
     say: Callable[[str], None],
     notes: list[str],
-) -> tuple[dict[str, list[Run]], int]:
-    """Rounds of one llama-bench process per candidate still in, until one is left, the most processes ran, or the
-    next round would pass the budget; every run kept, by candidate, and the rounds run."""
+    runs: dict[str, list[Run]],
+    first_round: int,
+) -> int:
+    """Rounds of one llama-bench process per candidate still in, until one is left, the most processes ran, the
+    leader reached its bandwidth limit, or the next round would pass the budget; every run kept in `runs`, by
+    candidate. The rounds are numbered on from `first_round` (a stage follows another); the last one is returned."""
     tests = bench_request.workload.tests()
     test = tests[0 if request.objective is space.Objective.PP else 1]
-    runs: dict[str, list[Run]] = {label: [] for label in live}
+    for label in live:
+        runs.setdefault(label, [])
     in_race = dict(live)
     for label, (entry, p, _) in list(in_race.items()) if request.warmup else []:  # round 0, kept apart
         run = run_once(p, bench_request, environ, sources, 0, bandwidth=bandwidths(p, host))
@@ -178,8 +131,8 @@ def race_all(
             entry.state, entry.reason = State.FAILED, run.failure
             del in_race[label]
         say(f"  warm-up: {label}: {entry.reason or f'{run.ran.seconds:.1f} s (kept apart)'}")
-    rounds = 0
-    while in_race and rounds < request.max_runs:
+    rounds = first_round - 1
+    while in_race and rounds - first_round + 1 < request.max_runs:
         rounds += 1
         round_started = time.monotonic()
         for label, (entry, p, _) in list(in_race.items()):
@@ -198,8 +151,8 @@ def race_all(
                 continue
             del in_race[label]
             say(f"  round {rounds}: {label}: {entry.reason}")
-        standings = [race.Standing(label, e.units, e.candidate.seed) for label, (e, _, _) in in_race.items()]
-        for out in [] if request.grid else race.after_round(standings, rounds):
+        standings = [race.Standing(label, e.units, e is incumbent) for label, (e, _, _) in in_race.items()]
+        for out in [] if request.grid else race.after_round(standings, rounds - first_round + 1):
             entry = in_race.pop(out.label)[0]
             entry.state, entry.reason, entry.versus_best = State.RACED_OUT, out.reason, out.ratio
         elapsed = time.monotonic() - started
@@ -209,12 +162,20 @@ def race_all(
         say(f"round {rounds}: {len(in_race)} in the race{lead} · {elapsed:.0f} s of a {request.budget_s:.0f} s budget")
         if len(in_race) <= 1 and not request.grid:
             break
+        share = leader_share(live, runs, standings, bench_request, environ, host, test)
+        if rounds > first_round and not request.grid and race.at_limit(share):
+            notes.append(
+                f"{race.best(standings).label} decodes at {share:.1f} % of its bandwidth limit: nothing here can be "
+                f"much faster, so the race stopped after round {rounds}"
+            )
+            say(f"note: {notes[-1]}")
+            break
         per = (time.monotonic() - round_started) / max(len(standings), 1)
         if rounds < request.max_runs and elapsed + per * len(in_race) > request.budget_s:
             notes.append(f"the budget ended the race after round {rounds}")
             say(f"note: {notes[-1]}")
             break
-    return runs, rounds
+    return rounds
 
 
 def tune(
@@ -254,7 +215,6 @@ def tune(
         )
     say(f"llama.cpp's own fit at -c {ctx}: {shlex.join(seed_words) or '(its defaults)'}")
     shaped = space.Space(found_cards, model_shape, request.objective, threads)
-    entries = [Entry(c) for c in space.with_seed(space.candidates(shaped), seed_words)]
     workload = bench_config.Workload(
         request.n_prompt,
         request.n_gen,
@@ -264,43 +224,82 @@ def tune(
         repetitions=request.repetitions,
         warmup=request.warmup,
     )
-    configs = []
-    for entry in entries:
-        text = shlex.join(entry.candidate.words)
-        configs.append(bench_config.from_words(entry.candidate.label, build.id, list(entry.candidate.words), text))
     bench_request = bench_config.Request(
         request.model,
-        tuple(configs),
+        (),
         workload,
         request.interval,
         allow_busy=request.allow_busy,
         allow_pinned=request.allow_pinned,
     )
-    planned = plan(dirs, bench_request, environ)
-    say(f"{len(entries)} candidates, the first llama.cpp's fit; pruning by the check, memory and coverage …")
-    live = prune(entries, planned, tool, request, ctx, capacity, bench_request, environ)
-    for entry in entries:
-        if entry.reason:
-            say(f"  not run: {entry.candidate.label}: {entry.reason}")
-    if not live:
-        first = entries[0]
-        raise UserError(
-            f"none of the {len(entries)} candidates is left to run; {first.candidate.label}: {first.reason}"
-            + (" (the others: see above)" if len(entries) > 1 else "")
-        )
     test = workload.tests()[0 if request.objective is space.Objective.PP else 1]
+    entries: dict[str, Entry] = {}
+    raced: dict[str, tuple[Entry, Planned, Covered]] = {}
+    runs: dict[str, list[Run]] = {}
+    candidates = space.grid(shaped, seed_words) if request.grid else space.placements(shaped, seed_words)
+    winner: Entry | None = None
+    rounds = stage = 0
     sources = backends.open_engines()
     try:
         host, host_notes = open_host(dirs, bench_request, sources, say, notes)
-        runs, rounds = race_all(live, bench_request, request, environ, sources, host, started, say, notes)
+        while candidates:
+            stage += 1
+            fresh = [Entry(c) for c in candidates if c.label not in entries]
+            entries |= {e.candidate.label: e for e in fresh}
+            what = "the placements" if winner is None else f"one factor on {winner.candidate.label}"
+            say(
+                f"stage {stage}, {what}: {len(fresh)} new; pruning by the check, llama.cpp's memory estimate, coverage …"
+            )
+            stage_request = dataclasses.replace(bench_request, configs=tuple(config_of(e, build.id) for e in fresh))
+            live = prune(
+                fresh, plan(dirs, stage_request, environ), tool, request, ctx, capacity, stage_request, environ
+            )
+            for entry in fresh:
+                if entry.reason:
+                    say(f"  not run: {entry.candidate.label}: {entry.reason}")
+            if winner is not None:  # the incumbent races again beside its variations, in the same conditions
+                live = {winner.candidate.label: raced[winner.candidate.label]} | live
+            raced |= live
+            if not live and winner is None:
+                first = fresh[0]
+                raise UserError(
+                    f"none of the {len(fresh)} candidates is left to run; {first.candidate.label}: {first.reason}"
+                    + (" (the others: see above)" if len(fresh) > 1 else "")
+                )
+            found = winner
+            if len(live) > 1 or winner is None:  # a later stage whose variations were all pruned has no race
+                incumbent = next(iter(live.values()))[0]
+                first_round = rounds + 1
+                rounds = race_all(
+                    live,
+                    incumbent,
+                    stage_request,
+                    request,
+                    environ,
+                    sources,
+                    host,
+                    started,
+                    say,
+                    notes,
+                    runs,
+                    first_round,
+                )
+                found = decide([e for e, _, _ in live.values()], request.objective.value, incumbent)
+            if found is not None and winner is not None and found is not winner:
+                winner.state, winner.reason = State.RACED_OUT, f"beaten by {found.candidate.label} in stage {stage}"
+            winner = found or winner
+            pending = space.factors(shaped, winner.candidate.cpu) if winner is not None else []
+            out_of_time = any(note.startswith("the budget") for note in notes)
+            if request.grid or winner is None or out_of_time or stage > len(pending):
+                break
+            candidates = space.varied(winner.candidate, pending[stage - 1])
     finally:
         for source in sources:
             source.close()
-    winner = decide([e for e, _, _ in live.values()], request.objective.value)
     made = [
         row
-        for label, (entry, p, covered) in live.items()
-        if runs[label]
+        for label, (entry, p, covered) in raced.items()
+        if runs.get(label)
         for row in rows_of(p, runs[label], bench_request, environ, host_notes, host, covered)
     ]
     winner_row = None
@@ -314,7 +313,12 @@ def tune(
         for tool_name in ("llama-server", "llama-cli"):
             words = [str(build.tool(tool_name)), "-m", str(request.model), "-c", str(ctx), *winner.candidate.words]
             commands[tool_name] = shlex.join(words)
-        if request.serve:
+        if request.serve and not vocab:
+            notes.append(
+                "not served: the model's vocabulary is bare ids (tokenizer none), which llama-server cannot take"
+            )
+            say(f"note: {notes[-1]}")
+        elif request.serve:
             rows_path.parent.mkdir(parents=True, exist_ok=True)
             prompt = [3 + i % max(vocab - 3, 1) for i in range(request.depth or request.n_prompt)]
             say(f"proving the winner: llama-server at -c {ctx}, one request of {len(prompt)} tokens …")
@@ -332,7 +336,7 @@ def tune(
         request,
         build.id,
         ctx,
-        tuple(entries),
+        tuple(entries.values()),
         tuple(notes),
         rounds,
         time.monotonic() - started,

@@ -1,7 +1,9 @@
 """The placements `tune` may try for one model on this host, written as the flags a user types for llama-cli: each
 card once (under each name it has here, one at a time), both split modes over several cards, layers or experts kept
-on the CPU where the model does not fit the cards, FlashAttention on and off, a larger micro-batch for prefill, and
-the thread counts where the CPU computes. Pure: what fits and what runs is decided later, by llama.cpp."""
+on the CPU where the model does not fit the cards; then, one factor at a time, FlashAttention on and off, a larger
+micro-batch for prefill, and the thread counts where the CPU computes. The race takes them in stages (the placement,
+then each factor on the winner so far: the cost adds rather than multiplies); `grid` is their whole product. Pure:
+what fits and what runs is decided later, by llama.cpp."""
 
 from __future__ import annotations
 
@@ -63,6 +65,7 @@ class Candidate:
     label: str
     words: tuple[str, ...]  # llama-cli's flags: the placement and the options tune varies
     seed: bool = False  # llama.cpp's own --fit answer
+    cpu: bool = False  # the CPU computes part of the model (so its threads matter)
 
     def to_json(self) -> dict[str, object]:
         return {"label": self.label, "flags": list(self.words), "seed": self.seed}
@@ -96,38 +99,67 @@ def _device_sets(cards: Sequence[Card]) -> list[tuple[str, ...]]:
     return sets
 
 
-def candidates(space: Space) -> list[Candidate]:
-    """The space, each placement once, labelled by what it changes."""
-    found: list[Candidate] = []
+Level = tuple[str, tuple[str, ...]]  # a factor's value: its label ("" for llama.cpp's default) and its flags
+
+
+def placements(space: Space, seed: Sequence[str]) -> list[Candidate]:
+    """The first stage: llama.cpp's own fit (the seed, first), then every placement of the model on these cards,
+    each with llama.cpp's defaults for everything else."""
+    found = [Candidate("fit", tuple(seed), seed=True, cpu=_computes_on_cpu(seed, space))]
     by_name = {n: c for c in space.cards for n in c.names}
-    placements: list[tuple[str, tuple[str, ...], bool]] = []  # label, words, whether the CPU computes
     for devices in _device_sets(space.cards):
         chosen = [by_name[n] for n in devices]
-        base = "+".join(devices)
-        splits: list[tuple[str, tuple[str, ...]]] = (
-            [("", ())] if len(devices) == 1 else [("", ()), ("row", ("-sm", "row"))]
-        )
+        splits: list[Level] = [("", ())] if len(devices) == 1 else [("", ()), ("row", ("-sm", "row"))]
         capacities = [c.capacity_mib for c in chosen]
-        shares: list[tuple[str, tuple[str, ...]]] = [("", ())]
+        shares: list[Level] = [("", ())]
         if len(devices) > 1 and all(capacities) and len(set(capacities)) > 1:
             shares.append(("ts", ("-ts", ",".join(str(c) for c in capacities))))
         for (split, split_words), (share, share_words), (offload, offload_words) in itertools.product(
             splits, shares, _offload(chosen, space.shape)
         ):
-            label = " ".join(p for p in (base, split, share, offload) if p)
+            label = " ".join(p for p in ("+".join(devices), split, share, offload) if p)
             words = ("-dev", ",".join(devices), *split_words, *share_words, *offload_words)
-            placements.append((label, words, bool(offload)))
+            found.append(Candidate(label, words, cpu=bool(offload)))
     if not space.cards:
-        placements.append(("cpu", (), True))
-    ubatches = [("", ())] + ([(f"ub{UB_PREFILL}", ("-ub", str(UB_PREFILL)))] if space.objective is Objective.PP else [])
-    for label, words, cpu in placements:
-        threads = [("", ())] + ([(f"t{t}", ("-t", str(t))) for t in space.threads] if cpu else [])
-        for fa, (ub, ub_words), (t, t_words) in itertools.product(("1", "0"), ubatches, threads):
-            name = " ".join(p for p in (label, f"fa{fa}", ub, t) if p)
-            found.append(Candidate(name, (*words, "-fa", fa, *ub_words, *t_words)))
+        found.append(Candidate("cpu", (), cpu=True))
     return found
 
 
-def with_seed(found: Sequence[Candidate], seed: Sequence[str]) -> list[Candidate]:
-    """The seed (llama.cpp's own fit) first, always a candidate, whatever the space holds."""
-    return [Candidate("fit", tuple(seed), seed=True), *found]
+def _computes_on_cpu(words: Sequence[str], space: Space) -> bool:
+    """Whether a placement leaves layers or experts for the CPU to compute (no card, or -ngl, -ot, -ncmoe)."""
+    return (
+        not space.cards
+        or any(w in words for w in ("-ot", "-ncmoe", "--cpu-moe", "-cmoe"))
+        or ("-ngl" in words and words[list(words).index("-ngl") + 1] not in ("-1", "999", "99", "all"))
+    )
+
+
+def factors(space: Space, cpu: bool) -> list[list[Level]]:
+    """The later stages, one factor each, every level beside llama.cpp's default (the first, ""): FlashAttention
+    forced on and off; with prefill as the objective, a larger micro-batch; where the CPU computes, its threads."""
+    found: list[list[Level]] = [[("", ()), ("fa1", ("-fa", "1")), ("fa0", ("-fa", "0"))]]
+    if space.objective is Objective.PP:
+        found.append([("", ()), (f"ub{UB_PREFILL}", ("-ub", str(UB_PREFILL)))])
+    if cpu and space.threads:
+        found.append([("", ()), *((f"t{t}", ("-t", str(t))) for t in space.threads)])
+    return found
+
+
+def varied(incumbent: Candidate, factor: Sequence[Level]) -> list[Candidate]:
+    """The incumbent and the incumbent at each other level of one factor (a later stage of the race)."""
+    return [incumbent] + [
+        Candidate(f"{incumbent.label} {name}", (*incumbent.words, *words), cpu=incumbent.cpu)
+        for name, words in factor
+        if name
+    ]
+
+
+def grid(space: Space, seed: Sequence[str]) -> list[Candidate]:
+    """The whole space: every placement at every level of every factor (what `tune --grid` runs)."""
+    found = []
+    for placement in placements(space, seed):
+        for levels in itertools.product(*factors(space, placement.cpu)):
+            label = " ".join(p for p in (placement.label, *(name for name, _ in levels)) if p)
+            words = (*placement.words, *(w for _, flags in levels for w in flags))
+            found.append(Candidate(label, words, placement.seed and not any(n for n, _ in levels), placement.cpu))
+    return found
