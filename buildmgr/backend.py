@@ -139,8 +139,9 @@ class DeviceCode(NamedTuple):
 
 class LogDevice(NamedTuple):
     """One device as a backend's own start-up line prints it, searched anywhere in a line of pasted text (behind any
-    log prefix). Groups: `index`, `description`, and where printed `total`/`free` (MiB), `pci`, `backend`, and
-    `detail` (more of the device's name, such as ROCm's gfx target, which the name tables read too)."""
+    log prefix). Groups: `index`, `description`, and where printed `total`/`free` (MiB), `total_mb` (10^6 bytes) or `total_m`
+    (whole 10^6 bytes, cut down),
+    `pci`, `backend`, and `detail` (more of the device's name, such as ROCm's gfx target, which the name tables read too)."""
 
     shape: str  # the shape's name, in notes: "ggml_vulkan lines"
     pattern: str
@@ -154,6 +155,10 @@ class LogDevice(NamedTuple):
     # lines after it that tell more of the same device (until its next device line): groups `total` (MiB),
     # `total_mb` (10^6 bytes) or `total_mib` (decimal MiB), as Metal prints them, and the `role` group
     more: tuple[str, ...] = ()
+    header: str | None = None  # the line that begins its device list: seen twice, a text holds two runs
+    # the pinned source's format strings this row (with its header and `more` lines) reads, as
+    # captures.SOURCE_FORMATS spells them: a test fails when the pin prints a device line no reader covers
+    formats: tuple[str, ...] = ()
 
 
 class NameRole(NamedTuple):

@@ -27,8 +27,9 @@ ROWS = "device rows (no header)"
 # common's device_info block (llama-server's log at the pin): "  - CUDA0   : NVIDIA GeForce RTX 3090 (24575 MiB, …)".
 _DEVICE_INFO = re.compile(r"(?:^|\s)-\s+(?P<name>[A-Za-z][A-Za-z_]*\d*)\s+:\s+(?P<description>\S.*?)" + _MEMORY)
 # llama.cpp's load log and ggml's registry (GGML_LOG_DEBUG): ggml's own description, the free memory, the device id.
+# A name may hold parentheses (`Meta()`); a hand-edited line may lose the space before the description.
 _USING = re.compile(
-    r"using device (?P<name>\S+) \((?P<description>.*?)\)"
+    r"using device (?P<name>\S+(?= \()|[^\s(]+(?=\())\s?\((?P<description>.*?)\)"
     r"(?: \((?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d|unknown id)\))? - (?P<free>\d+) MiB free"
 )
 _REGISTERED = re.compile(r"register_device: registered device (?P<name>\S+) \((?P<description>.*)\)\s*$")
@@ -42,6 +43,45 @@ _SKIPPED = re.compile(
 _OPS_BACKEND = re.compile(r"Backend \d+/\d+: (?P<name>\S+)\s*$")
 _OPS_DESCRIPTION = re.compile(r"^\s+Device description: (?P<description>\S.*?)\s*$")
 _OPS_MEMORY = re.compile(r"^\s+Device memory: (?P<total>\d+) MB \((?P<free>\d+) MB free\)")
+# common/fit.cpp's memory breakdown at exit: "|   - CUDA0 (RTX 5090)   | 32606 = 30991 + ( 4205 = …) + -2590 |"
+# (2025-09's first form: "  - CUDA0 (RTX 4090):  24080 = 9436 + (…) + 451", a CPU row with its total alone). Its
+# description has the vendor's words stripped ("NVIDIA ", "GeForce ", "AMD ", "Radeon " …): the last choice.
+BREAKDOWN = "memory breakdown"
+_BREAKDOWN = re.compile(
+    r"(?:^|\s)-\s+(?P<name>[^\s(|]+) \((?P<description>.*?)\)(?::|\s+\|)\s+(?P<total>\d+)"
+    r"(?:\s*=\s*(?P<free>-?\d+)\s*\+\s*\(|\s+\d+\s*=\s*\d+\s*\+)"
+)
+# its fit step: "  - CUDA0 (NVIDIA RTX 2000 Ada Generation Laptop GPU): 42 layers, 5658 MiB used, 1968 MiB free":
+# ggml's whole description; the memory is a projection, not the device's.
+_FIT = re.compile(r"(?:^|\s)-\s+(?P<name>[^\s(|]+) \((?P<description>.*)\): +\d+ layers\b")
+# src/llama.cpp's tensor-parallel Meta device: "- device 0: CUDA0 (NVIDIA H200)" for each device it spans.
+_META = re.compile(r"- device \d+: (?P<name>[^\s(]+) \((?P<description>.*)\)\s*$")
+# Every format string of the pinned source (llama.cpp's own; each backend's are in its `LogDevice.formats`) that
+# prints a device's name, description or memory → the shape that reads it. tests/test_captures51.py lists them from
+# the pinned tree and fails on one that neither this nor a backend covers. Spelled as in the source: macros as
+# `{NAME}`, escapes as written.
+SOURCE_FORMATS = {
+    r"  %s: %s (%zu MiB, %zu MiB free)\n": BLOCK,  # --list-devices, rpc-server's and ggml-rpc's device lists
+    r"  - %-8s: %s (%zu MiB, %zu MiB free)\n": BLOCK,  # common's device_info
+    r"%s: using device %s (%s) (%s) - %zu MiB free\n": "load log (using device)",
+    r"%s: skipping device %s (%s) with id %s - already using device %s (%s) with the same id\n": "load log (using device)",
+    r"%s: registered device %s (%s)\n": "register_device lines",
+    r"%s: - device %zu: %s (%s)\n": "load log (Meta device)",
+    r"  Device description: %s\n": "test-backend-ops",
+    r"  Device memory: %zu MB (%zu MB free)\n": "test-backend-ops",
+    r"%s: | %s | %s   %s    %s   %s   %s   %s    %s |\n": BREAKDOWN,  # its header: names no device
+    r"%s: | %s | %s = %s + (%s = %s + %s + %s) + %s |\n": BREAKDOWN,
+    r"%s: | %s | %s   %s    %s = %s + %s + %s    %s |\n": BREAKDOWN,  # the host's rows: no device
+    r"%s:   - %s: %2{PRIu32} layers, %6{PRId64} MiB used, %6{PRId64} MiB free\n": BREAKDOWN,
+    r"%s:   - %s: %2{PRIu32} layers (%2{PRIu32} overflowing), %6{PRId64} MiB used, %6{PRId64} MiB free\n": BREAKDOWN,
+}
+
+
+def covered_formats() -> dict[str, str]:
+    """Each device line's format string in the pinned source that a reader covers → that reader's shape."""
+    return SOURCE_FORMATS | backends.log_formats()
+
+
 # Where a log line of llama.cpp or ggml starts, whatever its prefix: a whole log pasted as one line is cut here.
 _STARTS = re.compile(
     r"(?<=\s)(?=(?:ggml_\w+|llama_\w+|llm_load_\w+|load_backend|register_\w+|load_tensors|print_info|system_info"
@@ -54,7 +94,10 @@ _LLAMA_LINE = re.compile(
 )
 # Where a record's description comes from, best first: ggml's own description over a start-up line's (which adds the
 # driver); memory from whichever printed it.
-_BLOCK, _OPS, _LOAD, _INIT = range(4)
+_BLOCK, _OPS, _LOAD, _INIT, _TABLE = range(5)
+# The lines that begin a program's device list (llama.cpp's own; each backend adds its init headers): one seen again
+# begins a new run.
+_RUN_HEADERS = (r"(?:^|\s)Available devices:\s*$", r"^\s*Devices:\s*$", r"(?:^|\s)device_info:\s*$")
 MIB = 1 << 20
 
 
@@ -73,7 +116,7 @@ class _Record:
     backend: str
     index: int | None
     description: str = ""
-    rank: int = _INIT + 1
+    rank: int = _TABLE + 1
     total: int | None = None
     free: int | None = None
     pci: str | None = None
@@ -81,6 +124,7 @@ class _Record:
     separate: str | None = None  # why a line says it is no integrated device (a discrete card, unless a CPU's name)
     detail: str = ""  # more of its name a line printed (ROCm's gfx target)
     listed: bool = False
+    run: int = 0  # which run of a program in the text printed it
 
     def add(
         self,
@@ -100,16 +144,19 @@ class _Record:
 
 @dataclass
 class _Reading:
-    records: dict[tuple[str, str], _Record] = field(default_factory=dict)
+    runs: list[int]  # the run of each line
+    records: dict[tuple[int, str, str], _Record] = field(default_factory=dict)
     shapes: list[str] = field(default_factory=list)
 
-    def record(self, name: str, backend: str | None = None, description: str = "") -> _Record:
+    def record(self, line: int, name: str, backend: str | None = None, description: str = "") -> _Record:
+        """The record of a device a line names, in that line's run."""
         number = re.search(r"(\d+)$", name)
         backend = backend or (name[: number.start()] if number else name)
+        run = self.runs[line]
         # Names without an index (GPUOpenCL, Metal) may stand for several devices: their description tells them apart.
-        key = (name, "") if number else (name, plain_description(description))
+        key = (run, name, "") if number else (run, name, plain_description(description))
         if key not in self.records:
-            self.records[key] = _Record(name, backend, int(number.group(1)) if number else None)
+            self.records[key] = _Record(name, backend, int(number.group(1)) if number else None, run=run)
         return self.records[key]
 
     def saw(self, shape: str) -> None:
@@ -170,26 +217,44 @@ def _lines(text: str) -> list[str]:
     return joined
 
 
+def _runs(lines: list[str]) -> list[int]:
+    """The run of a program each line belongs to: a header that begins a device list seen again in this run, or a
+    device the load log names again, begins the next one (two builds or two hosts in one text). A table printed twice
+    in one run (the memory breakdown) begins none."""
+    headers = [re.compile(pattern) for pattern in (*_RUN_HEADERS, *backends.run_headers())]
+    run, seen, runs = 0, set[str](), []
+    for line in lines:
+        begins = {header.pattern for header in headers if header.search(line)}
+        # an indexed name is printed once per run (a hand-edited log may repeat a bare `RPC`)
+        if (using := _USING.search(line)) and using["name"][-1:].isdigit():
+            begins.add(f"using device {using['name']}")
+        if begins & seen:
+            run, seen = run + 1, set()
+        seen |= begins
+        runs.append(run)
+    return runs
+
+
 def _read_blocks(lines: list[str], reading: _Reading) -> None:
     found = next(((n, prefix) for n, line in enumerate(lines) if (prefix := _header_prefix(line)) is not None), None)
     if found is None:
         _read_rows(lines, reading)
     else:
         start, prefix = found
-        for line in lines[start + 1 :]:
+        for n, line in enumerate(lines[start + 1 :], start + 1):
             bare = line[len(prefix) :] if prefix.strip() and line.startswith(prefix) else line
             match = _DEVICE.match(bare) or _PREFIXED_DEVICE.search(line)
             if match and match["backend"] != "Device":  # a backend's init log: "  Device 0: …" lines
                 name = match["backend"] + match["index"]
                 reading.saw(BLOCK)
-                reading.record(name, match["backend"], match["description"]).add(
+                reading.record(n, name, match["backend"], match["description"]).add(
                     _BLOCK, match["description"], match["total"], match["free"]
                 )
-    for line in lines:
+    for n, line in enumerate(lines):
         match = _DEVICE_INFO.search(line)
         if match:
             reading.saw(BLOCK)
-            reading.record(match["name"], None, match["description"]).add(
+            reading.record(n, match["name"], None, match["description"]).add(
                 _BLOCK, match["description"], match["total"], match["free"]
             )
 
@@ -199,39 +264,46 @@ def _read_rows(lines: list[str], reading: _Reading) -> None:
     and a known backend's name, is evidence enough."""
     names = "|".join(sorted(backends.device_prefixes(), key=len, reverse=True))
     row = re.compile(rf"(?<![\w-])(?P<backend>{names})(?P<index>\d*):\s+(?P<description>\S.*?)" + _MEMORY)
-    for line in lines:
+    for n, line in enumerate(lines):
         match = row.search(line)
         if match:
             reading.saw(ROWS)
-            reading.record(match["backend"] + match["index"], match["backend"], match["description"]).add(
+            reading.record(n, match["backend"] + match["index"], match["backend"], match["description"]).add(
                 _BLOCK, match["description"], match["total"], match["free"]
             )
+
+
+def _total(groups: dict[str, str | None]) -> int | None:
+    """The total MiB a line printed: in MiB, in 10^6 bytes (Metal's MB), in whole 10^6 bytes cut down (SYCL's table:
+    rounded, the nearer MiB) or in decimal MiB."""
+    mb, cut, mib, total = groups.get("total_mb"), groups.get("total_m"), groups.get("total_mib"), groups.get("total")
+    if total is not None:
+        return int(total)
+    if cut is not None:
+        return round(int(cut) * 1e6 / MIB)
+    return int(float(mb) * 1e6) // MIB if mb else int(float(mib)) if mib else None
 
 
 def _read_backend_lines(lines: list[str], reading: _Reading) -> None:
     for row in backends.log_devices():
         named = None  # the backend name its `after` header gave
         last: _Record | None = None  # the device its `more` lines tell of
-        for line in lines:
+        for n, line in enumerate(lines):
             header = re.search(row.after, line) if row.after else None
             if header:
                 named = header["backend"] if re.fullmatch(r"[A-Za-z]+", header["backend"]) else None
             for match in re.finditer(row.pattern, line):
                 groups = match.groupdict()
                 backend = groups.get("backend") or named or row.backend
-                last = reading.record(f"{backend}{groups.get('index') or ''}", backend, match["description"])
-                last.add(_INIT, match["description"], groups.get("total"), groups.get("free"), groups.get("pci"))
+                last = reading.record(n, f"{backend}{groups.get('index') or ''}", backend, match["description"])
+                last.add(_INIT, match["description"], _total(groups), groups.get("free"), groups.get("pci"))
                 last.detail = groups.get("detail") or last.detail
                 _told(row, groups, last)
                 reading.saw(row.shape)
             for pattern in row.more if last is not None else ():
                 if more := re.search(pattern, line):
                     told = more.groupdict()
-                    mb, mib = told.get("total_mb"), told.get("total_mib")
-                    total = told.get("total") or (
-                        int(float(mb) * 1e6) // MIB if mb else int(float(mib)) if mib else None
-                    )
-                    last.add(_INIT, total=total)  # type: ignore[union-attr]  # `last` is set: see the loop
+                    last.add(_INIT, total=_total(told))  # type: ignore[union-attr]  # `last` is set: see the loop
                     _told(row, told, last)  # type: ignore[arg-type]
 
 
@@ -245,11 +317,11 @@ def _told(row: backends.LogDevice, groups: dict[str, str | None], record: _Recor
 
 def _read_load_log(lines: list[str], reading: _Reading) -> None:
     current: _Record | None = None
-    for line in lines:
+    for n, line in enumerate(lines):
         if match := _USING.search(line):
             reading.saw("load log (using device)")
             pci = match["pci"] if match["pci"] != "unknown id" else None
-            reading.record(match["name"], None, match["description"]).add(
+            reading.record(n, match["name"], None, match["description"]).add(
                 _LOAD, match["description"], free=match["free"], pci=pci
             )
         if match := _SKIPPED.search(line):
@@ -258,13 +330,24 @@ def _read_load_log(lines: list[str], reading: _Reading) -> None:
                 (match["name"], match["description"]),
                 (match["other"], match["other_description"]),
             ):
-                reading.record(name, None, description).add(_LOAD, description, pci=match["pci"])
+                reading.record(n, name, None, description).add(_LOAD, description, pci=match["pci"])
         if match := _REGISTERED.search(line):
             reading.saw("register_device lines")
-            reading.record(match["name"], None, match["description"]).add(_LOAD, match["description"])
+            reading.record(n, match["name"], None, match["description"]).add(_LOAD, match["description"])
+        if match := _META.search(line):
+            reading.saw("load log (Meta device)")
+            reading.record(n, match["name"], None, match["description"]).add(_LOAD, match["description"])
+        if match := _BREAKDOWN.search(line):
+            reading.saw(BREAKDOWN)
+            reading.record(n, match["name"], None, match["description"]).add(
+                _TABLE, match["description"], match["total"], match["free"]
+            )
+        elif match := _FIT.search(line):
+            reading.saw(BREAKDOWN)
+            reading.record(n, match["name"], None, match["description"]).add(_LOAD, match["description"])
         if match := _OPS_BACKEND.search(line):
             reading.saw("test-backend-ops")
-            current = reading.record(match["name"])
+            current = reading.record(n, match["name"])
         elif current is not None and (match := _OPS_DESCRIPTION.search(line)):
             current.add(_OPS, match["description"])
         elif current is not None and (match := _OPS_MEMORY.search(line)):
@@ -281,6 +364,7 @@ def _device(record: _Record) -> Device:
         record.free,
         pci_bus_id=record.pci,
         source="list-devices" if record.listed else "log",
+        run=record.run,
     )
     return with_role(device, record.role, record.detail, record.separate)
 
@@ -293,7 +377,7 @@ def read_text(text: str) -> Parsed:
     with a note; a text that is no llama.cpp or ggml log is a UserError.
     """
     lines = _lines(text)
-    reading = _Reading()
+    reading = _Reading(_runs(lines))
     _read_blocks(lines, reading)
     _read_backend_lines(lines, reading)
     _read_load_log(lines, reading)
@@ -342,7 +426,7 @@ def parse_list_devices(text: str) -> list[Device]:
     lines = text.splitlines()
     if not any(_header_prefix(line) is not None for line in lines):
         raise UserError(f"no '{HEADERS[0]}' block found: is this the output of a llama.cpp tool's --list-devices?")
-    reading = _Reading()
+    reading = _Reading(_runs(lines))
     _read_blocks(lines, reading)
     _read_backend_lines(lines, reading)
     return [_device(record) for record in reading.records.values() if record.listed]

@@ -91,7 +91,7 @@ class RoleBasis(str, Enum):
         return self.value
 
 
-_SAID_WHEN_TOLD = ("role_basis", "role_reason")
+_SAID_WHEN_TOLD = ("role_basis", "role_reason", "run")  # absent where None
 
 
 @dataclass(frozen=True)
@@ -115,6 +115,8 @@ class Device:
     role_basis: RoleBasis | None = field(default=None, metadata=OMIT_IF_NONE)
     # for people, with a name or log basis: "Intel UHD Graphics is integrated"
     role_reason: str | None = field(default=None, metadata=OMIT_IF_NONE)
+    # pasted text only: which run of a program in the text printed it (0, 1 …: two builds or hosts stay apart)
+    run: int | None = field(default=None, metadata=OMIT_IF_NONE)
 
     def to_json(self) -> dict[str, object]:
         """Every field (states by their value); the role's basis and reason only where something told the role

@@ -188,6 +188,17 @@ def log_devices() -> list[LogDevice]:
     return [row for b in _discovered() for row in b.log_devices]
 
 
+def run_headers() -> list[str]:
+    """The lines by which each backend begins its device list (its `after` and `header`): one seen twice begins a
+    new run of a program (two builds, two hosts, two runs pasted in one text)."""
+    return list(dict.fromkeys(p for row in log_devices() for p in (row.after, row.header) if p))
+
+
+def log_formats() -> dict[str, str]:
+    """Each format string of the pinned source that a backend's log rows read → the shape that reads it."""
+    return {fmt: row.shape for row in log_devices() for fmt in row.formats}
+
+
 def log_empty() -> list[str]:
     return [pattern for b in _discovered() for pattern in b.log_empty]
 

@@ -112,18 +112,30 @@ def _parse(args: argparse.Namespace) -> int:
                 f"{capture.option} {path}: no GPU in it; give what `{' '.join(capture.command)}` printed, "
                 f"or leave {capture.option} out"
             )
-    resolved, resolved_notes = identity.resolve(list(parsed.devices), captured)
-    notes = [*parsed.notes, *resolved_notes]
+    # each run of a program in the text is its own set of devices (two builds, two hosts): resolved apart
+    runs = list(dict.fromkeys(d.run for d in parsed.devices)) or [None]
+    several = len(runs) > 1
+    views = []
+    for run in runs:
+        mine = [d for d in parsed.devices if d.run == run]
+        resolved, resolved_notes = identity.resolve(mine, captured)
+        views.append((run, resolved, [f"run {run}: {n}" if several else n for n in resolved_notes]))
+    notes = [*parsed.notes, *(n for _, _, said in views for n in said)]
     if args.json:
-        shown = {"devices": [d.to_json() for d in resolved], "notes": notes, "shapes": list(parsed.shapes)}
+        devices = [d.to_json() for _, resolved, _ in views for d in resolved]
+        shown = {"devices": devices, "notes": notes, "shapes": list(parsed.shapes)}
         print(json.dumps(shown, indent=2, sort_keys=True))
     else:
         if parsed.shapes:
             render.out().print(f"read from: {', '.join(parsed.shapes)}", markup=False)
-        free = {d.name: d.memory_free_mib for d in resolved}
-        render.devices_table(
-            inventory.cards(resolved, {}, {}), {}, notes, empty="no devices in that text", free_mib=free
-        )
+        for run, resolved, said in views:
+            if several:
+                render.out().print(f"run {run}:", markup=False)
+            free = {d.name: d.memory_free_mib for d in resolved}
+            shown_notes = [*parsed.notes, *said] if run == runs[0] else said
+            render.devices_table(
+                inventory.cards(resolved, {}, {}), {}, shown_notes, empty="no devices in that text", free_mib=free
+            )
     return 0
 
 

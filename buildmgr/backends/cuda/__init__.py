@@ -84,6 +84,11 @@ LOG_DEVICES = (
         NAME,
         # searched anywhere in the line: a paste that lost the first letters ("gml_init_cublas: found 2 ROCm …")
         after=r"(?:cuda_init|init_cublas): found \d+ (?P<backend>\S+) devices",
+        formats=(
+            r"%s: found %d {GGML_CUDA_NAME} devices (Total VRAM: %zu MiB):\n",
+            r"  Device %d: %s, %s (0x%x), VMM: %s, Wave Size: %d, VRAM: %zu MiB\n",
+            r"  Device %d: %s, compute capability %d.%d, VMM: %s, VRAM: %zu MiB\n",
+        ),
     ),
 )
 LOG_EMPTY = (r"ggml_cuda_init: failed to initialize \S+: .*", r"ggml_(?:cuda_init|init_cublas): no \S+ devices found")

@@ -36,6 +36,7 @@ LOG_DEVICES = (
         NAMES.device,
         role=_UNIFIED,
         more=_MORE,
+        formats=(r"%s: GPU name:   %s (%s)\n",),
     ),
     LogDevice(
         "ggml_metal lines",

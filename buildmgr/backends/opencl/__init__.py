@@ -23,6 +23,11 @@ BACKEND = Backend(
             r"ggml_opencl: (?:device|selecting device|default device): '(?P<description>.+?)(?: \(OpenCL\b[^']*\))?'",
             NAMES.device,
             more=(r"ggml_opencl: global mem size: (?P<total>\d+) MB",),
+            formats=(
+                r"\nggml_opencl: device: '%s (%s)'\n",
+                r"ggml_opencl: default device: '%s (%s)'\n",
+                r"ggml_opencl: global mem size: %zu MB\n",
+            ),
         ),
     ),
     name_roles=(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from buildmgr import proc
-from buildmgr.backend import Backend, Host, NameRole, Names, Report
+from buildmgr.backend import Backend, Host, LogDevice, NameRole, Names, Report
 from buildmgr.devices import Role
 from buildmgr.findings import Check
 
@@ -36,6 +36,35 @@ NAME_ROLES = (
         Role.IGPU,
         "Mesa's codename (TGL, ADL, RPL, RKL, MTL, LNL, ARL, JSL …) is an integrated Intel GPU's",
         "https://gitlab.freedesktop.org/mesa/mesa/-/blob/main/include/pci_ids/iris_pci_ids.h",
+    ),
+)
+
+# ggml-sycl's device table (print_device_detail): "| 0| [level_zero:gpu:0]|  Intel Iris Xe Graphics|    1.5|     96|
+# 512|   32| 31604M|  1.3.30714|", ID i is SYCLi; the name has "(R)"/"(TM)" removed, global memory is in 10^6 bytes
+# ("%6luM" of global_mem_size / 1000000). Older builds print the header as "found N SYCL devices:".
+_TABLE_ROW = (
+    r"\|\s*(?P<index>\d+)\|\s*\[(?P<api>[\w-]+):(?P<type>\w+):\d+\]\|\s*(?P<description>[^|]*?)\s*\|[^|]*\|\s*\d+\|"
+    r"\s*\d+\|\s*\d+\|\s*(?P<total_m>\d+)M\|"
+)
+LOG_DEVICES = (
+    LogDevice(
+        "SYCL device table",
+        _TABLE_ROW,
+        NAMES.device,
+        # the table's device type: a CPU is one whatever its name ("[opencl:cpu:0]")
+        role=("type", "cpu", Role.CPU, "its SYCL device table row says cpu"),
+        header=r"(?i:found) \d+ SYCL devices:",
+        formats=(
+            r"|%2d|%19s|%39s|%7s|%7d|%8d|%5d|%6luM|%21s|\n",
+            r"Found %d SYCL devices:\n",
+        ),
+    ),
+    # ggml_backend_sycl_set_single_device_mode: "Using device 0 (Intel(R) Arc(TM) A770 Graphics) as main device"
+    LogDevice(
+        "SYCL main device line",
+        r"Using device (?P<index>\d+) \((?P<description>.+)\) as main device",
+        NAMES.device,
+        formats=(r"Using device %d (%s) as main device\n",),
     ),
 )
 
@@ -83,4 +112,5 @@ BACKEND = Backend(
     locate=locate,
     inspect=inspect,
     name_roles=NAME_ROLES,
+    log_devices=LOG_DEVICES,
 )

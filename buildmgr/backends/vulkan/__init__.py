@@ -68,6 +68,12 @@ LOG_DEVICES = (
         role=_UMA,
         wrapped=r"(?:^\s*|\| )uma: \d",
         separate=_SEPARATE,
+        header=r"ggml_vulkan: Found \d+ Vulkan devices:",
+        formats=(
+            r"ggml_vulkan: %zu = %s (%s) | uma: %d | fp16: %s | bf16: %d | fp4: %d | warp size: %zu | shared memory: %d"
+            r" | int dot: %d | matrix cores: %s\n",
+            r"ggml_vulkan: Found %zu Vulkan devices:\n",
+        ),
     ),
     LogDevice(
         "ggml_vulkan lines",
