@@ -822,6 +822,9 @@ def test_tune_races_from_llama_cpp_s_own_fit_and_serves_the_winner_at_the_depth(
     for left in (c for c in plan["candidates"] if c["state"] == "left the race"):
         assert left["ts"] < chosen["ts"] or left["reason"].startswith("screened out")
     assert winner["validity"] == "valid"
+    # a change from llama.cpp's fit only where it was seen faster than it, side by side in the last stage
+    versus = winner["versus_fit"]
+    assert versus is None if winner["label"] == "fit" else versus["ci95"][0] > 1, versus
     assert winner["commands"]["llama-server"].endswith(shlex.join(["-c", "512", *chosen["flags"]]))
     # it fits, seen: llama-server loaded it at that context and answered a prompt that fills the depth
     served = plan["served"]

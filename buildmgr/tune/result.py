@@ -32,7 +32,9 @@ class Entry:
     state: State = State.PRUNED
     reason: str = ""
     need: dict[str, oracle.Need] = field(default_factory=dict)
-    units: tuple[float, ...] = ()
+    units: tuple[float, ...] = ()  # every process's figure, over all the stages it raced in
+    stage_units: tuple[float, ...] = ()  # those of the stage it races in now: a stage compares only these,
+    # run interleaved in the same conditions
     versus_best: Ratio | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -72,10 +74,11 @@ class Tuned:
         return int(self.winner is None or (self.served is not None and self.served.failure is not None))
 
     def versus_seed(self) -> Ratio | None:
+        """The winner over llama.cpp's fit, from the last stage, where the two raced side by side."""
         seed = next((e for e in self.entries if e.candidate.seed), None)
-        if self.winner is None or seed is None or seed is self.winner or not seed.units:
+        if self.winner is None or seed is None or seed is self.winner or not seed.stage_units:
             return None
-        return ratio(seed.units, self.winner.units)
+        return ratio(seed.stage_units, self.winner.stage_units)
 
     def to_json(self) -> dict[str, Any]:
         winner = self.winner
@@ -142,13 +145,13 @@ def decide(raced: Sequence[Entry], objective: str, incumbent: Entry) -> Entry | 
     finalists = {e.candidate.label: e for e in raced if e.state is State.FINALIST}
     if not finalists:
         return None
-    standings = [race.Standing(label, e.units, e is incumbent) for label, e in finalists.items()]
+    standings = [race.Standing(label, e.stage_units, e is incumbent) for label, e in finalists.items()]
     chosen, over_seed = race.winner(standings)
     winner = finalists[chosen.label]
     winner.state = State.WINNER
     lead = race.best(standings)
     if chosen is lead:
-        winner.reason = f"fastest by {objective} over {len(winner.units)} processes"
+        winner.reason = f"fastest by {objective} over {len(winner.stage_units)} processes"
     else:
         ahead = f"{over_seed.text()}" if over_seed is not None else "one process each"
         held = "llama.cpp's fit" if winner.candidate.seed else winner.candidate.label

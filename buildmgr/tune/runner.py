@@ -121,8 +121,9 @@ def race_all(
     candidate. The rounds are numbered on from `first_round` (a stage follows another); the last one is returned."""
     tests = bench_request.workload.tests()
     test = tests[0 if request.objective is space.Objective.PP else 1]
-    for label in live:
+    for label, (entry, _, _) in live.items():
         runs.setdefault(label, [])
+        entry.stage_units = ()
     in_race = dict(live)
     for label, (entry, p, _) in list(in_race.items()) if request.warmup else []:  # round 0, kept apart
         run = run_once(p, bench_request, environ, sources, 0, bandwidth=bandwidths(p, host))
@@ -146,12 +147,13 @@ def race_all(
                 entry.state, entry.reason = State.FAILED, "fell back: " + "; ".join(judged.evidence)
             else:
                 entry.units += (value,)
+                entry.stage_units += (value,)
                 entry.state = State.FINALIST
                 say(f"  round {rounds}: {label}: {race.speed(value)} t/s ({run.ran.seconds:.1f} s)")
                 continue
             del in_race[label]
             say(f"  round {rounds}: {label}: {entry.reason}")
-        standings = [race.Standing(label, e.units, e is incumbent) for label, (e, _, _) in in_race.items()]
+        standings = [race.Standing(label, e.stage_units, e is incumbent) for label, (e, _, _) in in_race.items()]
         for out in [] if request.grid else race.after_round(standings, rounds - first_round + 1):
             entry = in_race.pop(out.label)[0]
             entry.state, entry.reason, entry.versus_best = State.RACED_OUT, out.reason, out.ratio
@@ -293,6 +295,21 @@ def tune(
             if request.grid or winner is None or out_of_time or stage > len(pending):
                 break
             candidates = space.varied(winner.candidate, pending[stage - 1])
+        seed = next(iter(entries.values()))
+        if winner is not None and winner is not seed and seed.candidate.label in raced and not request.grid:
+            # the last stage: the winner against llama.cpp's fit, side by side, so that the change is seen to be
+            # faster in the same conditions (earlier stages compared it with other candidates)
+            if any(note.startswith("the budget") for note in notes):
+                notes.append(f"{winner.candidate.label} was not raced against llama.cpp's fit again: the budget ended")
+            else:
+                stage += 1
+                say(f"stage {stage}: {winner.candidate.label} against llama.cpp's fit, side by side …")
+                live = {label: raced[label] for label in (seed.candidate.label, winner.candidate.label)}
+                seed.state = State.FINALIST
+                rounds = race_all(
+                    live, seed, bench_request, request, environ, sources, host, started, say, notes, runs, rounds + 1
+                )
+                winner = decide([seed, winner], request.objective.value, seed) or winner
     finally:
         for source in sources:
             source.close()
