@@ -141,7 +141,8 @@ class LogDevice(NamedTuple):
     """One device as a backend's own start-up line prints it, searched anywhere in a line of pasted text (behind any
     log prefix). Groups: `index`, `description`, and where printed `total`/`free` (MiB), `total_mb` (10^6 bytes) or `total_m`
     (whole 10^6 bytes, cut down),
-    `pci`, `backend`, and `detail` (more of the device's name, such as ROCm's gfx target, which the name tables read too)."""
+    `pci`, `backend`, `detail` (more of the device's name, such as ROCm's gfx target, which the name tables read too),
+    and `driver` (the user-space driver the line names beside the description, not part of it)."""
 
     shape: str  # the shape's name, in notes: "ggml_vulkan lines"
     pattern: str
@@ -156,6 +157,13 @@ class LogDevice(NamedTuple):
     # `total_mb` (10^6 bytes) or `total_mib` (decimal MiB), as Metal prints them, and the `role` group
     more: tuple[str, ...] = ()
     header: str | None = None  # the line that begins its device list: seen twice, a text holds two runs
+    # the backend's start-up header, printed once when a program starts it: since backends register at start (2024-10),
+    # before the program's build line, so one after a build line that followed it is another program's
+    starts: str | None = None
+    # (first, since): the builds of a form whose `driver` group began later: a run whose build line gives a number
+    # from `first` up to before `since` printed none, and that last parenthesis is the name's. A number below `first`
+    # is no count of llama.cpp's commits (a shallow clone's 1, a tarball's 0) and tells nothing.
+    driver_since: tuple[int, int] | None = None
     # the pinned source's format strings this row (with its header and `more` lines) reads, as
     # captures.SOURCE_FORMATS spells them: a test fails when the pin prints a device line no reader covers
     formats: tuple[str, ...] = ()

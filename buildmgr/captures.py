@@ -92,12 +92,18 @@ _LLAMA_LINE = re.compile(
     r"(?<![\w.])(?:ggml_\w+|llama_\w+|llm_load_\w+|load_backend|register_backend|register_device|load_tensors"
     r"|print_info|system_info|device_info|common_\w+):|Available devices:|\b(?:version|build): \d+ \([0-9a-f]+\)"
 )
-# Where a record's description comes from, best first: ggml's own description over a start-up line's (which adds the
-# driver); memory from whichever printed it.
+# Where a record's description comes from, best first: ggml's own description over a start-up line's (which may
+# trim it); memory from whichever printed it.
 _BLOCK, _OPS, _LOAD, _INIT, _TABLE = range(5)
 # The lines that begin a program's device list (llama.cpp's own; each backend adds its init headers): one seen again
 # begins a new run.
 _RUN_HEADERS = (r"(?:^|\s)Available devices:\s*$", r"^\s*Devices:\s*$", r"(?:^|\s)device_info:\s*$")
+# A program's build line, printed once: common's `build: N (COMMIT) with …` (the pin's `common_…: build N (COMMIT)`),
+# 2024's `main: build = N (COMMIT)`, `--version`'s `version: N (COMMIT)`. N is the count of llama.cpp's commits.
+_BUILD = re.compile(r"(?:(?<![\w-])(?:build|version): |\w: build (?:= )?)(?P<number>\d+) \([0-9a-f]{7,40}\)")
+# llama-bench's footer `build: COMMIT (N)`, its last line: a llama.cpp line after it is another program's.
+_BENCH_BUILD = re.compile(r"(?<![\w-])build: [0-9a-f]{7,40} \((?P<number>\d+)\)\s*$")
+_SYSTEM_INFO = re.compile(r"(?<![\w.])system_info: n_threads")  # once per program, after its start-up lines
 MIB = 1 << 20
 
 
@@ -125,6 +131,7 @@ class _Record:
     detail: str = ""  # more of its name a line printed (ROCm's gfx target)
     listed: bool = False
     run: int = 0  # which run of a program in the text printed it
+    driver: str | None = None  # the driver a start-up line names beside the description
 
     def add(
         self,
@@ -145,16 +152,22 @@ class _Record:
 @dataclass
 class _Reading:
     runs: list[int]  # the run of each line
+    builds: dict[int, int] = field(default_factory=dict)  # the build number each run's build line gives
     records: dict[tuple[int, str, str], _Record] = field(default_factory=dict)
     shapes: list[str] = field(default_factory=list)
 
-    def record(self, line: int, name: str, backend: str | None = None, description: str = "") -> _Record:
-        """The record of a device a line names, in that line's run."""
+    def record(
+        self, line: int, name: str, backend: str | None = None, description: str = "", again: int = 0
+    ) -> _Record:
+        """The record of a device a line names, in that line's run (`again`: the how-manieth alike line of one list
+        this is, where each line is a device of its own)."""
         number = re.search(r"(\d+)$", name)
         backend = backend or (name[: number.start()] if number else name)
         run = self.runs[line]
         # Names without an index (GPUOpenCL, Metal) may stand for several devices: their description tells them apart.
-        key = (run, name, "") if number else (run, name, plain_description(description))
+        key = (
+            (run, name, "") if number else (run, name, plain_description(description) + (f"#{again}" if again else ""))
+        )
         if key not in self.records:
             self.records[key] = _Record(name, backend, int(number.group(1)) if number else None, run=run)
         return self.records[key]
@@ -188,7 +201,9 @@ def with_role(
         return device
     if told is not None:
         return replace(device, type=told[0], role_basis=RoleBasis.LOG, role_reason=told[1])
-    family = backends.name_role(f"{device.description} {detail}".strip())
+    # the name as its line printed it, driver included: a driver's name tells a family too (llvmpipe's is `llvmpipe`)
+    printed = f"{device.description} ({device.driver})" if device.driver else device.description
+    family = backends.name_role(f"{printed} {detail}".strip())
     if family is None:
         if separate is not None:
             return replace(device, type=Role.GPU, role_basis=RoleBasis.LOG, role_reason=separate)
@@ -217,22 +232,39 @@ def _lines(text: str) -> list[str]:
     return joined
 
 
-def _runs(lines: list[str]) -> list[int]:
-    """The run of a program each line belongs to: a header that begins a device list seen again in this run, or a
-    device the load log names again, begins the next one (two builds or two hosts in one text). A table printed twice
-    in one run (the memory breakdown) begins none."""
+def _runs(lines: list[str]) -> tuple[list[int], dict[int, int]]:
+    """The run of a program each line belongs to, and each run's build number where its build line gives one.
+
+    A program prints its backends' start-up lines, its build line, then its load log (before 2024-10 the build line
+    came first and the start-up lines during the load). So a new run begins with a header that begins a device list,
+    a build line or a `system_info` line already seen in this run, a device the load log names again, a backend's
+    start-up header after this run's build line that followed its start-up lines, and any llama.cpp line after
+    llama-bench's footer (two builds or hosts in one text). A table printed twice in one run (the memory breakdown)
+    begins none."""
     headers = [re.compile(pattern) for pattern in (*_RUN_HEADERS, *backends.run_headers())]
-    run, seen, runs = 0, set[str](), []
+    starts = set(backends.start_headers())
+    run, seen, runs, builds = 0, set[str](), list[int](), dict[int, int]()
+    started = ended = False  # this run's program printed its build line after its start-up lines; its footer
     for line in lines:
         begins = {header.pattern for header in headers if header.search(line)}
         # an indexed name is printed once per run (a hand-edited log may repeat a bare `RPC`)
         if (using := _USING.search(line)) and using["name"][-1:].isdigit():
             begins.add(f"using device {using['name']}")
-        if begins & seen:
-            run, seen = run + 1, set()
+        footer = _BENCH_BUILD.search(line)
+        build = footer or _BUILD.search(line)
+        if build:
+            begins.add("build line")
+        if _SYSTEM_INFO.search(line):
+            begins.add("system_info")
+        if begins & seen or (started and begins & starts) or (ended and (begins or _LLAMA_LINE.search(line))):
+            run, seen, started, ended = run + 1, set(), False, False
+        if build:
+            builds.setdefault(run, int(build["number"]))
+            started = started or bool(seen & starts)
+            ended = footer is not None
         seen |= begins
         runs.append(run)
-    return runs
+    return runs, builds
 
 
 def _read_blocks(lines: list[str], reading: _Reading) -> None:
@@ -295,9 +327,11 @@ def _read_backend_lines(lines: list[str], reading: _Reading) -> None:
             for match in re.finditer(row.pattern, line):
                 groups = match.groupdict()
                 backend = groups.get("backend") or named or row.backend
-                last = reading.record(n, f"{backend}{groups.get('index') or ''}", backend, match["description"])
-                last.add(_INIT, match["description"], _total(groups), groups.get("free"), groups.get("pci"))
+                description, driver = _named_driver(row, groups, reading.builds.get(reading.runs[n]))
+                last = reading.record(n, f"{backend}{groups.get('index') or ''}", backend, description)
+                last.add(_INIT, description, _total(groups), groups.get("free"), groups.get("pci"))
                 last.detail = groups.get("detail") or last.detail
+                last.driver = driver or last.driver
                 _told(row, groups, last)
                 reading.saw(row.shape)
             for pattern in row.more if last is not None else ():
@@ -305,6 +339,17 @@ def _read_backend_lines(lines: list[str], reading: _Reading) -> None:
                     told = more.groupdict()
                     last.add(_INIT, total=_total(told))  # type: ignore[union-attr]  # `last` is set: see the loop
                     _told(row, told, last)  # type: ignore[arg-type]
+
+
+def _named_driver(row: backends.LogDevice, groups: dict[str, str | None], build: int | None) -> tuple[str, str | None]:
+    """(description, driver) of a start-up line: its last parenthesis is the name's where the run's build printed no
+    driver there (a build number outside the form's range is no commit count and tells nothing)."""
+    description, driver = groups["description"] or "", groups.get("driver")
+    if driver is not None and row.driver_since and build is not None:
+        first, since = row.driver_since
+        if first <= build < since:
+            return f"{description} ({driver})", None
+    return description, driver
 
 
 def _told(row: backends.LogDevice, groups: dict[str, str | None], record: _Record) -> None:
@@ -317,13 +362,20 @@ def _told(row: backends.LogDevice, groups: dict[str, str | None], record: _Recor
 
 def _read_load_log(lines: list[str], reading: _Reading) -> None:
     current: _Record | None = None
+    # llama.cpp prints one `using device` line per device of a model: two alike lines of one list are two devices
+    # (RPC servers whose endpoints a poster redacted alike)
+    listed: dict[tuple[str, str], int] = {}
     for n, line in enumerate(lines):
         if match := _USING.search(line):
             reading.saw("load log (using device)")
             pci = match["pci"] if match["pci"] != "unknown id" else None
-            reading.record(n, match["name"], None, match["description"]).add(
+            alike = (match["name"], match["description"])
+            listed[alike] = again = listed.get(alike, -1) + 1
+            reading.record(n, match["name"], None, match["description"], again).add(
                 _LOAD, match["description"], free=match["free"], pci=pci
             )
+        else:
+            listed = {}
         if match := _SKIPPED.search(line):
             reading.saw("load log (using device)")
             for name, description in (
@@ -365,6 +417,7 @@ def _device(record: _Record) -> Device:
         pci_bus_id=record.pci,
         source="list-devices" if record.listed else "log",
         run=record.run,
+        driver=record.driver,
     )
     return with_role(device, record.role, record.detail, record.separate)
 
@@ -377,7 +430,7 @@ def read_text(text: str) -> Parsed:
     with a note; a text that is no llama.cpp or ggml log is a UserError.
     """
     lines = _lines(text)
-    reading = _Reading(_runs(lines))
+    reading = _Reading(*_runs(lines))
     _read_blocks(lines, reading)
     _read_backend_lines(lines, reading)
     _read_load_log(lines, reading)
@@ -426,7 +479,7 @@ def parse_list_devices(text: str) -> list[Device]:
     lines = text.splitlines()
     if not any(_header_prefix(line) is not None for line in lines):
         raise UserError(f"no '{HEADERS[0]}' block found: is this the output of a llama.cpp tool's --list-devices?")
-    reading = _Reading(_runs(lines))
+    reading = _Reading(*_runs(lines))
     _read_blocks(lines, reading)
     _read_backend_lines(lines, reading)
     return [_device(record) for record in reading.records.values() if record.listed]

@@ -30,8 +30,8 @@ def normalize_pci(bus_id: str | None) -> str | None:
 
 
 def plain_description(description: str) -> str:
-    """'AMD Radeon Graphics (RADV GFX1151) (radv)' and 'AMD Radeon Graphics' describe one card: every trailing
-    parenthesis (a driver, a codename) removed, in lower case."""
+    """'AMD Radeon Graphics (RADV GFX1151)' and 'AMD Radeon Graphics' describe one card: every trailing
+    parenthesis (a codename, a driver) removed, in lower case."""
     return re.sub(r"(?:\s*\([^()]*\))+\s*$", "", description).strip().lower()
 
 
@@ -91,7 +91,7 @@ class RoleBasis(str, Enum):
         return self.value
 
 
-_SAID_WHEN_TOLD = ("role_basis", "role_reason", "run")  # absent where None
+_SAID_WHEN_TOLD = ("role_basis", "role_reason", "run", "driver")  # absent where None
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,9 @@ class Device:
     role_reason: str | None = field(default=None, metadata=OMIT_IF_NONE)
     # pasted text only: which run of a program in the text printed it (0, 1 …: two builds or hosts stay apart)
     run: int | None = field(default=None, metadata=OMIT_IF_NONE)
+    # pasted text only: the user-space driver a start-up line names beside the description (Vulkan's driverName:
+    # `radv`, `NVIDIA`, `Dozen`); not part of ggml's description, so kept apart
+    driver: str | None = field(default=None, metadata=OMIT_IF_NONE)
 
     def to_json(self) -> dict[str, object]:
         """Every field (states by their value); the role's basis and reason only where something told the role

@@ -9,9 +9,9 @@ Identity, strongest first:
 2. a layered driver that names the card it runs on (Dozen: "Microsoft Direct3D12 (NAME)") and exactly one other
    device of that name: "grouped by name", the one pairing allowed within one backend;
 3. only where no device of a pair has a hardware id (captured text, or a probe that fell back): the same
-   description once a driver's parenthesis is removed, one such device per backend, and total memory within
-   5 % or 512 MiB (or a driver parenthesis that shows one card seen through two drivers, such as an APU's
-   iGPU seen through two backends). Each such pairing is said in a note;
+   description once its trailing parentheses are removed, one such device per backend, and total memory within
+   5 % or 512 MiB (or one card seen through two drivers: a codename's parenthesis, such as an APU's iGPU under
+   RADV and ROCm, or a driver a start-up line names, `Device.driver`). Each such pairing is said in a note;
 4. otherwise the device stands alone. Two devices of one backend never share an id.
 """
 
@@ -74,11 +74,12 @@ def _keys(device: Device) -> set[str]:
 
 
 def _alike(a: Device, b: Device, memory: Callable[[Device], int | None]) -> bool:
-    """One card by description and memory (`memory`: a virtual device's is its card's, all its shares)."""
+    """One card by description and memory (`memory`: a virtual device's is its card's, all its shares), or by a name
+    seen through two drivers: the descriptions differ by a parenthesis (RADV's codename) or the drivers differ."""
     first, second = (backends.card_description(d.backend, d.description) for d in (a, b))
     if plain_description(first) != plain_description(second):
         return False
-    through_two_drivers = first.strip().lower() != second.strip().lower()
+    through_two_drivers = first.strip().lower() != second.strip().lower() or a.driver != b.driver
     return memory_close(memory(a), memory(b)) or through_two_drivers
 
 

@@ -191,7 +191,7 @@ def write_fake_tree(root: Path, tool_source: str) -> Path:
             option(${opt} "" OFF)
         endforeach()
         add_subdirectory(ggml)
-        foreach(tool llama-server llama-cli llama-bench llama-completion)
+        foreach(tool llama-server llama-cli llama-bench llama-completion llama-fit-params)
             add_executable(${tool} tool.c)
             install(TARGETS ${tool} RUNTIME)
         endforeach()

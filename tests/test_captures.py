@@ -98,9 +98,9 @@ V = "Vulkan"
 # file → every device as (name, description, total MiB, free MiB, role); groups: the names that are one card.
 PASTED = {
     "vulkan-lines-arc-130v-ollama.txt": [
-        ("Vulkan0", "Intel(R) Arc(TM) 130V GPU (16GB) (Intel Corporation)", None, None, "igpu"),
+        ("Vulkan0", "Intel(R) Arc(TM) 130V GPU (16GB)", None, None, "igpu"),
     ],
-    "vulkan-lines-radeon-890m.txt": [("Vulkan0", "AMD Radeon Graphics (RADV GFX1150) (radv)", None, None, "igpu")],
+    "vulkan-lines-radeon-890m.txt": [("Vulkan0", "AMD Radeon Graphics (RADV GFX1150)", None, None, "igpu")],
     "cuda-init-two-identical-3090.txt": [
         ("CUDA0", "NVIDIA GeForce RTX 3090", None, None, "unknown"),
         ("CUDA1", "NVIDIA GeForce RTX 3090", None, None, "unknown"),
@@ -108,24 +108,24 @@ PASTED = {
     "rocm-init-cublas-2024.txt": [("ROCm0", "AMD Radeon RX 7900 XTX", None, None, "unknown")],
     "load-log-using-device-rx6700xt.txt": [("Vulkan0", "AMD Radeon RX 6700 XT", None, 12272, "gpu")],
     "load-log-using-device-8060s.txt": [("Vulkan0", "Radeon 8060S Graphics (RADV GFX1151)", None, 87722, "igpu")],
-    "ctest-llvmpipe.txt": [("Vulkan0", "llvmpipe (LLVM 20.1.8, 256 bits) (llvmpipe)", None, None, "cpu")],
+    "ctest-llvmpipe.txt": [("Vulkan0", "llvmpipe (LLVM 20.1.8, 256 bits)", None, None, "cpu")],
     "vulkan-no-devices.txt": [],
     "dozen-beside-native-2024.txt": [
-        ("Vulkan0", "AMD Radeon RX 6800 XT (AMD proprietary driver)", None, None, "gpu"),
-        ("Vulkan1", "Microsoft Direct3D12 (AMD Radeon RX 6800 XT) (Dozen)", None, None, "gpu"),
+        ("Vulkan0", "AMD Radeon RX 6800 XT", None, None, "gpu"),
+        ("Vulkan1", "Microsoft Direct3D12 (AMD Radeon RX 6800 XT)", None, None, "gpu"),
     ],
     "dozen-adreno-and-vulkaninfo.txt": [
-        ("Vulkan0", "Microsoft Direct3D12 (Qualcomm(R) Adreno(TM) X1-85 GPU) (Dozen)", None, None, "igpu"),
+        ("Vulkan0", "Microsoft Direct3D12 (Qualcomm(R) Adreno(TM) X1-85 GPU)", None, None, "igpu"),
     ],
     "opencl-adreno-830.txt": [
         ("GPUOpenCL", "QUALCOMM Adreno(TM) 830", None, None, "igpu"),  # ggml's description: the name alone
     ],
     "intel-uhd-630-name-only.txt": [
-        ("Vulkan0", "Intel(R) UHD Graphics 630 (CFL GT2) (Intel open-source Mesa driver)", None, None, "igpu"),
+        ("Vulkan0", "Intel(R) UHD Graphics 630 (CFL GT2)", None, None, "igpu"),
     ],
     "test-backend-ops-a770-uhd770.txt": [
-        ("Vulkan0", "Intel(R) Arc(TM) A770 Graphics (Intel Corporation)", None, None, "gpu"),
-        ("Vulkan1", "Intel(R) UHD Graphics 770 (Intel Corporation)", None, None, "igpu"),
+        ("Vulkan0", "Intel(R) Arc(TM) A770 Graphics", None, None, "gpu"),
+        ("Vulkan1", "Intel(R) UHD Graphics 770", None, None, "igpu"),
     ],
     "test-backend-ops-gtx1050ti.txt": [("Vulkan0", "NVIDIA GeForce GTX 1050 Ti", 4342, 2630, "gpu")],
     "device-info-two-3090-and-cpu.txt": [
@@ -135,18 +135,18 @@ PASTED = {
     ],
     "moltenvk-two-radeons.txt": [
         ("Vulkan0", "AMD Radeon RX 6800 XT", None, 16368, "gpu"),
-        ("Vulkan1", "AMD Radeon Pro 5500M (MoltenVK)", None, None, "gpu"),
+        ("Vulkan1", "AMD Radeon Pro 5500M", None, None, "gpu"),
     ],
     "llamafile-register-device.txt": [
         ("CUDA0", "NVIDIA GeForce RTX 3060", None, None, "unknown"),
         ("CPU", "CPU", None, None, "cpu"),
     ],
     "two-identical-radv-gfx1201.txt": [
-        ("Vulkan0", "AMD Radeon Graphics (RADV GFX1201) (radv)", None, None, "gpu"),
-        ("Vulkan1", "AMD Radeon Graphics (RADV GFX1201) (radv)", None, None, "gpu"),
+        ("Vulkan0", "AMD Radeon Graphics (RADV GFX1201)", None, None, "gpu"),
+        ("Vulkan1", "AMD Radeon Graphics (RADV GFX1201)", None, None, "gpu"),
     ],
     "vulkan-2024-apu-alone.txt": [
-        ("Vulkan0", "AMD Radeon(TM) Graphics (AMD proprietary driver)", None, None, "igpu"),
+        ("Vulkan0", "AMD Radeon(TM) Graphics", None, None, "igpu"),
     ],
     # issue 34's shapes: rows without their header, Metal's start-up block (its working set in MB or MiB is the
     # total), OpenCL's description without the version, discrete Intel cards under generic names (never an iGPU),
@@ -170,7 +170,7 @@ PASTED = {
         ("GPUOpenCL", "QUALCOMM Adreno(TM) 830", None, None, "igpu"),
     ],
     "opencl-intel-uhd730-quoted.txt": [
-        ("Vulkan0", "Intel(R) UHD Graphics 730 (ADL-S GT1) (Intel open-source Mesa driver)", None, None, "igpu"),
+        ("Vulkan0", "Intel(R) UHD Graphics 730 (ADL-S GT1)", None, None, "igpu"),
         ("GPUOpenCL", "Intel(R) UHD Graphics 730", None, None, "igpu"),
     ],
     "opencl-adreno-early-selecting-device.txt": [
@@ -200,11 +200,30 @@ PASTED = {
         ("SYCL1", "Intel(R) Arc(TM) Pro B70 Graphics", 31906, 31906, "unknown"),
     ],
     "vulkan-intel-bmg-g21-arc-pro-b50.txt": [
-        ("Vulkan0", "Intel(R) Graphics (BMG G21) (Intel open-source Mesa driver)", None, None, "gpu"),
+        ("Vulkan0", "Intel(R) Graphics (BMG G21)", None, None, "gpu"),
     ],
     "vulkan-intel-arc-a770-windows.txt": [
-        ("Vulkan0", "Intel(R) Arc(TM) A770 Graphics (Intel Corporation)", None, None, "gpu"),
+        ("Vulkan0", "Intel(R) Arc(TM) A770 Graphics", None, None, "gpu"),
     ],
+}
+# file → the driver each device's start-up line names beside its description (Vulkan's `(%s) | uma:`)
+DRIVERS = {
+    "ctest-llvmpipe.txt": {"Vulkan0": "llvmpipe"},
+    "dozen-adreno-and-vulkaninfo.txt": {"Vulkan0": "Dozen"},
+    "dozen-beside-native-2024.txt": {"Vulkan0": "AMD proprietary driver", "Vulkan1": "Dozen"},
+    "intel-uhd-630-name-only.txt": {"Vulkan0": "Intel open-source Mesa driver"},  # quoted without `| uma: …`
+    "load-log-using-device-8060s.txt": {"Vulkan0": "radv"},
+    "load-log-using-device-rx6700xt.txt": {"Vulkan0": "AMD proprietary driver"},
+    "moltenvk-two-radeons.txt": {"Vulkan0": "MoltenVK", "Vulkan1": "MoltenVK"},
+    "opencl-intel-uhd730-quoted.txt": {"Vulkan0": "Intel open-source Mesa driver"},
+    "test-backend-ops-a770-uhd770.txt": {"Vulkan0": "Intel Corporation", "Vulkan1": "Intel Corporation"},
+    "test-backend-ops-gtx1050ti.txt": {"Vulkan0": "NVIDIA"},
+    "two-identical-radv-gfx1201.txt": {"Vulkan0": "radv", "Vulkan1": "radv"},
+    "vulkan-2024-apu-alone.txt": {"Vulkan0": "AMD proprietary driver"},
+    "vulkan-intel-arc-a770-windows.txt": {"Vulkan0": "Intel Corporation"},
+    "vulkan-intel-bmg-g21-arc-pro-b50.txt": {"Vulkan0": "Intel open-source Mesa driver"},
+    "vulkan-lines-arc-130v-ollama.txt": {"Vulkan0": "Intel Corporation"},
+    "vulkan-lines-radeon-890m.txt": {"Vulkan0": "radv"},
 }
 GROUPED = {
     "dozen-beside-native-2024.txt": [{"Vulkan0", "Vulkan1"}],
@@ -229,6 +248,7 @@ def test_pasted_capture_names_descriptions_memory_and_roles(name):
     assert source.startswith("# source: https://"), "every pasted capture names where it was collected"
     _, devices, _ = pasted(name)
     assert [(d.name, d.description, d.memory_total_mib, d.memory_free_mib, d.type) for d in devices] == PASTED[name]
+    assert {d.name: d.driver for d in devices if d.driver} == DRIVERS.get(name, {})
     groups = [{d.name for d in devices if d.physical_id == p} for p in dict.fromkeys(d.physical_id for d in devices)]
     assert [g for g in groups if len(g) > 1] == GROUPED.get(name, [])
 
@@ -338,9 +358,10 @@ def test_a_ggml_vulkan_line_wrapped_in_two(cut, wrapped):
     body = _body("test-backend-ops-a770-uhd770.txt")
     assert cut in body
     devices = read_text(body.replace(cut, wrapped)).devices
-    assert [(d.name, d.description, d.type) for d in devices][1] == (
+    assert [(d.name, d.description, d.driver, d.type) for d in devices][1] == (
         "Vulkan1",
-        "Intel(R) UHD Graphics 770 (Intel Corporation)",
+        "Intel(R) UHD Graphics 770",
+        "Intel Corporation",
         "igpu",
     )
 

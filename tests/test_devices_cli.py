@@ -135,7 +135,7 @@ def test_piped_tables_are_never_cut_or_folded(tmp_env):
         "--parse",
         str(Path(__file__).parent / "fixtures" / "captures" / "vulkan-intel-bmg-g21-arc-pro-b50.txt"),
     )
-    assert "Intel(R) Graphics (BMG G21) (Intel open-source Mesa driver) (Vulkan0)" in parsed.stdout
+    assert "Intel(R) Graphics (BMG G21) (Vulkan0)" in parsed.stdout
 
 
 def test_source_options_of_the_other_action_are_refused(tmp_env):
@@ -194,3 +194,14 @@ def test_a_card_whose_text_gives_only_its_free_memory_shows_that_not_a_question_
     assert shown.returncode == 0, shown.stderr
     row = next(line for line in shown.stdout.splitlines() if "(SYCL0)" in line)
     assert row.rstrip().endswith("11605 MiB free"), row
+
+
+def test_runs_are_shown_in_the_order_the_text_printed_them(tmp_env):
+    """captures51/vulkan-then-rocm-bench-using-2024.txt (llama.cpp#2059): a Vulkan program, then a ROCm one."""
+    capture = Path(__file__).parent / "fixtures" / "captures51" / "vulkan-then-rocm-bench-using-2024.txt"
+    shown = buildmgr(tmp_env, "devices", "--parse", str(capture))
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.index("run 0:") < shown.stdout.index("(Vulkan)") < shown.stdout.index("run 1:")
+    assert shown.stdout.index("run 1:") < shown.stdout.index("(ROCm0)")
+    listed = json.loads(buildmgr(tmp_env, "devices", "--parse", str(capture), "--json").stdout)["devices"]
+    assert [(d["name"], d["run"]) for d in listed] == [("Vulkan", 0), ("ROCm0", 1)]

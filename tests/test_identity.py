@@ -191,3 +191,20 @@ def test_virtual_devices_and_the_vulkan_name_of_their_card_pair_by_the_card_s_me
     d = by_name(devices)
     assert d["CUDA0"].physical_id == d["CUDA1"].physical_id == d["Vulkan0"].physical_id
     assert not any(n.startswith("pairing unknown") for n in notes)
+
+
+def test_one_card_seen_through_two_drivers_pairs_without_memory():
+    """h200/list-devices.txt's start-up lines alone (this project's H200): CUDA0 `NVIDIA H200` with its VRAM, Vulkan0
+    `NVIDIA H200` through the `NVIDIA` Vulkan driver, no memory: one name, two drivers, paired (and said so)."""
+    from buildmgr.captures import read_text
+
+    lines = (FIXTURES / "h200" / "list-devices.txt").read_text().split("Available devices:")[0]
+    parsed = read_text(lines).devices
+    assert [(d.name, d.description, d.driver) for d in parsed] == [
+        ("CUDA0", "NVIDIA H200", None),
+        ("Vulkan0", "NVIDIA H200", "NVIDIA"),
+    ]
+    devices, notes = resolve(list(parsed), {})
+    d = by_name(devices)
+    assert d["CUDA0"].physical_id == d["Vulkan0"].physical_id
+    assert "CUDA0 ≡ Vulkan0 by description and memory only (no hardware id for both)" in notes

@@ -189,9 +189,15 @@ def log_devices() -> list[LogDevice]:
 
 
 def run_headers() -> list[str]:
-    """The lines by which each backend begins its device list (its `after` and `header`): one seen twice begins a
-    new run of a program (two builds, two hosts, two runs pasted in one text)."""
-    return list(dict.fromkeys(p for row in log_devices() for p in (row.after, row.header) if p))
+    """The lines by which each backend begins its device list (its `after`, `header` and `starts`): one seen twice
+    begins a new run of a program (two builds, two hosts, two runs pasted in one text)."""
+    return list(dict.fromkeys(p for row in log_devices() for p in (row.after, row.header, row.starts) if p))
+
+
+def start_headers() -> list[str]:
+    """The lines by which each backend says it started (its `starts`): printed before the program's build line since
+    backends register at start, so one after it is another program's."""
+    return list(dict.fromkeys(row.starts for row in log_devices() if row.starts))
 
 
 def log_formats() -> dict[str, str]:

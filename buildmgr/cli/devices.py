@@ -113,7 +113,8 @@ def _parse(args: argparse.Namespace) -> int:
                 f"or leave {capture.option} out"
             )
     # each run of a program in the text is its own set of devices (two builds, two hosts): resolved apart
-    runs = list(dict.fromkeys(d.run for d in parsed.devices)) or [None]
+    # in the order the text printed them (devices are read shape by shape, not line by line)
+    runs = sorted(dict.fromkeys(d.run for d in parsed.devices), key=lambda run: run or 0) or [None]
     several = len(runs) > 1
     views = []
     for run in runs:

@@ -84,6 +84,7 @@ LOG_DEVICES = (
         NAME,
         # searched anywhere in the line: a paste that lost the first letters ("gml_init_cublas: found 2 ROCm …")
         after=r"(?:cuda_init|init_cublas): found \d+ (?P<backend>\S+) devices",
+        starts=r"(?:cuda_init|init_cublas): found \d+ \S+ devices",
         formats=(
             r"%s: found %d {GGML_CUDA_NAME} devices (Total VRAM: %zu MiB):\n",
             r"  Device %d: %s, %s (0x%x), VMM: %s, Wave Size: %d, VRAM: %zu MiB\n",

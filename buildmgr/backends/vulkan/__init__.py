@@ -52,23 +52,32 @@ BUILD_FAILURES = (
         "glslc is missing: apt-get install glslc (or install the LunarG Vulkan SDK)",
     ),
 )
-# "ggml_vulkan: 0 = AMD Radeon Graphics (RADV GFX1151) (radv) | uma: 1 | …" (ggml-vulkan's device line: name, then the
-# driver in parentheses; uma is deviceType == eIntegratedGpu), and the 2024 form "Vulkan0: NAME (DRIVER) | uma: 0 | …".
+# "ggml_vulkan: 0 = AMD Radeon Graphics (RADV GFX1151) (radv) | uma: 1 | …" (ggml-vulkan's `%zu = %s (%s) | uma:`: the
+# deviceName, which is ggml's own description, then the driverName in parentheses, the last group before `| uma:`;
+# uma is deviceType == eIntegratedGpu), from 2024-11 (build 4090). Before it, 2024's `VulkanN: NAME (DRIVER) | uma:`,
+# whose driver group began at build 3135 (73bac2b, 2024-06-11; the form at 2090, ee1628b, and on its pull request's
+# branch before that), and January 2024's `ggml_vulkan: Using NAME | [uma: U | ]fp16: …`, one device, no index and no
+# driver (from 1996, 2307523: the first build with a Vulkan backend; a smaller number is no commit count of a build
+# that printed any of these).
 _UMA = ("uma", "1", Role.IGPU, "its ggml_vulkan line says uma: 1 (Vulkan's integrated-GPU device type)")
 _SEPARATE = (
     "uma",
     "0",
     "its ggml_vulkan line says uma: 0 (not Vulkan's integrated-GPU type), and its name is no CPU's",
 )
+_DRIVER = r"(?: \((?P<driver>[^()]*)\))?"  # the driver's name holds no parenthesis; the device's may
 LOG_DEVICES = (
     LogDevice(
         "ggml_vulkan lines",
-        r"ggml_vulkan: (?P<index>\d+) = (?P<description>.+?)\s*(?:\| uma: (?P<uma>\d).*)?$",
+        # the format prints the driver group after every name: a line quoted without its `| uma: …` tail (cut at
+        # the field's ` | `) still ends in it
+        r"ggml_vulkan: (?P<index>\d+) = (?P<description>.+?)" + _DRIVER + r"\s*(?:\| uma: (?P<uma>\d).*|\|.*)?$",
         NAME,
         role=_UMA,
         wrapped=r"(?:^\s*|\| )uma: \d",
         separate=_SEPARATE,
         header=r"ggml_vulkan: Found \d+ Vulkan devices:",
+        starts=r"ggml_vulkan: Found \d+ Vulkan devices:",
         formats=(
             r"ggml_vulkan: %zu = %s (%s) | uma: %d | fp16: %s | bf16: %d | fp4: %d | warp size: %zu | shared memory: %d"
             r" | int dot: %d | matrix cores: %s\n",
@@ -77,7 +86,15 @@ LOG_DEVICES = (
     ),
     LogDevice(
         "ggml_vulkan lines",
-        r"(?<![\w-])Vulkan(?P<index>\d+): (?P<description>.+?)\s*\| uma: (?P<uma>\d)",
+        r"(?<![\w-])Vulkan(?P<index>\d+): (?P<description>.+?)" + _DRIVER + r"\s*\| uma: (?P<uma>\d)",
+        NAME,
+        role=_UMA,
+        separate=_SEPARATE,
+        driver_since=(1996, 3135),
+    ),
+    LogDevice(
+        "ggml_vulkan lines",
+        r"ggml_vulkan: Using (?P<description>[^|]+?)\s*(?:\|(?: uma: (?P<uma>\d) \|)?.*)?$",
         NAME,
         role=_UMA,
         separate=_SEPARATE,
@@ -105,7 +122,8 @@ NAME_ROLES = (
         "https://learn.microsoft.com/windows/win32/direct3darticles/directx-warp",
     ),
 )
-# Dozen (Mesa's Vulkan on Direct3D 12, Windows and WSL) names the card it runs on: "Microsoft Direct3D12 (NAME)".
+# Dozen (Mesa's Vulkan on Direct3D 12, Windows and WSL) names the card it runs on: "Microsoft Direct3D12 (NAME)", its
+# driver `Dozen` apart (a description read whole, from a line cut short, may still end in it).
 LAYERED = (
     Layered(
         r"^Microsoft Direct3D12 \((?P<card>.+?)\)(?: \(Dozen\))?$",
