@@ -415,6 +415,9 @@ class Backend(NamedTuple):
     layered: tuple[Layered, ...] = ()  # its drivers that run on another card
     virtual: tuple[Virtual, ...] = ()  # how the devices it emulates on one card are named
     other_names: tuple[str, ...] = ()  # other prefixes its devices' names have (Metal's MTL0, ggml-cuda's MUSA0)
+    # what a program that drives llama.cpp calls its library where that is not its device prefix in any case
+    # (Ollama's `library=oneapi` for its SYCL runner; its `cuda`, `ROCm` … are the prefix already)
+    library_names: tuple[str, ...] = ()
     kits: tuple[Kit, ...] = ()  # toolchains `buildmgr toolchain add` assembles for it
 
     @property

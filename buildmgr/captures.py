@@ -4,6 +4,7 @@ Pure; the backend modules hold their own lines' shapes and their families' names
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -93,8 +94,8 @@ _LLAMA_LINE = re.compile(
     r"|print_info|system_info|device_info|common_\w+):|Available devices:|\b(?:version|build): \d+ \([0-9a-f]+\)"
 )
 # Where a record's description comes from, best first: ggml's own description over a start-up line's (which may
-# trim it); memory from whichever printed it.
-_BLOCK, _OPS, _LOAD, _INIT, _TABLE = range(5)
+# trim it), Ollama's last; memory from whichever printed it.
+_BLOCK, _OPS, _LOAD, _INIT, _TABLE, _OLLAMA = range(6)
 # The lines that begin a program's device list (llama.cpp's own; each backend adds its init headers): one seen again
 # begins a new run.
 _RUN_HEADERS = (r"(?:^|\s)Available devices:\s*$", r"^\s*Devices:\s*$", r"(?:^|\s)device_info:\s*$")
@@ -105,6 +106,28 @@ _BUILD = re.compile(r"(?:(?<![\w-])(?:build|version): |\w: build (?:= )?)(?P<num
 _BENCH_BUILD = re.compile(r"(?<![\w-])build: [0-9a-f]{7,40} \((?P<number>\d+)\)\s*$")
 _SYSTEM_INFO = re.compile(r"(?<![\w.])system_info: n_threads")  # once per program, after its start-up lines
 MIB = 1 << 20
+# Ollama (which drives llama.cpp) logs devices with Go's slog, `key=value`, a value quoted where it holds a space. From
+# its source (ollama/ollama: discover/types.go, server/sched.go, discover/gpu.go, discover/amd_linux.go): message →
+# (the key of the device's total, the key of its free memory); a message that names its library has no `library=`.
+# `available` is the device's free memory in "inference compute" (ml.DeviceInfo.FreeMemory), but that less Ollama's
+# overhead and minimum in "gpu memory", whose `free` is the device's. `id` (or `gpu`) is Ollama's own id of the
+# device within its library (a UUID, a vendor ordinal, a place in its probe's list), never ggml's index: only a
+# `name` that is a device name of the library's backend (`CUDA0`, since Ollama reads ggml's devices) names it.
+OLLAMA = "Ollama's device lines"
+_OLLAMA_LINES = (
+    ("inference compute", "total", "available"),
+    ("gpu memory", None, "free"),
+    (r"updating (?P<library>\w+) memory data", "now.total", "now.free"),
+    (r"updating (?P<library>\w+) free memory", None, "now"),
+)
+_KEY_VALUE = re.compile(r'(?<!\S)(?P<key>[\w.]+)=(?P<value>"(?:[^"\\]|\\.)*"|\S*)')
+# its CUDA probe's lines, keyed by the id its key=value lines give: "[%s] CUDA totalMem %lu mb" (gpu_info_nvcuda.c,
+# bytes / 2^20) and the same in bytes without the unit (gpu_info_cudart.c)
+_OLLAMA_PROBE = re.compile(
+    r"\[(?P<id>[^\]\s]+)\] (?P<library>\w+) (?P<which>totalMem|freeMem) (?P<value>\d+)(?P<mib> mb)?\s*$"
+)
+# format.HumanBytes2's units ("%.1f GiB"), and decimal ones
+_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": MIB, "GiB": 1 << 30, "TiB": 1 << 40, "KB": 10**3, "MB": 10**6, "GB": 10**9}
 
 
 @dataclass(frozen=True)
@@ -122,9 +145,10 @@ class _Record:
     backend: str
     index: int | None
     description: str = ""
-    rank: int = _TABLE + 1
+    rank: int = _OLLAMA + 1
     total: int | None = None
     free: int | None = None
+    rough: tuple[bool, bool] = (False, False)  # (total, free) came from a value rounded to 0.1 GiB: any other wins
     pci: str | None = None
     role: tuple[Role, str] | None = None  # (role, reason) a line of the text tells
     separate: str | None = None  # why a line says it is no integrated device (a discrete card, unless a CPU's name)
@@ -140,11 +164,16 @@ class _Record:
         total: str | int | None = None,
         free: str | int | None = None,
         pci: str | None = None,
+        rough: bool = False,
     ) -> None:
         if description and rank < self.rank:
             self.description, self.rank = description.strip(), rank
-        self.total = int(total) if total is not None and (self.total is None or rank == _BLOCK) else self.total
-        self.free = int(free) if free is not None and (self.free is None or rank == _BLOCK) else self.free
+        total_rough, free_rough = self.rough
+        if total is not None and (self.total is None or rank == _BLOCK or total_rough > rough):
+            self.total, total_rough = int(total), rough
+        if free is not None and (self.free is None or rank == _BLOCK or free_rough > rough):
+            self.free, free_rough = int(free), rough
+        self.rough = (total_rough, free_rough)
         self.pci = self.pci or normalize_pci(pci)
         self.listed = self.listed or rank == _BLOCK
 
@@ -157,17 +186,23 @@ class _Reading:
     shapes: list[str] = field(default_factory=list)
 
     def record(
-        self, line: int, name: str, backend: str | None = None, description: str = "", again: int = 0
+        self,
+        line: int,
+        name: str,
+        backend: str | None = None,
+        description: str = "",
+        again: int = 0,
+        ident: str | None = None,
     ) -> _Record:
         """The record of a device a line names, in that line's run (`again`: the how-manieth alike line of one list
-        this is, where each line is a device of its own)."""
+        this is, where each line is a device of its own; `ident`: what tells a device without an index apart where its
+        description cannot, such as Ollama's id)."""
         number = re.search(r"(\d+)$", name)
         backend = backend or (name[: number.start()] if number else name)
         run = self.runs[line]
         # Names without an index (GPUOpenCL, Metal) may stand for several devices: their description tells them apart.
-        key = (
-            (run, name, "") if number else (run, name, plain_description(description) + (f"#{again}" if again else ""))
-        )
+        told = ident if ident is not None else plain_description(description) + (f"#{again}" if again else "")
+        key = (run, name, "") if number else (run, name, told)
         if key not in self.records:
             self.records[key] = _Record(name, backend, int(number.group(1)) if number else None, run=run)
         return self.records[key]
@@ -406,6 +441,75 @@ def _read_load_log(lines: list[str], reading: _Reading) -> None:
             current.add(_OPS, total=match["total"], free=match["free"])
 
 
+def _mib(value: str | None) -> int | None:
+    """A key=value line's memory (`15.9 GiB`) in MiB; None where absent, or where it is an unsigned subtraction that
+    wrapped (Ollama's `17179869183.8 GiB`: no device has 2^63 bytes)."""
+    found = re.fullmatch(r"(\d+(?:\.\d+)?) ?([KMGT]i?B|B)", value or "")
+    if found is None or found[2] not in _UNITS:
+        return None
+    size = float(found[1]) * _UNITS[found[2]]
+    return round(size / MIB) if size < 2**63 else None
+
+
+def _unquoted(value: str) -> str:
+    """A slog value as printed: Go's strconv.Quote where it holds a space or a quote."""
+    if not value.startswith('"'):
+        return value
+    try:
+        return str(json.loads(value))
+    except ValueError:
+        return value[1:-1]
+
+
+def _read_ollama(lines: list[str], reading: _Reading) -> None:
+    """Ollama's key=value device lines and its CUDA probe's lines. A device whose line names it as ggml does
+    (`name=CUDA0`) is that device; one that only Ollama's id tells apart is named by its backend alone, as a device
+    without an index is (`CUDA`). Its lines are joined by that id within a run (Ollama's DeviceID: id and library)."""
+    known: dict[tuple[int, str, str], _Record] = {}
+
+    def device(n: int, library: str, ident: str, name: str = "") -> _Record:
+        backend = backends.library_backend(library) or library  # a library no backend has stays as printed
+        key = (reading.runs[n], backend, ident)
+        if key not in known:
+            if name:
+                known[key] = reading.record(n, name, backend)
+            else:
+                known[key] = reading.record(n, backend, backend, ident=f"ollama id {ident}")
+        reading.saw(OLLAMA)
+        return known[key]
+
+    for n, line in enumerate(lines):
+        if probe := _OLLAMA_PROBE.search(line):
+            mib = int(probe["value"]) if probe["mib"] else int(probe["value"]) // MIB
+            record = device(n, probe["library"], probe["id"])
+            if probe["which"] == "totalMem":
+                record.add(_OLLAMA, total=mib)
+            else:
+                record.add(_OLLAMA, free=mib)
+            continue
+        if "msg=" not in line:
+            continue
+        pairs = {m["key"]: _unquoted(m["value"]) for m in _KEY_VALUE.finditer(line)}
+        said, total_key, free_key = next(
+            ((said, t, f) for message, t, f in _OLLAMA_LINES if (said := re.fullmatch(message, pairs.get("msg", "")))),
+            (None, None, ""),
+        )
+        library = pairs.get("library") or (said.groupdict().get("library") if said else None)
+        ident = pairs.get("id") or pairs.get("gpu")
+        if said is None or not library or not ident:
+            continue
+        name = pairs.get("name", "")
+        backend = backends.library_backend(library) or library
+        prefixes = sorted({*backends.device_prefixes(), backend}, key=len, reverse=True)
+        ggml = name if re.fullmatch(rf"(?:{'|'.join(map(re.escape, prefixes))})\d*", name) else ""
+        # `description` beside ggml's name; without it, `name` is the vendor library's name of the card
+        description = pairs.get("description", "" if ggml else name)
+        total, free = _mib(pairs.get(total_key or "")), _mib(pairs.get(free_key))
+        if free is not None and total is not None and free > total:
+            free = None  # more free than there is: a subtraction that wrapped
+        device(n, library, ident, ggml).add(_OLLAMA, description, total, free, rough=True)
+
+
 def _device(record: _Record) -> Device:
     device = Device(
         record.name,
@@ -434,6 +538,7 @@ def read_text(text: str) -> Parsed:
     _read_blocks(lines, reading)
     _read_backend_lines(lines, reading)
     _read_load_log(lines, reading)
+    _read_ollama(lines, reading)
     said = [
         match.group(0).strip()
         for line in lines

@@ -89,13 +89,14 @@ def facts(name: str) -> tuple[int, int]:
         devices = []
     right = total = 0
     for want in EXPECTED[name]["devices"]:
+        # an empty description is none (as an added value below is): a reader's null matches it
         same = [
             d
             for d in devices
             if d.run == want["run"]
-            and (d.name == want["name"] if want["name"] else d.description == want["description"])
+            and (d.name == want["name"] if want["name"] else (d.description or None) == want["description"])
         ]
-        found = next((d for d in same if d.description == want["description"]), same[0] if same else None)
+        found = next((d for d in same if (d.description or None) == want["description"]), same[0] if same else None)
         if found is not None:
             devices.remove(found)
         for key, attribute in FIELDS:
@@ -302,3 +303,62 @@ def test_one_program_of_two_backends_is_one_run():
     ]
     h200 = read_text((Path(__file__).parent / "fixtures" / "h200" / "list-devices.txt").read_text()).devices
     assert [(d.name, d.driver, d.run) for d in h200] == [("CUDA0", None, 0), ("Vulkan0", "NVIDIA", 0)]
+
+
+def ollama(text: str):
+    return [
+        (d.name, d.backend, d.index, d.description, d.memory_total_mib, d.memory_free_mib, d.run)
+        for d in read_text(text).devices
+    ]
+
+
+def test_ollama_key_value_lines_give_library_description_total_and_free():
+    """Issue 51, kind 9: Ollama's key=value lines, read by its source's keys (ollama/ollama discover/types.go
+    "inference compute", server/sched.go "gpu memory", discover/gpu.go "updating cuda memory data"). Ollama's `id` is
+    its own (a UUID here), never ggml's index: such a device is named by its backend alone, as one without an index
+    is. ollama-inference-compute-a10g.txt (batteries-included/batteries-included#1663): 0.1 GiB values in MiB."""
+    assert ollama((CAPTURES / "ollama-inference-compute-a10g.txt").read_text()) == [
+        ("CUDA", "CUDA", None, "NVIDIA A10G", 22528, 22221, 0)
+    ]
+    # ollama-gpu-memory-available-free.txt (ollama#16946): `available` there is free less Ollama's reserve; `free` is
+    # the device's
+    assert ollama((CAPTURES / "ollama-gpu-memory-available-free.txt").read_text()) == [
+        ("CUDA", "CUDA", None, "", None, 11674, 0)
+    ]
+
+
+def test_ollama_memory_update_takes_now_and_drops_a_wrapped_free():
+    """ollama-cuda-memory-before-now-underflow.txt (ollama#10553): `now.*` over `before.*`, one device per `gpu=` id;
+    the 3090's now.free="17179869183.8 GiB" is an unsigned subtraction that wrapped, so its free stays unknown."""
+    assert ollama((CAPTURES / "ollama-cuda-memory-before-now-underflow.txt").read_text()) == [
+        ("CUDA", "CUDA", None, "NVIDIA GeForce RTX 5090", 32563, 16282, 0),
+        ("CUDA", "CUDA", None, "NVIDIA GeForce RTX 3090", 24576, None, 0),
+    ]
+
+
+def test_ollama_probe_lines_join_the_key_value_line_by_its_id_and_their_mib_win():
+    """ollama-journal-zh-date-inference-compute.txt (ollama#9245): its CUDA probe's `[GPU-…] CUDA totalMem 16076 mb`
+    (gpu_info_nvcuda.c, whole MiB) and the "inference compute" line with the same id are one device; the exact MiB
+    win over total="15.7 GiB" available="15.4 GiB"."""
+    assert ollama((CAPTURES / "ollama-journal-zh-date-inference-compute.txt").read_text()) == [
+        ("CUDA", "CUDA", None, "NVIDIA GeForce RTX 4080", 16076, 15811, 0)
+    ]
+
+
+def test_ollama_lines_since_it_reads_ggml_s_devices_give_ggml_s_name():
+    """Since Ollama reads ggml's devices (2025-10, discover/types.go), `name` is ggml's (`CUDA0`) and `description`
+    ggml's; its keys in the source's order (a line built from them, no capture), then a ROCm line of the old form
+    (`library=rocm`, its name the vendor's) and Ollama's SYCL (`oneapi`)."""
+    line = (
+        'time=2025-11-04T10:00:00.000Z level=INFO source=types.go:42 msg="inference compute" id=GPU-8c5284c3 '
+        'filter_id="" library=CUDA compute=8.9 name=CUDA0 description="NVIDIA L4" libdirs=ollama,cuda_v13 '
+        'driver=13.0 pci_id=0000:31:00.0 type=discrete total="22.5 GiB" available="22.0 GiB"\n'
+        'level=INFO msg="inference compute" id=0 library=rocm variant="" compute=gfx1030 driver=6.3 name=1002:73bf '
+        'total="16.0 GiB" available="1.3 GiB"\n'
+        'level=INFO msg="inference compute" id=0 library=oneapi name="Intel(R) Arc(TM) A770 Graphics" total="15.9 GiB"'
+    )
+    assert ollama(line) == [
+        ("CUDA0", "CUDA", 0, "NVIDIA L4", 23040, 22528, 0),
+        ("ROCm", "ROCm", None, "1002:73bf", 16384, 1331, 0),
+        ("SYCL", "SYCL", None, "Intel(R) Arc(TM) A770 Graphics", 16282, None, 0),
+    ]

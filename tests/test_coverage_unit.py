@@ -291,3 +291,14 @@ def test_the_h200_s_own_scheduler_log_of_a_cuda_build_without_fa_kernels_names_e
     # without the build's define to blame, the cause is the backend's own refusal, still on the right device
     [blind] = coverage.cover(h200_log("sched-cuda0-fa")).graphs[1].off  # type: ignore[union-attr]
     assert blind.cause.startswith("CUDA0 does not run FLASH_ATTN_EXT on these operands")
+
+
+def test_the_same_build_s_vulkan_device_runs_flash_attention_itself_and_nothing_is_said():
+    """Issue #47 on an H100 (2026-12-05, sm_90 as the H200): `cuda+vulkan --sm 90 -D GGML_CUDA_FA=OFF`, `-dev Vulkan0
+    -fa 1`: the define removes CUDA's kernels only, so Vulkan0 runs every layer's FLASH_ATTN_EXT in two splits and the
+    coverage names no fallback (fixtures/h100/coverage/, with the check's text of both placements)."""
+    with gzip.open(H200_COVERAGE.parent.parent / "h100" / "coverage" / "sched-vk0-fa.log.gz", "rt") as handle:
+        found = coverage.cover(coverage.read(handle.read()), CUDA_FA_OFF)
+    assert found is not None and found.layers == {"Vulkan0": 4} and found.partial is None
+    for graph in found.graphs:
+        assert graph.ops["FLASH_ATTN_EXT"] == {"Vulkan0": 4} and graph.splits == 2 and graph.off == ()

@@ -754,33 +754,6 @@ def test_the_vendored_tree_is_the_pin_and_builds_as_a_local_source(env, first_bu
     assert json.loads(configured.stdout)["id"] != receipt_of(env)["id"]  # file stamps, not the commit, are its identity
 
 
-def test_remove_then_gc(env, first_build):
-    prefix = Path(buildmgr(env, "which", "cpu").stdout.strip())
-    assert buildmgr(env, "remove", "cpu").returncode == 0
-    assert not prefix.exists()
-    assert json.loads(buildmgr(env, "list", "--json").stdout)["builds"] == []
-    orphan_tree = Path(env["XDG_CACHE_HOME"]) / "buildmgr" / "build-trees" / "cpu-0rphan00"
-    dead_staging = Path(env["XDG_DATA_HOME"]) / "buildmgr" / "builds" / ".staging" / "cpu-0rphan00.1.deadbeef"
-    for leftover in (orphan_tree, dead_staging):
-        (leftover / "CMakeFiles").mkdir(parents=True)
-    gc = buildmgr(env, "gc")
-    assert gc.returncode == 0, gc.stderr
-    assert not orphan_tree.exists() and not dead_staging.exists()
-
-
-def test_the_rules_whose_runs_lost_their_message_match_the_pinned_source_s_own_text(env, first_build):
-    """The pinned tree this build used holds the format string each such rule's line is printed from."""
-    from test_placement import LINES_AT_THE_PIN
-
-    from buildmgr import source
-    from buildmgr.config import Dirs
-
-    dirs = Dirs(*(Path(env[f"XDG_{kind}_HOME"]) / "buildmgr" for kind in ("DATA", "CACHE", "CONFIG")))
-    tree = source.pinned_tree(source.load_pin(), dirs).path
-    for rule_id, (path, text, _) in LINES_AT_THE_PIN.items():
-        assert f'"{text}"' in (tree / path).read_text(), rule_id
-
-
 # --- tune: the space raced from llama.cpp's own fit, pruned by its memory estimate, the winner served ------------
 
 
@@ -879,3 +852,30 @@ def test_tune_bad_input_is_one_line_and_a_build_without_the_fit_tool_says_how_to
     finally:
         aside.rename(tool)
     assert sorted(written.glob("*")) == before  # nothing written
+
+
+def test_remove_then_gc(env, first_build):
+    prefix = Path(buildmgr(env, "which", "cpu").stdout.strip())
+    assert buildmgr(env, "remove", "cpu").returncode == 0
+    assert not prefix.exists()
+    assert json.loads(buildmgr(env, "list", "--json").stdout)["builds"] == []
+    orphan_tree = Path(env["XDG_CACHE_HOME"]) / "buildmgr" / "build-trees" / "cpu-0rphan00"
+    dead_staging = Path(env["XDG_DATA_HOME"]) / "buildmgr" / "builds" / ".staging" / "cpu-0rphan00.1.deadbeef"
+    for leftover in (orphan_tree, dead_staging):
+        (leftover / "CMakeFiles").mkdir(parents=True)
+    gc = buildmgr(env, "gc")
+    assert gc.returncode == 0, gc.stderr
+    assert not orphan_tree.exists() and not dead_staging.exists()
+
+
+def test_the_rules_whose_runs_lost_their_message_match_the_pinned_source_s_own_text(env, first_build):
+    """The pinned tree this build used holds the format string each such rule's line is printed from."""
+    from test_placement import LINES_AT_THE_PIN
+
+    from buildmgr import source
+    from buildmgr.config import Dirs
+
+    dirs = Dirs(*(Path(env[f"XDG_{kind}_HOME"]) / "buildmgr" for kind in ("DATA", "CACHE", "CONFIG")))
+    tree = source.pinned_tree(source.load_pin(), dirs).path
+    for rule_id, (path, text, _) in LINES_AT_THE_PIN.items():
+        assert f'"{text}"' in (tree / path).read_text(), rule_id

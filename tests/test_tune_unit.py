@@ -172,3 +172,23 @@ def test_the_context_served_holds_the_depth_and_the_test_and_never_passes_the_mo
 def test_a_leader_at_its_bandwidth_limit_ends_the_race_and_one_past_it_says_the_limit_is_wrong():
     assert race.at_limit(97.5) and race.at_limit(104.9)
     assert not race.at_limit(80.0) and not race.at_limit(162.9) and not race.at_limit(None)
+
+
+def test_an_emulated_card_is_fitted_from_the_free_memory_llama_cpp_sees_now_not_a_stored_probe_s():
+    """On an H100 (2026-12-05) the stored probe said 79996 MiB free and llama.cpp 80535 when it fitted: a margin from
+    the probe let the fit fill 539 MiB more than `--memory CUDA0=1700MiB` holds, and tune refused its own seed."""
+    log = (
+        "0.00.296.653 I llama_prepare_model_devices: using device CUDA0 (NVIDIA H100 80GB HBM3) (0000:00:06.0) - "
+        "80535 MiB free\n"
+    )
+    free = oracle.parse_free(log)
+    assert free == {"CUDA0": 80535}
+    from buildmgr.devices import Device, Selection, State
+    from buildmgr.placement.check import Here
+    from buildmgr.tune.inputs import margins
+
+    card = Device("CUDA0", "CUDA", 0, "NVIDIA H100 80GB HBM3", 81079, 79996)
+    here = Here((card,), {"CUDA0": Selection(State.USED)}, "0c1e570", free_mib={"CUDA0": 79996})
+    # what llama.cpp may then use: its free memory now less the margin is the emulated card less llama.cpp's own
+    [margin] = margins(here, {"CUDA0": 1700}, free)
+    assert 80535 - margin == 1700 - space.FIT_MARGIN_MIB

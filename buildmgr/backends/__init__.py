@@ -256,6 +256,16 @@ def device_prefixes() -> set[str]:
     return {name for b in all_backends() for name in (b.names.device, *b.other_names)} | set(NOT_A_CARD)
 
 
+def library_backend(library: str) -> str | None:
+    """The device prefix of the backend that a driving program's library name means (Ollama's `library=cuda`,
+    `ROCm`, `oneapi`): a backend's prefix in any case, or one of its `library_names`; None for one no backend has."""
+    wanted = library.lower()
+    for known in _discovered():
+        if wanted in (known.names.device.lower(), *(name.lower() for name in known.library_names)):
+            return known.names.device
+    return next((name for name in NOT_A_CARD if name.lower() == wanted), None)
+
+
 def languages() -> tuple[str, ...]:
     """Every CMake language a build may compile: C, C++ and each backend's own."""
     return ("C", "CXX", *(language for b in all_backends() for language in b.languages))

@@ -71,12 +71,14 @@ def shape(model: Path) -> tuple[space.Shape, int]:
     return space.Shape(len(layers), sum(layers.values()) / count, experts / count, other), vocab
 
 
-def margins(here: Here, capacity: Mapping[str, int | None]) -> list[int]:
-    """-fitt for llama.cpp's fit: its margin on each device it would use, plus what --memory keeps out of reach."""
+def margins(here: Here, capacity: Mapping[str, int | None], free_now: Mapping[str, int]) -> list[int]:
+    """-fitt for llama.cpp's fit: its margin on each device it would use, plus what --memory keeps out of reach, from
+    the free memory llama.cpp itself sees now (`free_now`; a stored probe's figure can be hundreds of MiB off, and
+    then the fit fills more than the emulated card holds)."""
     chosen, _ = model_devices(Placement(), here)
     found = []
     for name in chosen:
-        free, room = here.free_mib.get(name), capacity.get(name)
+        free, room = free_now.get(name, here.free_mib.get(name)), capacity.get(name)
         extra = free - room if free is not None and room is not None else 0
         found.append(space.FIT_MARGIN_MIB + max(extra, 0))
     return found

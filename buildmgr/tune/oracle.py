@@ -4,6 +4,7 @@ of what fits). The margins emulate a smaller card: llama.cpp leaves that much of
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -45,6 +46,18 @@ def parse_seed(stdout: str) -> tuple[int, tuple[str, ...]]:
     return int(words[1]), tuple(words[2:])
 
 
+# src/llama.cpp's load log, which llama-fit-params prints with -v: "using device CUDA0 (NVIDIA H100 80GB HBM3)
+# (0000:00:06.0) - 80535 MiB free"
+_USING = re.compile(
+    r"using device (?P<name>\S+) \(.*?\)(?: \((?:[0-9a-fA-F:.]+|unknown id)\))? - (?P<free>\d+) MiB free"
+)
+
+
+def parse_free(log: str) -> dict[str, int]:
+    """Each device's free MiB as llama.cpp saw it when it loaded."""
+    return {m["name"]: int(m["free"]) for m in _USING.finditer(log)}
+
+
 def parse_need(stdout: str) -> dict[str, Need]:
     """One line per device and one for the host: NAME MODEL CONTEXT COMPUTE (MiB)."""
     found = {}
@@ -72,6 +85,16 @@ def seed(
     if margins:
         args += ["-fitt", ",".join(str(m) for m in margins)]
     return parse_seed(_run(tool, args, environ))
+
+
+def free_now(tool: Path, model: Path, ctx: int, environ: Mapping[str, str]) -> dict[str, int]:
+    """The free memory of each device the model would use, as llama.cpp sees it now."""
+    ran = proc.run(
+        [str(tool), "-m", str(model), "-c", str(ctx), "-fitp", "on", "-v"], timeout=TIMEOUT_S, env=dict(environ)
+    )
+    if not ran.ok:
+        raise FitFailed(ran.failure())
+    return parse_free(ran.output)
 
 
 def need(tool: Path, model: Path, ctx: int, words: Sequence[str], environ: Mapping[str, str]) -> dict[str, Need]:

@@ -206,7 +206,8 @@ def tune(
     cores = os.cpu_count() or 1
     threads = tuple(t for t in sorted({cores, max(cores // 2, 1)}) if t != cores)  # llama.cpp's default beside
     try:
-        _, seed_words = oracle.seed(tool, request.model, ctx, margins(here, capacity), environ)
+        free = oracle.free_now(tool, request.model, ctx, environ) if request.memory_mib else {}
+        _, seed_words = oracle.seed(tool, request.model, ctx, margins(here, capacity, free), environ)
         seed_need = oracle.need(tool, request.model, ctx, seed_words, environ)
     except oracle.FitFailed as err:
         raise UserError(f"llama.cpp's own fit found no placement of this model at -c {ctx}: {err}") from None

@@ -113,4 +113,6 @@ BACKEND = Backend(
     inspect=inspect,
     name_roles=NAME_ROLES,
     log_devices=LOG_DEVICES,
+    # Ollama's oneapi runner was llama.cpp built with GGML_SYCL (its llm/generate/gen_linux.sh, 2024)
+    library_names=("oneapi",),
 )
