@@ -279,9 +279,17 @@ class TakenBack:
 def untrust(dirs: Dirs, value: str) -> TakenBack:
     """Take back the trust in a key (its id, its .pub file or its line): its file is removed and no repository is
     pinned to it any more. This host's trust only: another host that trusts it still does."""
-    key_id = value.upper() if _KEY_ID.fullmatch(value.upper()) else read_key_argument(dirs, value, "untrust").id
+    listed = ", ".join(load(dirs).keys) or "none"
+    if _KEY_ID.fullmatch(value.upper()):
+        key_id = value.upper()
+    elif Path(value).is_file() or "/" in value or value.endswith(".pub") or len(value) > 40:  # as `trust` reads it
+        key_id = read_key_argument(dirs, value, "untrust").id
+    else:
+        raise UserError(
+            f"{value}: not a key id (16 hex digits, as 'buildmgr key list' shows them), a .pub file or a key line "
+            f"(trusted: {listed})"
+        )
     if key_id not in load(dirs).keys:  # said before the lock file is made: a user error writes nothing
-        listed = ", ".join(load(dirs).keys) or "none"
         raise UserError(f"no trusted key {key_id} here (trusted: {listed}; 'buildmgr key list' shows them)")
     with locked(trusted_dir(dirs) / ".lock"):
         current = load(dirs)

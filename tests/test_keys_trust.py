@@ -79,6 +79,8 @@ def test_an_untrusted_key_lets_nothing_more_in_and_list_and_devices_name_what_it
     assert "no longer trusts" not in buildmgr(host, "list").stderr
     config = sorted(p for p in trusted_dir(host).rglob("*") if p.is_file())
     assert_user_error(buildmgr(host, "key", "untrust", "0123456789ABCDEF"), "no trusted key 0123456789ABCDEF")
+    # a word that is no key id, file or key line says what untrust takes, and which ids are trusted
+    assert_user_error(buildmgr(host, "key", "untrust", "NOPE"), "NOPE: not a key id", f"trusted: {ci}")
     assert sorted(p for p in trusted_dir(host).rglob("*") if p.is_file()) == config  # a user error wrote nothing
     taken = buildmgr(host, "key", "untrust", ci.lower())
     assert taken.returncode == 0, taken.stderr
