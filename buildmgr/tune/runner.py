@@ -115,10 +115,11 @@ def race_all(
     notes: list[str],
     runs: dict[str, list[Run]],
     first_round: int,
-) -> int:
+) -> tuple[int, bool]:
     """Rounds of one llama-bench process per candidate still in, until one is left, the most processes ran, the
     leader reached its bandwidth limit, or the next round would pass the budget; every run kept in `runs`, by
-    candidate. The rounds are numbered on from `first_round` (a stage follows another); the last one is returned."""
+    candidate. The rounds are numbered on from `first_round` (a stage follows another); the last one is returned, and
+    whether the budget ended the race."""
     tests = bench_request.workload.tests()
     test = tests[0 if request.objective is space.Objective.PP else 1]
     for label, (entry, _, _) in live.items():
@@ -173,11 +174,11 @@ def race_all(
             say(f"note: {notes[-1]}")
             break
         per = (time.monotonic() - round_started) / max(len(standings), 1)
-        if rounds < request.max_runs and elapsed + per * len(in_race) > request.budget_s:
+        if rounds - first_round + 1 < request.max_runs and elapsed + per * len(in_race) > request.budget_s:
             notes.append(f"the budget ended the race after round {rounds}")
             say(f"note: {notes[-1]}")
-            break
-    return rounds
+            return rounds, True
+    return rounds, False
 
 
 def tune(
@@ -242,6 +243,7 @@ def tune(
     candidates = space.grid(shaped, seed_words) if request.grid else space.placements(shaped, seed_words)
     winner: Entry | None = None
     rounds = stage = 0
+    out_of_time = False
     sources = backends.open_engines()
     try:
         host, host_notes = open_host(dirs, bench_request, sources, say, notes)
@@ -273,7 +275,7 @@ def tune(
             if len(live) > 1 or winner is None:  # a later stage whose variations were all pruned has no race
                 incumbent = next(iter(live.values()))[0]
                 first_round = rounds + 1
-                rounds = race_all(
+                rounds, out_of_time = race_all(
                     live,
                     incumbent,
                     stage_request,
@@ -292,7 +294,6 @@ def tune(
                 winner.state, winner.reason = State.RACED_OUT, f"beaten by {found.candidate.label} in stage {stage}"
             winner = found or winner
             pending = space.factors(shaped, winner.candidate.cpu) if winner is not None else []
-            out_of_time = any(note.startswith("the budget") for note in notes)
             if request.grid or winner is None or out_of_time or stage > len(pending):
                 break
             candidates = space.varied(winner.candidate, pending[stage - 1])
@@ -300,14 +301,14 @@ def tune(
         if winner is not None and winner is not seed and seed.candidate.label in raced and not request.grid:
             # the last stage: the winner against llama.cpp's fit, side by side, so that the change is seen to be
             # faster in the same conditions (earlier stages compared it with other candidates)
-            if any(note.startswith("the budget") for note in notes):
+            if out_of_time:
                 notes.append(f"{winner.candidate.label} was not raced against llama.cpp's fit again: the budget ended")
             else:
                 stage += 1
                 say(f"stage {stage}: {winner.candidate.label} against llama.cpp's fit, side by side …")
                 live = {label: raced[label] for label in (seed.candidate.label, winner.candidate.label)}
                 seed.state = State.FINALIST
-                rounds = race_all(
+                rounds, out_of_time = race_all(
                     live, seed, bench_request, request, environ, sources, host, started, say, notes, runs, rounds + 1
                 )
                 winner = decide([seed, winner], request.objective.value, seed) or winner
