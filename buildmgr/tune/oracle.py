@@ -4,7 +4,6 @@ of what fits). The margins emulate a smaller card: llama.cpp leaves that much of
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -46,16 +45,12 @@ def parse_seed(stdout: str) -> tuple[int, tuple[str, ...]]:
     return int(words[1]), tuple(words[2:])
 
 
-# src/llama.cpp's load log, which llama-fit-params prints with -v: "using device CUDA0 (NVIDIA H100 80GB HBM3)
-# (0000:00:06.0) - 80535 MiB free"
-_USING = re.compile(
-    r"using device (?P<name>\S+) \(.*?\)(?: \((?:[0-9a-fA-F:.]+|unknown id)\))? - (?P<free>\d+) MiB free"
-)
-
-
 def parse_free(log: str) -> dict[str, int]:
-    """Each device's free MiB as llama.cpp saw it when it loaded."""
-    return {m["name"]: int(m["free"]) for m in _USING.finditer(log)}
+    """Each device's free MiB as llama.cpp saw it when it loaded (its load log's `using device` lines, which
+    llama-fit-params prints with -v), read as `devices --parse` reads them."""
+    from buildmgr.captures import read_text
+
+    return {d.name: d.memory_free_mib for d in read_text(log).devices if d.memory_free_mib is not None}
 
 
 def parse_need(stdout: str) -> dict[str, Need]:
