@@ -192,3 +192,16 @@ def test_an_emulated_card_is_fitted_from_the_free_memory_llama_cpp_sees_now_not_
     # what llama.cpp may then use: its free memory now less the margin is the emulated card less llama.cpp's own
     [margin] = margins(here, {"CUDA0": 1700}, free)
     assert 80535 - margin == 1700 - space.FIT_MARGIN_MIB
+
+
+def test_a_candidate_measured_under_bench_s_pinning_guard_carries_it_beside_its_name_and_in_its_command():
+    from pathlib import Path
+
+    from buildmgr.tune.result import Entry
+
+    entry = Entry(Candidate("CUDA0 cmoe", ("-dev", "CUDA0", "--cpu-moe")), env={"GGML_CUDA_NO_PINNED": "1"})
+    assert entry.name == "CUDA0 cmoe [GGML_CUDA_NO_PINNED=1]"
+    assert entry.command(Path("/b/llama-server"), Path("m.gguf"), 4096) == (
+        "GGML_CUDA_NO_PINNED=1 /b/llama-server -m m.gguf -c 4096 -dev CUDA0 --cpu-moe"
+    )
+    assert entry.to_json()["env_set"] == {"GGML_CUDA_NO_PINNED": "1"}

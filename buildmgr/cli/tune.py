@@ -102,10 +102,6 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         (args.interval, "--interval", 0.01),
     ):
         config.at_least(value, flag, least)
-    if not args.model.is_file():
-        from buildmgr.errors import UserError
-
-        raise UserError(f"model {args.model} does not exist" if not args.model.exists() else f"{args.model} is no file")
     request = config.Request(
         args.build,
         args.model,
@@ -139,7 +135,7 @@ def _print(tuned: Tuned) -> None:
     for entry in tuned.entries:
         data = entry.to_json()
         ts = f"{data['ts']:.4g}" if data["ts"] else ""
-        print(f"| {entry.candidate.label} | {entry.state.value} | {ts} | {data['processes']} | {entry.reason} |")
+        print(f"| {entry.name} | {entry.state.value} | {ts} | {data['processes']} | {entry.reason} |")
     plan = tuned.to_json()
     winner = plan["winner"]
     if winner is None:
@@ -147,8 +143,11 @@ def _print(tuned: Tuned) -> None:
     else:
         ts = winner["ts"]
         interval = f" [{ts['low']:.4g}, {ts['high']:.4g}]" if ts["low"] is not None else ""
-        limit = f", {winner['limit_percent']:.1f} % of the bandwidth limit" if winner["limit_percent"] else ""
-        print(f"winner: {winner['label']}: {ts['value']:.4g} t/s{interval} ({tuned.request.objective.value}{limit})")
+        share = winner["limit_percent"]
+        limit = f", {share:.1f} % of the bandwidth limit" if share else ""
+        limit += " (above 100 %: the limit is wrong here)" if share and share > 100 else ""
+        name = tuned.winner.name if tuned.winner else winner["label"]
+        print(f"winner: {name}: {ts['value']:.4g} t/s{interval} ({tuned.request.objective.value}{limit})")
         versus = tuned.versus_seed()
         if versus is not None and winner["label"] != "fit":
             print(f"against llama.cpp's fit: {versus.text()}" + (" (inside the noise)" if versus.within_noise else ""))

@@ -5,6 +5,7 @@ llama-server), with the plan's JSON."""
 from __future__ import annotations
 
 import math
+import shlex
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ class Entry:
     state: State = State.PRUNED
     reason: str = ""
     need: dict[str, oracle.Need] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # what bench set for its runs (the pinning guard)
     units: tuple[float, ...] = ()  # every process's figure, over all the stages it raced in
     stage_units: tuple[float, ...] = ()  # those of the stage it races in now: a stage compares only these,
     # run interleaved in the same conditions
@@ -47,7 +49,19 @@ class Entry:
             "ts": round(value, 3) if value else None,
             "versus_winner": self.versus_best.to_json() if self.versus_best else None,
             "need_mib": {name: n.to_json() for name, n in self.need.items()},
+            "env_set": self.env,
         }
+
+    def command(self, tool: Path, model: Path, ctx: int) -> str:
+        """The tool's command line with its flags, and the environment its runs were measured with in front."""
+        env = [f"{k}={v}" for k, v in sorted(self.env.items())]
+        return shlex.join([*env, str(tool), "-m", str(model), "-c", str(ctx), *self.candidate.words])
+
+    @property
+    def name(self) -> str:
+        """Its label with the environment its runs had beside it, as bench shows a CONFIG's."""
+        env = " ".join(f"{k}={v}" for k, v in sorted(self.env.items()))
+        return f"{self.candidate.label} [{env}]" if env else self.candidate.label
 
 
 @dataclass(frozen=True)

@@ -57,9 +57,11 @@ def prune(
     capacity: Mapping[str, int | None],
     bench_request: bench_config.Request,
     environ: Mapping[str, str],
+    say: Callable[[str], None],
 ) -> dict[str, tuple[Entry, Planned, Covered]]:
-    """Those left to race, each with its plan and coverage; the others' entries say why not: the placement check's
-    certain failure, llama.cpp's estimate past what a device may hold, or ops the CPU would run for a device."""
+    """Those left to race, each with its plan, coverage (said, or that it could not be taken) and the environment
+    its runs get; the others' entries say why not: the placement check's certain failure, llama.cpp's estimate past
+    what a device may hold, or ops the CPU would run for a device."""
     live: dict[str, tuple[Entry, Planned, Covered]] = {}
     for entry, p in zip(entries, planned, strict=True):
         if p.blocked is not None:
@@ -74,11 +76,12 @@ def prune(
         if short:
             entry.reason = "does not fit: " + "; ".join(short)
             continue
-        covered = cover(p, bench_request, environ, lambda line: None)
+        covered = cover(p, bench_request, environ, say)
         partial = covered.coverage.partial if covered.coverage is not None else None
         if partial:
             entry.reason = f"falls back: {partial}"
             continue
+        entry.env = dict(p.env_set)
         live[entry.candidate.label] = (entry, p, covered)
     return live
 
@@ -257,7 +260,7 @@ def tune(
             )
             stage_request = dataclasses.replace(bench_request, configs=tuple(config_of(e, build.id) for e in fresh))
             live = prune(
-                fresh, plan(dirs, stage_request, environ), tool, request, ctx, capacity, stage_request, environ
+                fresh, plan(dirs, stage_request, environ), tool, request, ctx, capacity, stage_request, environ, say
             )
             for entry in fresh:
                 if entry.reason:
@@ -330,8 +333,7 @@ def tune(
     if winner is not None:
         winner_row = next((r for r in made if r.config == winner.candidate.label and test == test_key(r.fields)), None)
         for tool_name in ("llama-server", "llama-cli"):
-            words = [str(build.tool(tool_name)), "-m", str(request.model), "-c", str(ctx), *winner.candidate.words]
-            commands[tool_name] = shlex.join(words)
+            commands[tool_name] = winner.command(build.tool(tool_name), request.model, ctx)
         if request.serve and not vocab:
             notes.append(
                 "not served: the model's vocabulary is bare ids (tokenizer none), which llama-server cannot take"
