@@ -1,52 +1,95 @@
 #!/usr/bin/env bash
-# Issue #49 on a lent H200: tune beside the exhaustive grid of the same space, and llama.cpp's own fit by hand.
-# Build cuda --sm 90 (FA kernels off, the README's fast build: tune's -fa 1 candidates are pruned by coverage), write
-# random-weight models of realistic size, a dense F16 llama (about 7 GB) and a MoE larger than the emulated card
-# (about 31 GB, 64 experts, 8 used), then for each, with --memory CUDA0=24GiB:
-#   - `tune --grid` (every candidate --max-runs processes: the grid), then `tune` (the race), both --json;
-#   - llama-bench -fitt by hand (what --fit gives a user) with -v, to read what the fit chose;
+# Issue #49 on a lent H200: tune beside the exhaustive grid of the same space, and llama.cpp's own fit by hand; then
+# issue #48's open question, why bench read `-ngl 8` slower than llama-bench by hand.
+# Build cuda --sm 90 (FA kernels off, the README's fast build: tune's -fa 1 candidates are pruned by coverage) while
+# random-weight models are written: a dense F16 llama (about 6 GB) and a MoE larger than its emulated card (64 experts,
+# 8 used, MOE_LAYERS layers of 805 MB of experts each), then for each, at depth 0:
+#   - llama-fit-params by hand at the emulated card's margin (what --fit gives a user);
+#   - `tune --grid` (every candidate bench's own runs: the grid), then `tune` (the race), both --json;
 #   - OUT/compare.txt: tune's winner against the grid's best, the device time of each, the winner over fit.
+# Then `-ngl 8` of a 1.7 GB dense model, four arms interleaved twice: llama-bench by hand, by hand with bench's
+# `--progress -v`, bench at its default engine interval, bench at a 5 s interval (OUT/ngl-*.jsonl, ngl.txt).
 # PAYLOAD as bench/gpu-setup.sh describes. Long: start it with setsid nohup and poll OUT/finished.
 #
 #   setsid nohup bash bench/gpu-tune.sh .device/payload /tmp/tune >/tmp/tune.log 2>&1 &
 set -uo pipefail
 payload=${1:?usage: gpu-tune.sh PAYLOAD OUT}
 out=${2:?usage: gpu-tune.sh PAYLOAD OUT}
+moe_layers=${MOE_LAYERS:-10}
+moe_card=${MOE_CARD:-6GiB}
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/gpu-setup.sh" "$payload"
 log() { echo "$(date +%T) $*" >>"$out/progress.txt"; }
-nvidia-smi --query-gpu=index,name,memory.total,memory.free --format=csv >"$out/gpus.txt" 2>&1
+nvidia-smi --query-gpu=index,name,memory.total,memory.free,driver_version --format=csv >"$out/gpus.txt" 2>&1
+lscpu >"$out/lscpu.txt" 2>&1
 
-log "build"
+log "build, models beside it"
+(
+    python3 "$here/gguf_model.py" /tmp/moe.gguf --embd 2048 --ff 1024 --layers "$moe_layers" --kv-heads 4 \
+        --experts 64 --used 8 --ctx 8192
+    python3 "$here/gguf_model.py" /tmp/dense.gguf --embd 4096 --ff 11008 --layers 16 --kv-heads 8 --ctx 8192
+    python3 "$here/gguf_model.py" /tmp/small.gguf --embd 2048 --ff 5632 --layers 16 --kv-heads 8 --ctx 8192
+) >"$out/models.log" 2>&1 &
+models=$!
 start=$(date +%s)
 bm build cuda --sm 90 -D GGML_CUDA_FA=OFF -j 16 --json >"$out/build.json" 2>"$out/build.txt"
 echo "build exit $? wall seconds: $(( $(date +%s) - start ))" >>"$out/build.txt"
+wait $models
+ls -l /tmp/*.gguf >"$out/models.txt"
 prefix=$(bm which cuda)
 
-log "models"
-python3 "$here/gguf_model.py" /tmp/moe.gguf --embd 2048 --ff 1024 --layers 40 --kv-heads 4 --experts 64 --used 8 --ctx 8192
-python3 "$here/gguf_model.py" /tmp/dense.gguf --embd 4096 --ff 11008 --layers 16 --kv-heads 8 --ctx 8192
-ls -l /tmp/*.gguf >"$out/models.txt"
-
-for model in moe dense; do
-    common=(-m "/tmp/$model.gguf" --memory CUDA0=24GiB --depth 1024 --budget 20 --json)
-    log "$model: fit by hand"
-    "$prefix/bin/llama-fit-params" -m "/tmp/$model.gguf" -c 1792 -fitt $(( $(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits | head -1) - 24576 + 1024 )) \
+for pair in "moe:$moe_card" "dense:24GiB"; do
+    model=${pair%%:*} card=${pair#*:}
+    common=(-m "/tmp/$model.gguf" --memory "CUDA0=$card" --json)
+    log "$model: fit by hand (CUDA0=$card)"
+    free=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits | head -1)
+    want=$(python3 -c "import sys; from buildmgr.tune.config import parse_size; print(parse_size(sys.argv[1], 'x'))" "$card")
+    "$prefix/bin/llama-fit-params" -m "/tmp/$model.gguf" -c 768 -fitt $(( free - want + 1024 )) \
         >"$out/$model-fit.txt" 2>"$out/$model-fit.log"
     log "$model: grid"
     start=$(date +%s)
-    bm tune cuda "${common[@]}" --grid --no-serve >"$out/$model-grid.json" 2>"$out/$model-grid.txt"
+    bm tune cuda "${common[@]}" --grid --no-serve --budget 60 >"$out/$model-grid.json" 2>"$out/$model-grid.txt"
     echo "exit $? wall seconds: $(( $(date +%s) - start ))" >>"$out/$model-grid.txt"
     log "$model: tune"
     start=$(date +%s)
     bm tune cuda "${common[@]}" >"$out/$model-tune.json" 2>"$out/$model-tune.txt"
     echo "exit $? wall seconds: $(( $(date +%s) - start ))" >>"$out/$model-tune.txt"
+    python3 "$here/tune_vs_grid.py" "$out/$model-grid.json" "$out/$model-tune.json" >>"$out/compare.txt" 2>&1
+    cp "$XDG_DATA_HOME"/buildmgr/tune/* "$out/" 2>/dev/null
 done
 
-log "compare"
-python3 "$here/tune_vs_grid.py" "$out"/moe-grid.json "$out"/moe-tune.json >"$out/compare.txt" 2>&1
-python3 "$here/tune_vs_grid.py" "$out"/dense-grid.json "$out"/dense-tune.json >>"$out/compare.txt" 2>&1
-cp "$XDG_DATA_HOME"/buildmgr/tune/* "$out/" 2>/dev/null
+log "ngl8: four arms, twice"
+ngl=(-dev CUDA0 -ngl 8)
+for round in 1 2; do
+    "$prefix/bin/llama-bench" -m /tmp/small.gguf -p 512 -n 32 -d 0,1024 -r 5 -o jsonl "${ngl[@]}" \
+        >"$out/ngl-hand-$round.jsonl" 2>/dev/null
+    "$prefix/bin/llama-bench" -m /tmp/small.gguf -p 512 -n 32 -d 0,1024 -r 5 -o jsonl "${ngl[@]}" --progress -v \
+        >"$out/ngl-verbose-$round.jsonl" 2>"$out/ngl-verbose-$round.log"
+    for interval in 0.1 5; do
+        bm bench -m /tmp/small.gguf --depth 0,1024 --no-pg -p 512 -n 32 --runs 1 -r 5 --warmup 0 \
+            --interval "$interval" --json "ngl8=cuda ${ngl[*]}" >"$out/ngl-bench-$interval-$round.json" \
+            2>"$out/ngl-bench-$interval-$round.txt"
+    done
+    log "ngl8 round $round"
+done
+python3 - "$out" >"$out/ngl.txt" 2>&1 <<'PY'
+import json, statistics, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+def steady(samples, tokens):
+    return statistics.median(tokens * 1e9 / ns for ns in samples[1:])
+for rnd in (1, 2):
+    for arm in ("hand", "verbose", "bench-0.1", "bench-5"):
+        if arm.startswith("bench"):
+            f = out / f"ngl-{arm}-{rnd}.json"
+            rows = json.loads(f.read_text())["rows"] if f.exists() and f.stat().st_size else []
+        else:
+            f = out / f"ngl-{arm}-{rnd}.jsonl"
+            rows = [json.loads(l) for l in f.read_text().splitlines() if l.startswith("{")] if f.exists() else []
+        cells = [f"{r['n_prompt']}/{r['n_gen']}@{r['n_depth']}: {steady(r['samples_ns'], r['n_prompt'] + r['n_gen']):.1f}"
+                 for r in rows if r.get("samples_ns")]
+        print(f"round {rnd} {arm:10} " + "  ".join(cells))
+PY
 log "done"
 echo done >"$out/finished"
