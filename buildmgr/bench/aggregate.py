@@ -103,7 +103,10 @@ def rows_of(
     host_memory = _host_memory(planned, runs_kept, environ)
     warnings = (*sorted({w for r in runs for w in r.warnings}), *host_notes)
     enumeration = {v: environ[v] for v in backends.enumeration_variables() if v in environ}
-    timing = tuple(rows.RunTiming(r.round, round(r.ran.seconds, 3), _s(r.startup_s), _s(r.load_s)) for r in runs)
+    timing = tuple(
+        rows.RunTiming(r.round, round(r.ran.seconds, 3), _s(r.startup_s), _s(r.load_s), _s(r.observer_cpu_s))
+        for r in runs
+    )
     load = runs_kept[-1].load if runs_kept else None
     held = limit.holdings(load, list(planned.devices)) if load is not None else ()
     bandwidth = bandwidths(planned, host)
@@ -169,8 +172,9 @@ def rows_of(
             _warm_apart(warm, fields.get("samples_ts") or []),
             outlier_process(by_run),
         )
-        notes = [n for n in apart if n]
         layers = partial(load)
+        cpu_works = planned.config.cpu_overrides or bool(layers) or any(r.name == HOST for r in planned.roles)
+        notes = [n for n in (*apart, observer_note(runs_kept, template, cpu_works, request.interval)) if n]
         if layers:
             shown = next((h for h in held if h.device != limit.CPU), None)
             if shown is not None:
@@ -200,7 +204,6 @@ def rows_of(
                 dataclasses.replace(e, unknown=membw.rapl_unreadable()) if e.device == limit.CPU else e for e in energy
             )
         # the CPU's counter counts where the CPU runs layers; elsewhere it may be unreadable (RAPL needs root)
-        cpu_works = planned.config.cpu_overrides or bool(layers) or any(r.name == HOST for r in planned.roles)
         j_per_token = limit.per_token(energy, phases, per_kind, cpu_works)
         first_summary = summarize(first)
         meta = rows.Meta(
@@ -240,6 +243,21 @@ def rows_of(
         )
         made.append(rows.Row(fields, meta))
     return made
+
+
+def observer_note(runs: Sequence[Run], row: Mapping[str, Any] | None, cpu_works: bool, interval: float) -> str | None:
+    """Said where the CPU computes with a thread on every CPU this process may use: buildmgr's own sampling then
+    takes turns with llama.cpp's threads, which wait for each other at every op (docs/real-runs.md, issue #48)."""
+    spent = [(r.observer_cpu_s, r.ran.seconds) for r in runs if r.observer_cpu_s is not None and r.ran.seconds > 0]
+    cpus = min((r.cpus for r in runs if r.cpus), default=None)
+    threads = row.get("n_threads") if row is not None else None
+    if not cpu_works or not spent or cpus is None or not isinstance(threads, int) or threads < cpus:
+        return None
+    share = sum(c for c, _ in spent) / sum(s for _, s in spent)
+    return (
+        f"buildmgr's sampling used {share:.1%} of a CPU beside llama.cpp's {threads} threads on {cpus} CPUs: "
+        f"the CPU's part may read slower than alone (a larger --interval than {interval:g} s samples less)"
+    )
 
 
 def _s(value: float | None) -> float | None:

@@ -3,6 +3,7 @@ timed phases, its rows, load log and each test's judgement read, and a run that 
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ class Run:
     startup_s: float | None = None
     load_s: float | None = None
     crash: Crash | None = None  # what a post-mortem found, where llama-bench died of a signal
+    observer_cpu_s: float | None = None  # buildmgr's own CPU time while it ran (the sampler, the readers)
+    cpus: int | None = None  # the CPUs this process could use
 
     @property
     def failure(self) -> str | None:
@@ -78,7 +81,7 @@ def run_once(
     def on_start(pid: int) -> None:
         sampler.pid = pid
 
-    started = time.monotonic()
+    started, cpu_before = time.monotonic(), time.process_time()
     with sampler:
         ran = proc.watch(
             command,
@@ -87,6 +90,7 @@ def run_once(
             on_start=on_start,
             on_line=on_line,
         )
+    observer = time.process_time() - cpu_before
     samples = list(sampler.samples or [])
     found_rows = logs.rows(ran.stdout)
     load = logs.load_log(ran.stderr.splitlines())
@@ -130,6 +134,8 @@ def run_once(
         startup,
         load_s,
         crash,
+        observer,
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
     )
 
 

@@ -107,6 +107,7 @@ class RunTiming:
     seconds: float
     startup_s: float | None
     load_s: float | None
+    observer_cpu_s: float | None = None  # buildmgr's own CPU time beside it (its sampler and readers)
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,8 @@ class NvmlEngines:
     def __init__(self, nvml: Any) -> None:
         self.nvml = nvml
         self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+        # read once: what a sample does not need again costs the CPU a benchmark may be using (issue #48)
+        self.bus_ids = [self._bus(h) for h in self.handles]
 
     @classmethod
     def open(cls) -> NvmlEngines | None:
@@ -92,10 +94,14 @@ class NvmlEngines:
         except self.nvml.NVMLError:
             return None
 
-    def raw(self, handle: Any) -> dict[str, object]:
-        nvml = self.nvml
-        pci = self._try(nvml.nvmlDeviceGetPciInfo, handle)
+    def _bus(self, handle: Any) -> str:
+        pci = self._try(self.nvml.nvmlDeviceGetPciInfo, handle)
         bus = getattr(pci, "busId", b"") if pci is not None else b""
+        return bus.decode() if isinstance(bus, bytes) else str(bus)
+
+    def raw(self, index: int) -> dict[str, object]:
+        """One sample of GPU `index`: only what changes while it runs."""
+        nvml, handle = self.nvml, self.handles[index]
         util = self._try(nvml.nvmlDeviceGetUtilizationRates, handle)
         memory = self._try(nvml.nvmlDeviceGetMemoryInfo, handle)
         # renamed from "throttle" to "clocks event" reasons in NVML 12.x; older bindings have only the old name
@@ -104,14 +110,12 @@ class NvmlEngines:
             or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
         )
         return {
-            "bus_id": bus.decode() if isinstance(bus, bytes) else str(bus),
+            "bus_id": self.bus_ids[index],
             "gpu_util": util.gpu if util is not None else None,
             "memory_used_bytes": memory.used if memory is not None else None,
             "sm_clock_mhz": self._try(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM),
             "power_mw": self._try(nvml.nvmlDeviceGetPowerUsage, handle),
             "clocks_event_reasons": self._try(reasons_call, handle),
-            "power_limit_mw": self._try(nvml.nvmlDeviceGetPowerManagementLimit, handle),
-            "power_default_limit_mw": self._try(nvml.nvmlDeviceGetPowerManagementDefaultLimit, handle),
             "energy_mj": self._try(nvml.nvmlDeviceGetTotalEnergyConsumption, handle),
         }
 
@@ -119,10 +123,8 @@ class NvmlEngines:
         """What does not change while the host runs: name, driver, the memory's highest clock and bus width."""
         nvml = self.nvml
         name, driver = self._try(nvml.nvmlDeviceGetName, handle), self._try(nvml.nvmlSystemGetDriverVersion)
-        pci = self._try(nvml.nvmlDeviceGetPciInfo, handle)
-        bus = getattr(pci, "busId", b"") if pci is not None else b""
         return {
-            "bus_id": bus.decode() if isinstance(bus, bytes) else str(bus),
+            "bus_id": self._bus(handle),
             "name": name.decode() if isinstance(name, bytes) else name,
             "driver": driver.decode() if isinstance(driver, bytes) else driver,
             "max_memory_clock_mhz": self._try(nvml.nvmlDeviceGetMaxClockInfo, handle, nvml.NVML_CLOCK_MEM),
@@ -130,7 +132,7 @@ class NvmlEngines:
         }
 
     def read(self) -> list[EngineReading]:
-        return [nvml_reading(self.raw(h)) for h in self.handles]
+        return [nvml_reading(self.raw(i)) for i in range(len(self.handles))]
 
     def users(self) -> list[tuple[int, str]]:
         found: dict[int, str] = {}
@@ -144,7 +146,16 @@ class NvmlEngines:
         return sorted(found.items())
 
     def limits(self) -> list[str]:
-        return [note for h in self.handles if (note := power_limit_note(self.raw(h)))]
+        found = []
+        for bus, handle in zip(self.bus_ids, self.handles, strict=True):
+            raw = {
+                "bus_id": bus,
+                "power_limit_mw": self._try(self.nvml.nvmlDeviceGetPowerManagementLimit, handle),
+                "power_default_limit_mw": self._try(self.nvml.nvmlDeviceGetPowerManagementDefaultLimit, handle),
+            }
+            if note := power_limit_note(raw):
+                found.append(note)
+        return found
 
     def cards(self) -> list[CardFacts]:
         return [card_facts(self.facts(h)) for h in self.handles]

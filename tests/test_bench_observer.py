@@ -1,0 +1,73 @@
+"""bench's own share of the CPU while llama.cpp computes on it (issue #48): recorded per process, said where the
+CPU computes with a thread on every CPU, and kept small by reading NVML's fixed values once."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from buildmgr.backends.cuda.engines import NvmlEngines
+from buildmgr.bench.aggregate import observer_note
+
+
+def _run(observer: float | None, seconds: float, cpus: int | None) -> Any:
+    return SimpleNamespace(observer_cpu_s=observer, ran=SimpleNamespace(seconds=seconds), cpus=cpus)
+
+
+def test_said_where_the_cpu_computes_on_every_cpu() -> None:
+    runs = [_run(0.2, 10.0, 16), _run(0.6, 10.0, 16)]
+    note = observer_note(runs, {"n_threads": 16}, True, 0.1)
+    assert note is not None and "4.0% of a CPU" in note and "16 threads on 16 CPUs" in note
+
+
+def test_not_said_where_cpus_are_left_or_the_cpu_does_not_compute() -> None:
+    runs = [_run(0.2, 10.0, 16)]
+    assert observer_note(runs, {"n_threads": 8}, True, 0.1) is None  # llama.cpp leaves CPUs free
+    assert observer_note(runs, {"n_threads": 16}, False, 0.1) is None  # every layer on a GPU
+    assert observer_note([_run(None, 10.0, 16)], {"n_threads": 16}, True, 0.1) is None  # rows of an older buildmgr
+
+
+class _Nvml:
+    """nvidia-ml-py's calls that NvmlEngines makes, counted."""
+
+    class NVMLError(Exception):
+        pass
+
+    NVML_CLOCK_SM = 1
+
+    def __init__(self) -> None:
+        self.calls: dict[str, int] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        values = {
+            "nvmlDeviceGetCount": 1,
+            "nvmlDeviceGetHandleByIndex": "h0",
+            "nvmlDeviceGetPciInfo": SimpleNamespace(busId=b"00000000:00:06.0"),
+            "nvmlDeviceGetUtilizationRates": SimpleNamespace(gpu=97),
+            "nvmlDeviceGetMemoryInfo": SimpleNamespace(used=1 << 30),
+            "nvmlDeviceGetClockInfo": 1980,
+            "nvmlDeviceGetPowerUsage": 350_000,
+            "nvmlDeviceGetCurrentClocksEventReasons": 0,
+            "nvmlDeviceGetPowerManagementLimit": 500_000,
+            "nvmlDeviceGetPowerManagementDefaultLimit": 700_000,
+            "nvmlDeviceGetTotalEnergyConsumption": 12_345,
+        }
+        if name not in values:
+            raise AttributeError(name)
+
+        def call(*args: object) -> object:
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return values[name]
+
+        return call
+
+
+def test_a_sample_reads_only_what_changes() -> None:
+    nvml = _Nvml()
+    engines = NvmlEngines(nvml)
+    readings = [engines.read() for _ in range(10)]
+    assert readings[-1][0].pci_bus_id == "0000:00:06.0" and readings[-1][0].busy_percent == 97
+    assert nvml.calls["nvmlDeviceGetPciInfo"] == 1  # once, when opened
+    assert "nvmlDeviceGetPowerManagementLimit" not in nvml.calls
+    assert nvml.calls["nvmlDeviceGetUtilizationRates"] == 10
+    assert engines.limits() == ["GPU 00000000:00:06.0: power limit 500 W is below its default 700 W"]
