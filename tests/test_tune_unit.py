@@ -205,3 +205,16 @@ def test_a_candidate_measured_under_bench_s_pinning_guard_carries_it_beside_its_
         "GGML_CUDA_NO_PINNED=1 /b/llama-server -m m.gguf -c 4096 -dev CUDA0 --cpu-moe"
     )
     assert entry.to_json()["env_set"] == {"GGML_CUDA_NO_PINNED": "1"}
+
+
+def test_threads_vary_around_llama_cpp_s_own_default_not_the_logical_cpu_count():
+    # llama-bench's help at the pin prints its default, the CPU's math cores (physical ones), with this format
+    help_text = (
+        "  --prio <-1|0|1|2|3>     process/thread priority (default: 0)\n  -t, --threads <n>      (default: 8)\n"
+    )
+    assert oracle.parse_threads(help_text) == 8
+    assert oracle.parse_threads("usage: llama-bench [options]") is None
+    assert oracle.thread_levels(16, 16) == (8,)  # the H100 host: no SMT
+    assert oracle.thread_levels(8, 16) == (4, 16)  # SMT: half the cores, and every hardware thread
+    assert oracle.thread_levels(2, 2) == (1,)
+    assert oracle.thread_levels(1, 1) == ()

@@ -4,6 +4,7 @@ of what fits). The margins emulate a smaller card: llama.cpp leaves that much of
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -95,6 +96,23 @@ def free_now(tool: Path, model: Path, ctx: int, environ: Mapping[str, str]) -> d
 def need(tool: Path, model: Path, ctx: int, words: Sequence[str], environ: Mapping[str, str]) -> dict[str, Need]:
     """What this placement needs on each device and on the host, by llama.cpp's own estimate."""
     return parse_need(_run(tool, ["-m", str(model), "-c", str(ctx), *words, "-fitp", "on"], environ))
+
+
+def parse_threads(help_text: str) -> int | None:
+    """llama-bench's default thread count, from its `--help` (`-t, --threads <n> (default: 16)`): what llama.cpp
+    counts as the CPU's math cores (physical cores; a hybrid CPU's performance cores), which os.cpu_count() is not."""
+    found = re.search(r"--threads <n>\s+\(default: (\d+)\)", help_text)
+    return int(found.group(1)) if found else None
+
+
+def default_threads(bench: Path, environ: Mapping[str, str]) -> int | None:
+    return parse_threads(proc.run([str(bench), "--help"], timeout=60.0, env=dict(environ)).output)
+
+
+def thread_levels(default: int, cpus: int) -> tuple[int, ...]:
+    """-t values tried beside llama.cpp's default: half of it (decode reads memory; fewer threads may read it as
+    fast and wait less for each other) and every CPU this process may use where that is more (SMT siblings)."""
+    return tuple(sorted({t for t in (max(default // 2, 1), cpus) if t != default and t >= 1}))
 
 
 def short(needs: Mapping[str, Need], capacity: Mapping[str, int | None], margin: int) -> list[str]:

@@ -207,8 +207,11 @@ def tune(
     notes: list[str] = []
     if request.memory_mib:
         notes.append("emulated: " + ", ".join(f"{n} may hold {m} MiB" for n, m in request.memory_mib.items()))
-    cores = os.cpu_count() or 1
-    threads = tuple(t for t in sorted({cores, max(cores // 2, 1)}) if t != cores)  # llama.cpp's default beside
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    default = oracle.default_threads(build.installed_tool("llama-bench"), environ)
+    threads = oracle.thread_levels(default, cpus) if default is not None else ()
+    if default is None:
+        notes.append("llama-bench --help states no default thread count: -t is not varied")
     try:
         free = oracle.free_now(tool, request.model, ctx, environ) if request.memory_mib else {}
         _, seed_words = oracle.seed(tool, request.model, ctx, margins(here, capacity, free), environ)
