@@ -3,12 +3,14 @@
 # issue #48's open question, why bench read `-ngl 8` slower than llama-bench by hand.
 # Build cuda --sm 90 (FA kernels off, the README's fast build: tune's -fa 1 candidates are pruned by coverage) while
 # random-weight models are written: a dense F16 llama (about 6 GB) and a MoE larger than its emulated card (64 experts,
-# 8 used, MOE_LAYERS layers of 805 MB of experts each), then for each, at depth 0:
+# 8 used, MOE_LAYERS layers of 805 MB of experts each), then for each (the dense one first: its grid is small), at
+# depth 0 with short tests (WORKLOAD, default -p 128 -n 16 -r 3: where the CPU computes the experts a grid at bench's
+# default shape took 31 min on an H100, docs/real-runs.md):
 #   - llama-fit-params by hand at the emulated card's margin (what --fit gives a user);
 #   - `tune --grid` (every candidate bench's own runs: the grid), then `tune` (the race), both --json;
 #   - OUT/compare.txt: tune's winner against the grid's best, the device time of each, the winner over fit.
-# Then `-ngl 8` of a 1.7 GB dense model, four arms interleaved twice: llama-bench by hand, by hand with bench's
-# `--progress -v`, bench at its default engine interval, bench at a 5 s interval (OUT/ngl-*.jsonl, ngl.txt).
+# Then `-ngl 8` of a 1.7 GB dense model, five arms interleaved three times: llama-bench by hand, by hand with bench's
+# `--progress -v`, bench at engine intervals of 0.1, 1 and 5 s (OUT/ngl-*.json*, ngl.txt, with bench's own CPU time).
 # PAYLOAD as bench/gpu-setup.sh describes. Long: start it with setsid nohup and poll OUT/finished.
 #
 #   setsid nohup bash bench/gpu-tune.sh .device/payload /tmp/tune >/tmp/tune.log 2>&1 &
@@ -17,6 +19,7 @@ payload=${1:?usage: gpu-tune.sh PAYLOAD OUT}
 out=${2:?usage: gpu-tune.sh PAYLOAD OUT}
 moe_layers=${MOE_LAYERS:-10}
 moe_card=${MOE_CARD:-6GiB}
+read -r -a workload <<<"${WORKLOAD:--p 128 -n 16 -r 3}"
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/gpu-setup.sh" "$payload"
@@ -39,9 +42,9 @@ wait $models
 ls -l /tmp/*.gguf >"$out/models.txt"
 prefix=$(bm which cuda)
 
-for pair in "moe:$moe_card" "dense:24GiB"; do
+for pair in "dense:24GiB" "moe:$moe_card"; do
     model=${pair%%:*} card=${pair#*:}
-    common=(-m "/tmp/$model.gguf" --memory "CUDA0=$card" --json)
+    common=(-m "/tmp/$model.gguf" --memory "CUDA0=$card" "${workload[@]}" --json)
     log "$model: fit by hand (CUDA0=$card)"
     free=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits | head -1)
     want=$(python3 -c "import sys; from buildmgr.tune.config import parse_size; print(parse_size(sys.argv[1], 'x'))" "$card")
@@ -59,14 +62,14 @@ for pair in "moe:$moe_card" "dense:24GiB"; do
     cp "$XDG_DATA_HOME"/buildmgr/tune/* "$out/" 2>/dev/null
 done
 
-log "ngl8: four arms, twice"
+log "ngl8: five arms, three times"
 ngl=(-dev CUDA0 -ngl 8)
-for round in 1 2; do
+for round in 1 2 3; do
     "$prefix/bin/llama-bench" -m /tmp/small.gguf -p 512 -n 32 -d 0,1024 -r 5 -o jsonl "${ngl[@]}" \
         >"$out/ngl-hand-$round.jsonl" 2>/dev/null
     "$prefix/bin/llama-bench" -m /tmp/small.gguf -p 512 -n 32 -d 0,1024 -r 5 -o jsonl "${ngl[@]}" --progress -v \
         >"$out/ngl-verbose-$round.jsonl" 2>"$out/ngl-verbose-$round.log"
-    for interval in 0.1 5; do
+    for interval in 0.1 1 5; do
         bm bench -m /tmp/small.gguf --depth 0,1024 --no-pg -p 512 -n 32 --runs 1 -r 5 --warmup 0 \
             --interval "$interval" --json "ngl8=cuda ${ngl[*]}" >"$out/ngl-bench-$interval-$round.json" \
             2>"$out/ngl-bench-$interval-$round.txt"
@@ -79,8 +82,8 @@ from pathlib import Path
 out = Path(sys.argv[1])
 def steady(samples, tokens):
     return statistics.median(tokens * 1e9 / ns for ns in samples[1:])
-for rnd in (1, 2):
-    for arm in ("hand", "verbose", "bench-0.1", "bench-5"):
+for rnd in (1, 2, 3):
+    for arm in ("hand", "verbose", "bench-0.1", "bench-1", "bench-5"):
         if arm.startswith("bench"):
             f = out / f"ngl-{arm}-{rnd}.json"
             rows = json.loads(f.read_text())["rows"] if f.exists() and f.stat().st_size else []
@@ -89,7 +92,8 @@ for rnd in (1, 2):
             rows = [json.loads(l) for l in f.read_text().splitlines() if l.startswith("{")] if f.exists() else []
         cells = [f"{r['n_prompt']}/{r['n_gen']}@{r['n_depth']}: {steady(r['samples_ns'], r['n_prompt'] + r['n_gen']):.1f}"
                  for r in rows if r.get("samples_ns")]
-        print(f"round {rnd} {arm:10} " + "  ".join(cells))
+        own = [t.get("observer_cpu_s") for t in rows[0]["buildmgr"]["timing"]] if arm.startswith("bench") and rows else []
+        print(f"round {rnd} {arm:10} " + "  ".join(cells) + (f"  (bench's own CPU s: {own})" if own else ""))
 PY
 log "done"
 echo done >"$out/finished"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -218,3 +220,13 @@ def test_threads_vary_around_llama_cpp_s_own_default_not_the_logical_cpu_count()
     assert oracle.thread_levels(8, 16) == (4, 16)  # SMT: half the cores, and every hardware thread
     assert oracle.thread_levels(2, 2) == (1,)
     assert oracle.thread_levels(1, 1) == ()
+
+
+def test_the_fit_s_answer_for_a_moe_keeps_each_override_one_word():
+    # llama-fit-params on an H100 for a 10-layer MoE fitted to an emulated 6 GiB card (docs/real-runs.md)
+    text = (Path(__file__).parent / "fixtures/h100/tune49/moe-fit.txt").read_text()
+    ctx, words = oracle.parse_seed(text)
+    assert ctx == 768 and words[:3] == ("-ngl", "11", "-ot")
+    overrides = words[3].split(",")
+    assert len(words) == 4 and len(overrides) == 6
+    assert overrides[0] == r"blk\.5\.ffn_(gate|up|gate_up|down).*=CPU" and all(o.endswith("=CPU") for o in overrides)
