@@ -34,9 +34,10 @@ def test_each_card_is_tried_under_each_of_its_names_but_never_two_names_of_one_c
         ("CUDA0",), ("Vulkan0",), ("CUDA1",), ("Vulkan1",),
         ("CUDA0", "CUDA1"), ("CUDA0", "Vulkan1"), ("Vulkan0", "CUDA1"), ("Vulkan0", "Vulkan1"),
     }  # fmt: skip
-    # over two cards both split modes; alone, no split mode to choose; equal cards need no -ts
+    # over two cards every split mode (layer by default, row, tensor); alone, none to choose; equal cards need no -ts
     two = [c for c in found if len(devices_of(c)) == 2]
-    assert {("-sm", "row") in zip(c.words, c.words[1:], strict=False) for c in two} == {True, False}
+    modes = [dict(zip(c.words, c.words[1:], strict=False)).get("-sm", "layer") for c in two]
+    assert sorted(modes) == sorted(["layer", "row", "tensor"] * 4)
     assert not any("-sm" in c.words for c in found if len(devices_of(c)) == 1)
     assert not any("-ts" in c.words for c in found)
     assert len({c.label for c in found}) == len(found)

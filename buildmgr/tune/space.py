@@ -1,5 +1,5 @@
 """The placements `tune` may try for one model on this host, written as the flags a user types for llama-cli: each
-card once (under each name it has here, one at a time), both split modes over several cards, layers or experts kept
+card once (under each name it has here, one at a time), every split mode over several cards, layers or experts kept
 on the CPU where the model does not fit the cards; then, one factor at a time, FlashAttention on and off, a larger
 micro-batch for prefill, and the thread counts where the CPU computes. The race takes them in stages (the placement,
 then each factor on the winner so far: the cost adds rather than multiplies); `grid` is their whole product. Pure:
@@ -18,6 +18,7 @@ FIT_MARGIN_MIB = 1024
 # How many offload steps past the least one memory allows are tried: the first that fits by llama.cpp's estimate is
 # not always the fastest (a compute buffer or the KV cache needs room too), and more steps only move weights away.
 OFFLOAD_STEPS = 3
+SPLITS = ("row", "tensor")  # beside llama.cpp's default, -sm layer
 UB_PREFILL = 2048  # llama.cpp's default -ub is 512; prefill of a large batch gains from more (issue #49: 1.54×)
 
 
@@ -109,7 +110,8 @@ def placements(space: Space, seed: Sequence[str]) -> list[Candidate]:
     by_name = {n: c for c in space.cards for n in c.names}
     for devices in _device_sets(space.cards):
         chosen = [by_name[n] for n in devices]
-        splits: list[Level] = [("", ())] if len(devices) == 1 else [("", ()), ("row", ("-sm", "row"))]
+        # over several cards each split mode; the placement check prunes one a backend here cannot run
+        splits: list[Level] = [("", ())] if len(devices) == 1 else [("", ()), *((m, ("-sm", m)) for m in SPLITS)]
         capacities = [c.capacity_mib for c in chosen]
         shares: list[Level] = [("", ())]
         if len(devices) > 1 and all(capacities) and len(set(capacities)) > 1:
