@@ -19,13 +19,14 @@ from buildmgr.bench.stats import ratio
 def main() -> None:
     grid, tune = (json.loads(Path(name).read_text()) for name in sys.argv[1:3])
     measured = {c["label"]: c for c in grid["candidates"] if c["units"]}
-    best = max(measured.values(), key=lambda c: c["ts"])
+    best = max(measured.values(), key=lambda c: c["value"])
+    unit = grid["unit"]
     chosen = tune["winner"]["label"]
     print(f"{tune['model']} ({tune['objective']} at depth {tune['depth']}, -c {tune['ctx']})")
     print(f"  candidates: {len(grid['candidates'])}, raced {len(measured)} in the grid")
-    print(f"  grid's best: {best['label']} {best['ts']:.1f} t/s over {len(best['units'])} processes")
+    print(f"  grid's best: {best['label']} {best['value']:.4g} {unit} over {len(best['units'])} processes")
     print(f"  grid's winner (fit unless beaten): {grid['winner']['label']}")
-    print(f"  tune's winner: {chosen} {tune['winner']['ts']['value']:.1f} t/s (its own race)")
+    print(f"  tune's winner: {chosen} {tune['winner']['value']['value']:.4g} {unit} (its own race)")
     if chosen in measured:
         found = ratio(best["units"], measured[chosen]["units"])
         print(f"  the grid's measure of tune's winner over the grid's best: {found.text() if found else 'n/a'}")

@@ -40,7 +40,8 @@ def register(sub: Subparsers, name: str) -> None:
         "--objective",
         choices=[o.value for o in Objective],
         default=Objective.TG.value,
-        help="what is made fastest: decode (tg) or prefill (pp) tokens/s at the depth (default tg)",
+        help="what is made best: decode (tg) or prefill (pp) tokens/s at the depth, or decode's energy per token "
+        "(j_per_token: needs NVML, amdgpu's or RAPL's counters for every device that works) (default tg)",
     )
     p.add_argument("--depth", type=int, default=config.DEFAULT_DEPTH, help="tokens already in the context (default 0)")
     p.add_argument(
@@ -130,24 +131,26 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _print(tuned: Tuned) -> None:
-    print("| candidate | state | t/s | processes | why |")
+    unit = tuned.request.objective.unit
+    print(f"| candidate | state | {unit} | processes | why |")
     print("|---|---|---:|---:|---|")
     for entry in tuned.entries:
         data = entry.to_json()
-        ts = f"{data['ts']:.4g}" if data["ts"] else ""
-        print(f"| {entry.name} | {entry.state.value} | {ts} | {data['processes']} | {entry.reason} |")
+        value = f"{data['value']:.4g}" if data["value"] else ""
+        print(f"| {entry.name} | {entry.state.value} | {value} | {data['processes']} | {entry.reason} |")
     plan = tuned.to_json()
     winner = plan["winner"]
     if winner is None:
         render.warn("no candidate finished the race")
     else:
-        ts = winner["ts"]
-        interval = f" [{ts['low']:.4g}, {ts['high']:.4g}]" if ts["low"] is not None else ""
+        found = winner["value"]
+        interval = f" [{found['low']:.4g}, {found['high']:.4g}]" if found["low"] is not None else ""
         share = winner["limit_percent"]
         limit = f", {share:.1f} % of the bandwidth limit" if share else ""
         limit += " (above 100 %: the limit is wrong here)" if share and share > 100 else ""
+        limit += f", {1 / found['value']:.4g} J/token" if unit != "t/s" else ""
         name = tuned.winner.name if tuned.winner else winner["label"]
-        print(f"winner: {name}: {ts['value']:.4g} t/s{interval} ({tuned.request.objective.value}{limit})")
+        print(f"winner: {name}: {found['value']:.4g} {unit}{interval} ({tuned.request.objective.value}{limit})")
         versus = tuned.versus_seed()
         if versus is not None and winner["label"] != "fit":
             print(f"against llama.cpp's fit: {versus.text()}" + (" (inside the noise)" if versus.within_noise else ""))

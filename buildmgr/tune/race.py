@@ -46,7 +46,7 @@ class Out:
 
 
 def speed(value: float) -> str:
-    """Tokens/s as tables show them: whole above 100, three figures below."""
+    """A figure as tables show it: whole above 100, three figures below."""
     return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
 
 
@@ -54,7 +54,7 @@ def best(standings: Sequence[Standing]) -> Standing:
     return max(standings, key=lambda s: s.value)
 
 
-def after_round(standings: Sequence[Standing], round_: int) -> list[Out]:
+def after_round(standings: Sequence[Standing], round_: int, unit: str = "t/s") -> list[Out]:
     """Who leaves the race after this round (1-based), each with why."""
     measured = [s for s in standings if s.units]
     if len(measured) < 2:
@@ -78,7 +78,7 @@ def after_round(standings: Sequence[Standing], round_: int) -> list[Out]:
             out.append(
                 Out(
                     other.label,
-                    f"screened out in round {round_}: {speed(other.value)} t/s against {lead.label}'s "
+                    f"screened out in round {round_}: {speed(other.value)} {unit} against {lead.label}'s "
                     f"{speed(lead.value)} (outside the fastest third)",
                     found,
                 )

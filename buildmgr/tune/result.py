@@ -34,7 +34,7 @@ class Entry:
     reason: str = ""
     need: dict[str, oracle.Need] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)  # what bench set for its runs (the pinning guard)
-    units: tuple[float, ...] = ()  # every process's figure, over all the stages it raced in
+    units: tuple[float, ...] = ()  # every process's figure (the objective's unit), over all the stages it raced in
     stage_units: tuple[float, ...] = ()  # those of the stage it races in now: a stage compares only these,
     # run interleaved in the same conditions
     versus_best: Ratio | None = None
@@ -46,7 +46,7 @@ class Entry:
             "reason": self.reason,
             "processes": len(self.units),
             "units": [round(u, 3) for u in self.units],
-            "ts": round(value, 3) if value else None,
+            "value": round(value, 3) if value else None,
             "versus_winner": self.versus_best.to_json() if self.versus_best else None,
             "need_mib": {name: n.to_json() for name, n in self.need.items()},
             "env_set": self.env,
@@ -110,6 +110,7 @@ class Tuned:
             "build": self.build,
             "model": str(self.request.model),
             "objective": self.request.objective.value,
+            "unit": self.request.objective.unit,
             "depth": self.request.depth,
             "ctx": self.ctx,
             "memory_emulated_mib": self.request.memory_mib,
@@ -119,7 +120,7 @@ class Tuned:
                 "label": winner.candidate.label,
                 "flags": list(winner.candidate.words),
                 "commands": self.commands,
-                "ts": interval_json(winner.units),
+                "value": interval_json(winner.units),
                 "limit_percent": meta.limit_percent if meta else None,
                 "j_per_token": meta.j_per_token if meta else None,
                 "validity": meta.validity.value if meta else None,

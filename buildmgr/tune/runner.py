@@ -16,16 +16,15 @@ from typing import TYPE_CHECKING
 
 from buildmgr import backends
 from buildmgr.bench import config as bench_config
-from buildmgr.bench import rows
+from buildmgr.bench import membw, rows
 from buildmgr.bench.aggregate import rows_of
 from buildmgr.bench.judge import Validity
 from buildmgr.bench.prepare import Planned, bandwidths, model_context, plan
 from buildmgr.bench.process import Run, run_once, test_key
 from buildmgr.bench.runner import cover, open_host, writable
-from buildmgr.bench.stats import geomean
 from buildmgr.errors import UserError
 from buildmgr.placement.cover import Covered
-from buildmgr.tune import oracle, race, serve, space
+from buildmgr.tune import measure, oracle, race, serve, space
 from buildmgr.tune.config import Request
 from buildmgr.tune.inputs import cards, config_of, fit_tool, margins, shape
 from buildmgr.tune.result import Entry, State, Tuned, decide
@@ -35,17 +34,6 @@ if TYPE_CHECKING:
 
 
 # --- the race ----------------------------------------------------------------------------------------------------
-
-
-def units_of(run: Run, test: tuple[int, int, int]) -> float | None:
-    """The process's steady speed on the objective's test: the geometric mean of its repetitions, the first kept
-    apart (it still pays warm-up inside the process)."""
-    tokens = test[0] + test[1]
-    for row in run.rows:
-        if test_key(row) == test:
-            steady = [tokens * 1e9 / ns for ns in (row.get("samples_ns") or [])[1:] if ns > 0]
-            return geomean(steady) if steady else None
-    return None
 
 
 def prune(
@@ -125,6 +113,7 @@ def race_all(
     whether the budget ended the race."""
     tests = bench_request.workload.tests()
     test = tests[0 if request.objective is space.Objective.PP else 1]
+    unit = request.objective.unit
     for label, (entry, _, _) in live.items():
         runs.setdefault(label, [])
         entry.stage_units = ()
@@ -144,31 +133,35 @@ def race_all(
             run = run_once(p, bench_request, environ, sources, rounds, bandwidth=bandwidths(p, host))
             runs[label].append(run)
             judged = run.judgements.get(tests.index(test) + 1)
-            value = units_of(run, test)
+            value, why = measure.units(run, p, test, request.objective)
             if run.failure or value is None:
-                entry.state, entry.reason = State.FAILED, run.failure or "printed no result for the test"
+                entry.state, entry.reason = State.FAILED, run.failure or why
             elif judged is not None and judged.validity is Validity.FALLBACK:
                 entry.state, entry.reason = State.FAILED, "fell back: " + "; ".join(judged.evidence)
             else:
                 entry.units += (value,)
                 entry.stage_units += (value,)
                 entry.state = State.FINALIST
-                say(f"  round {rounds}: {label}: {race.speed(value)} t/s ({run.ran.seconds:.1f} s)")
+                say(f"  round {rounds}: {label}: {race.speed(value)} {unit} ({run.ran.seconds:.1f} s)")
                 continue
             del in_race[label]
             say(f"  round {rounds}: {label}: {entry.reason}")
         standings = [race.Standing(label, e.stage_units, e is incumbent) for label, (e, _, _) in in_race.items()]
-        for out in [] if request.grid else race.after_round(standings, rounds - first_round + 1):
+        for out in [] if request.grid else race.after_round(standings, rounds - first_round + 1, unit):
             entry = in_race.pop(out.label)[0]
             entry.state, entry.reason, entry.versus_best = State.RACED_OUT, out.reason, out.ratio
         elapsed = time.monotonic() - started
         lead = (
-            f", ahead: {race.best(standings).label} {race.speed(race.best(standings).value)} t/s" if standings else ""
+            f", ahead: {race.best(standings).label} {race.speed(race.best(standings).value)} {unit}"
+            if standings
+            else ""
         )
         say(f"round {rounds}: {len(in_race)} in the race{lead} · {elapsed:.0f} s of a {request.budget_s:.0f} s budget")
         if len(in_race) <= 1 and not request.grid:
             break
-        share = leader_share(live, runs, standings, bench_request, environ, host, test)
+        # the limit bounds speed; energy has none to stop at
+        tg = request.objective is space.Objective.TG
+        share = leader_share(live, runs, standings, bench_request, environ, host, test) if tg else None
         if rounds > first_round and not request.grid and race.at_limit(share):
             notes.append(
                 f"{race.best(standings).label} decodes at {share:.1f} % of its bandwidth limit: nothing here can be "
@@ -184,6 +177,18 @@ def race_all(
     return rounds, False
 
 
+def energy_readable() -> None:
+    """Before anything runs: an energy objective needs a counter (a GPU library's, or the CPU's RAPL)."""
+    sources = backends.open_engines()
+    for source in sources:
+        source.close()
+    if not sources and not membw.rapl_files():
+        raise UserError(
+            "--objective j_per_token needs an energy counter, and none is readable here: no GPU library reports "
+            f"energy and {membw.rapl_unreadable()}; tune for tg or pp instead"
+        )
+
+
 def tune(
     dirs: Dirs,
     request: Request,
@@ -196,6 +201,8 @@ def tune(
 
     started = time.monotonic()
     build = store.find(dirs, request.build)
+    if request.objective is space.Objective.J_PER_TOKEN:
+        energy_readable()
     build.installed_tool("llama-bench")
     tool = fit_tool(build)
     trained = model_context(request.model)

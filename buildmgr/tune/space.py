@@ -25,6 +25,12 @@ UB_PREFILL = 2048  # llama.cpp's default -ub is 512; prefill of a large batch ga
 class Objective(Enum):
     TG = "tg"  # decode tokens/s at the depth
     PP = "pp"  # prefill tokens/s at the depth
+    J_PER_TOKEN = "j_per_token"  # decode's energy per token at the depth, every device that works counted
+
+    @property
+    def unit(self) -> str:
+        """What the race compares (higher is better): energy as its inverse, tokens per joule."""
+        return "tokens/J" if self is Objective.J_PER_TOKEN else "t/s"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,49 @@
+"""tune's energy objective: a process's tokens per joule from the CPU's counter over its steady repetitions (the
+first kept apart, as its speed), and none where a device that worked was not read."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from buildmgr.bench.judge import HOST, Role
+from buildmgr.bench.logs import LoadLog, Phase
+from buildmgr.bench.sampling import Sample
+from buildmgr.tune import measure, race
+from buildmgr.tune.space import Objective
+
+TEST = (0, 64, 0)  # tg64 at depth 0: llama-bench's second test
+
+
+def _run(cpu_watts: float | None) -> Any:
+    # three repetitions of a second each; the counter grows by cpu_watts J per second (RAPL: mJ here)
+    phases = [Phase(2, "generation", float(t), t + 1.0) for t in range(3)]
+    samples = [
+        Sample(t / 10, (), None, t / 10 * cpu_watts * 1000 if cpu_watts is not None else None) for t in range(31)
+    ]
+    rows = [{"n_prompt": 512, "n_gen": 0, "n_depth": 0}, {"n_prompt": 0, "n_gen": 64, "n_depth": 0}]
+    return SimpleNamespace(rows=rows, phases=phases, samples=samples, load=LoadLog())
+
+
+PLANNED: Any = SimpleNamespace(roles=[Role(HOST, None, True)], config=SimpleNamespace(cpu_overrides=False))
+
+
+def test_tokens_per_joule_over_the_steady_repetitions():
+    # 2 steady seconds at 10 W for 128 tokens: 20 J, 0.15625 J/token, 6.4 tokens/J
+    value, why = measure.units(_run(10.0), PLANNED, TEST, Objective.J_PER_TOKEN)
+    assert value == pytest.approx(6.4, rel=1e-3) and why == ""
+    # twice the power, half the tokens per joule: the race's "higher is better" holds for energy
+    assert measure.units(_run(20.0), PLANNED, TEST, Objective.J_PER_TOKEN)[0] == pytest.approx(3.2, rel=1e-3)
+
+
+def test_an_unread_counter_is_no_figure_and_says_why():
+    value, why = measure.units(_run(None), PLANNED, TEST, Objective.J_PER_TOKEN)
+    assert value is None and why.startswith("its energy was not read")
+
+
+def test_the_race_speaks_in_the_objective_s_unit():
+    standings = [race.Standing(f"c{i}", (v,)) for i, v in enumerate((9.0, 8.0, 7.0, 2.0, 1.0))]
+    out = race.after_round(standings, 1, Objective.J_PER_TOKEN.unit)
+    assert out and all("tokens/J" in o.reason and "t/s" not in o.reason for o in out)
