@@ -22,7 +22,7 @@ from buildmgr.backends.cuda.engines import NvmlEngines
 engines = NvmlEngines.open()
 rows, end = [], time.monotonic() + float(sys.argv[1])
 while time.monotonic() < end:
-    rows.append([engines.raw(h) for h in engines.handles])
+    rows.append([engines.raw(i) for i in range(len(engines.handles))])
     time.sleep(0.1)
 print(json.dumps({"users": engines.users(), "limits": engines.limits(), "readings": rows}), file=open(sys.argv[2], "w"))
 engines.close()

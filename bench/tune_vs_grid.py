@@ -18,9 +18,12 @@ from buildmgr.bench.stats import ratio
 
 def main() -> None:
     grid, tune = (json.loads(Path(name).read_text()) for name in sys.argv[1:3])
+    for plan in (grid, tune):  # plans written before the figure was named for its unit
+        for c in [*plan["candidates"], *([plan["winner"]] if plan["winner"] else [])]:
+            c.setdefault("value", c.pop("ts", None))
     measured = {c["label"]: c for c in grid["candidates"] if c["units"]}
     best = max(measured.values(), key=lambda c: c["value"])
-    unit = grid["unit"]
+    unit = grid.get("unit", "t/s")
     chosen = tune["winner"]["label"]
     print(f"{tune['model']} ({tune['objective']} at depth {tune['depth']}, -c {tune['ctx']})")
     print(f"  candidates: {len(grid['candidates'])}, raced {len(measured)} in the grid")

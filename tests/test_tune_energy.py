@@ -17,9 +17,9 @@ from buildmgr.tune.space import Objective
 TEST = (0, 64, 0)  # tg64 at depth 0: llama-bench's second test
 
 
-def _run(cpu_watts: float | None) -> Any:
-    # three repetitions of a second each; the counter grows by cpu_watts J per second (RAPL: mJ here)
-    phases = [Phase(2, "generation", float(t), t + 1.0) for t in range(3)]
+def _run(cpu_watts: float | None, seconds: float = 1.0) -> Any:
+    # three repetitions of `seconds` each; the counter grows by cpu_watts J per second (RAPL: mJ here)
+    phases = [Phase(2, "generation", t * seconds, (t + 1) * seconds) for t in range(3)]
     samples = [
         Sample(t / 10, (), None, t / 10 * cpu_watts * 1000 if cpu_watts is not None else None) for t in range(31)
     ]
@@ -32,15 +32,18 @@ PLANNED: Any = SimpleNamespace(roles=[Role(HOST, None, True)], config=SimpleName
 
 def test_tokens_per_joule_over_the_steady_repetitions():
     # 2 steady seconds at 10 W for 128 tokens: 20 J, 0.15625 J/token, 6.4 tokens/J
-    value, why = measure.units(_run(10.0), PLANNED, TEST, Objective.J_PER_TOKEN)
-    assert value == pytest.approx(6.4, rel=1e-3) and why == ""
+    found = measure.units(_run(10.0), PLANNED, TEST, Objective.J_PER_TOKEN)
+    assert found.value == pytest.approx(6.4, rel=1e-3) and not found.too_short
     # twice the power, half the tokens per joule: the race's "higher is better" holds for energy
-    assert measure.units(_run(20.0), PLANNED, TEST, Objective.J_PER_TOKEN)[0] == pytest.approx(3.2, rel=1e-3)
+    assert measure.units(_run(20.0), PLANNED, TEST, Objective.J_PER_TOKEN).value == pytest.approx(3.2, rel=1e-3)
 
 
-def test_an_unread_counter_is_no_figure_and_says_why():
-    value, why = measure.units(_run(None), PLANNED, TEST, Objective.J_PER_TOKEN)
-    assert value is None and why.startswith("its energy was not read")
+def test_an_unread_counter_is_the_candidate_s_and_a_test_too_short_to_read_is_the_workload_s():
+    unread = measure.units(_run(None), PLANNED, TEST, Objective.J_PER_TOKEN)
+    assert unread.value is None and not unread.too_short and unread.why.startswith("its energy was not read")
+    # a counter that was read, over repetitions of 0.2 s: the steady 0.4 s are under the 0.5 s a reading must span
+    short = measure.units(_run(10.0, seconds=0.2), PLANNED, TEST, Objective.J_PER_TOKEN)
+    assert short.value is None and short.too_short
 
 
 def test_the_race_speaks_in_the_objective_s_unit():

@@ -219,6 +219,7 @@ def test_threads_vary_around_llama_cpp_s_own_default_not_the_logical_cpu_count()
     assert oracle.parse_threads("usage: llama-bench [options]") is None
     assert oracle.thread_levels(16, 16) == (8,)  # the H100 host: no SMT
     assert oracle.thread_levels(8, 16) == (4, 16)  # SMT: half the cores, and every hardware thread
+    assert oracle.thread_levels(64, 8) == (4, 8)  # llama.cpp counts the host's cores, not this process's cpuset
     assert oracle.thread_levels(2, 2) == (1,)
     assert oracle.thread_levels(1, 1) == ()
 

@@ -107,7 +107,8 @@ class RunTiming:
     seconds: float
     startup_s: float | None
     load_s: float | None
-    observer_cpu_s: float | None = None  # buildmgr's own CPU time beside it (its sampler and readers)
+    # buildmgr's own CPU time beside it (its sampler and readers)
+    observer_cpu_s: float | None = field(default=None, metadata=OMIT_IF_NONE)
 
 
 @dataclass(frozen=True)

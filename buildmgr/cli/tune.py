@@ -47,7 +47,12 @@ def register(sub: Subparsers, name: str) -> None:
     p.add_argument(
         "-p", "--n-prompt", type=int, default=config.DEFAULT_N_PROMPT, help="prefill tokens per test (default 512)"
     )
-    p.add_argument("-n", "--n-gen", type=int, default=config.DEFAULT_N_GEN, help="decoded tokens per test (default 64)")
+    p.add_argument(
+        "-n",
+        "--n-gen",
+        type=int,
+        help=f"decoded tokens per test (default {config.DEFAULT_N_GEN}; {config.DEFAULT_N_GEN_ENERGY} for j_per_token)",
+    )
     p.add_argument("--ctx", type=int, help="the context to serve (default: the depth and the test, rounded up)")
     p.add_argument(
         "--memory",
@@ -93,10 +98,12 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr.tune import runner
 
     runs, repetitions, warmup = config.shape_of_runs(args.grid, args.max_runs, args.repetitions)
+    objective = Objective(args.objective)
+    n_gen = config.n_gen_for(objective, args.n_gen)
     for value, flag, least in (
         (args.depth, "--depth", 0),
         (args.n_prompt, "-p", 1),
-        (args.n_gen, "-n", 1),
+        (n_gen, "-n", 1),
         (runs, "--max-runs", 2),
         (repetitions, "-r", 2),
         (args.budget, "--budget", 0.1),
@@ -106,10 +113,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     request = config.Request(
         args.build,
         args.model,
-        Objective(args.objective),
+        objective,
         args.depth,
         args.n_prompt,
-        args.n_gen,
+        n_gen,
         args.ctx,
         config.parse_memory(args.memory),
         args.budget * 60,
@@ -148,7 +155,7 @@ def _print(tuned: Tuned) -> None:
         share = winner["limit_percent"]
         limit = f", {share:.1f} % of the bandwidth limit" if share else ""
         limit += " (above 100 %: the limit is wrong here)" if share and share > 100 else ""
-        limit += f", {1 / found['value']:.4g} J/token" if unit != "t/s" else ""
+        limit += f", {1 / found['value']:.4g} J/token" if unit != "t/s" and found["value"] else ""
         name = tuned.winner.name if tuned.winner else winner["label"]
         print(f"winner: {name}: {found['value']:.4g} {unit}{interval} ({tuned.request.objective.value}{limit})")
         versus = tuned.versus_seed()

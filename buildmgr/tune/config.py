@@ -15,6 +15,9 @@ from buildmgr.tune.space import Objective
 DEFAULT_DEPTH = 0
 DEFAULT_N_PROMPT = 512
 DEFAULT_N_GEN = 64  # decode tokens per test: each process repeats it, so fewer than bench's 128
+# for energy: a GPU's counter must be read over 0.5 s of steady decode (bench.limit.MIN_ENERGY_SECONDS) in every
+# process, 3 repetitions of 256 tokens even at 1,500 t/s
+DEFAULT_N_GEN_ENERGY = 256
 # Processes per candidate at most: screening is one each, the finalists run until an interval tells them apart.
 DEFAULT_MAX_RUNS = 4
 # Timed repetitions per process, the first kept apart (as bench): three steady samples each.
@@ -62,6 +65,12 @@ class Request:
                 f"--depth {self.depth} with -p {self.n_prompt} -n {self.n_gen} passes the model's context of {trained}"
             )
         return min(rounded, trained) if trained is not None else rounded
+
+
+def n_gen_for(objective: Objective, asked: int | None) -> int:
+    if asked is not None:
+        return asked
+    return DEFAULT_N_GEN_ENERGY if objective is Objective.J_PER_TOKEN else DEFAULT_N_GEN
 
 
 def shape_of_runs(grid: bool, max_runs: int | None, repetitions: int | None) -> tuple[int, int, int]:

@@ -4,13 +4,22 @@ its speed and from the same readings bench takes its J/token from."""
 
 from __future__ import annotations
 
-from buildmgr.bench import limit
+from dataclasses import dataclass
+
+from buildmgr.bench import limit, membw
 from buildmgr.bench.aggregate import steady_phases
 from buildmgr.bench.judge import HOST, partial
 from buildmgr.bench.prepare import Planned
 from buildmgr.bench.process import Run, test_key
 from buildmgr.bench.stats import geomean
 from buildmgr.tune.space import Objective
+
+
+@dataclass(frozen=True)
+class Figure:
+    value: float | None  # in the objective's unit; None: not measured, and why
+    why: str = ""
+    too_short: bool = False  # counters were read, but the test's phases were too short for them: the workload's fault
 
 
 def speed(run: Run, test: tuple[int, int, int]) -> float | None:
@@ -24,12 +33,21 @@ def speed(run: Run, test: tuple[int, int, int]) -> float | None:
     return None
 
 
-def tokens_per_joule(run: Run, planned: Planned, test: tuple[int, int, int]) -> tuple[float | None, str]:
+def _read(run: Run, pci: str | None) -> bool:
+    """Whether any sample read this device's energy or power (the CPU's packages where `pci` is None)."""
+    if pci is None:
+        return any(s.cpu_energy_mj is not None for s in run.samples)
+    return any(
+        r.energy_mj is not None or r.power_w is not None for s in run.samples for r in s.engines if r.pci_bus_id == pci
+    )
+
+
+def tokens_per_joule(run: Run, planned: Planned, test: tuple[int, int, int]) -> Figure:
     """Tokens per joule of the test's steady repetitions over every device that worked (the CPU where it computes),
-    or None with why it is not known."""
+    or why it is not known: a counter no sample read, or phases too short for the counters that were read."""
     index = next((i for i, row in enumerate(run.rows, 1) if test_key(row) == test), None)
     if index is None:
-        return None, "printed no result for the test"
+        return Figure(None, "printed no result for the test")
     phases = steady_phases([p for p in run.phases if p.test == index])
     devices: dict[str, str | None] = {r.name: r.pci_bus_id for r in planned.roles if not r.on_cpu}
     devices[limit.CPU] = None  # the CPU's packages, by RAPL
@@ -37,15 +55,25 @@ def tokens_per_joule(run: Run, planned: Planned, test: tuple[int, int, int]) -> 
     energy = limit.energy(phases, run.samples, devices, per_kind)
     cpu_works = planned.config.cpu_overrides or bool(partial(run.load)) or any(r.name == HOST for r in planned.roles)
     joules = limit.per_token(energy, phases, per_kind, cpu_works)
-    if not joules:
-        unknown = sorted({f"{e.device}: {e.unknown}" for e in energy if e.joules is None and e.unknown})
-        return None, "its energy was not read (" + ("; ".join(unknown) or "no reading inside its phases") + ")"
-    return 1 / joules, ""
+    if joules:
+        return Figure(1 / joules)
+    counted = [e for e in energy if cpu_works or e.device != limit.CPU]
+    unread = [e.device for e in counted if e.joules is None and not _read(run, devices.get(e.device.split("+")[0]))]
+    if unread:
+        why = "; ".join(f"{d}: {membw.rapl_unreadable() if d == limit.CPU else 'no sample read it'}" for d in unread)
+        return Figure(None, f"its energy was not read ({why})")
+    lasted = sum(p.end - p.start for p in phases)
+    return Figure(
+        None,
+        f"its steady repetitions lasted {lasted:.2f} s, too short for its energy counters to be read (their readings "
+        f"must span {limit.MIN_ENERGY_SECONDS} s)",
+        too_short=True,
+    )
 
 
-def units(run: Run, planned: Planned, test: tuple[int, int, int], objective: Objective) -> tuple[float | None, str]:
-    """The process's figure on the objective (higher is better), or None with why."""
+def units(run: Run, planned: Planned, test: tuple[int, int, int], objective: Objective) -> Figure:
+    """The process's figure on the objective (higher is better), or why there is none."""
     if objective is Objective.J_PER_TOKEN:
         return tokens_per_joule(run, planned, test)
     found = speed(run, test)
-    return found, "" if found is not None else "printed no result for the test"
+    return Figure(found, "" if found is not None else "printed no result for the test")

@@ -110,9 +110,12 @@ def default_threads(bench: Path, environ: Mapping[str, str]) -> int | None:
 
 
 def thread_levels(default: int, cpus: int) -> tuple[int, ...]:
-    """-t values tried beside llama.cpp's default: half of it (decode reads memory; fewer threads may read it as
-    fast and wait less for each other) and every CPU this process may use where that is more (SMT siblings)."""
-    return tuple(sorted({t for t in (max(default // 2, 1), cpus) if t != default and t >= 1}))
+    """-t values tried beside llama.cpp's default: half of what may run at once (decode reads memory; fewer threads
+    may read it as fast and wait less for each other), the CPUs this process may use where llama.cpp's default
+    counts more (it counts the host's cores, not an affinity mask or cpuset), and every CPU where that is more than
+    the default (SMT siblings)."""
+    usable = min(default, cpus)
+    return tuple(sorted({t for t in (max(usable // 2, 1), usable, cpus) if t != default}))
 
 
 def short(needs: Mapping[str, Need], capacity: Mapping[str, int | None], margin: int) -> list[str]:

@@ -45,8 +45,8 @@ class Entry:
             "state": self.state.value,
             "reason": self.reason,
             "processes": len(self.units),
-            "units": [round(u, 3) for u in self.units],
-            "value": round(value, 3) if value else None,
+            "units": [figure(u) for u in self.units],
+            "value": figure(value) if value else None,
             "versus_winner": self.versus_best.to_json() if self.versus_best else None,
             "need_mib": {name: n.to_json() for name, n in self.need.items()},
             "env_set": self.env,
@@ -139,17 +139,22 @@ class Tuned:
         }
 
 
+def figure(value: float) -> float:
+    """Six significant figures: t/s in the tens of thousands and tokens per joule of 0.01 alike."""
+    return float(f"{value:.6g}")
+
+
 def interval_json(units: Sequence[float]) -> dict[str, Any]:
     """The geometric mean over processes with its 95 % interval (none from one process)."""
     logs = [math.log(u) for u in units]
     mean = statistics.fmean(logs)
     if len(logs) < 2:
-        return {"value": round(math.exp(mean), 3), "low": None, "high": None, "processes": len(logs)}
+        return {"value": figure(math.exp(mean)), "low": None, "high": None, "processes": len(logs)}
     half = t975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
     return {
-        "value": round(math.exp(mean), 3),
-        "low": round(math.exp(mean - half), 3),
-        "high": round(math.exp(mean + half), 3),
+        "value": figure(math.exp(mean)),
+        "low": figure(math.exp(mean - half)),
+        "high": figure(math.exp(mean + half)),
         "processes": len(logs),
     }
 
@@ -166,7 +171,7 @@ def decide(raced: Sequence[Entry], objective: str, incumbent: Entry) -> Entry | 
     winner.state = State.WINNER
     lead = race.best(standings)
     if chosen is lead:
-        winner.reason = f"fastest by {objective} over {len(winner.stage_units)} processes"
+        winner.reason = f"best by {objective} over {len(winner.stage_units)} processes"
     else:
         ahead = f"{over_seed.text()}" if over_seed is not None else "one process each"
         held = "llama.cpp's fit" if winner.candidate.seed else winner.candidate.label

@@ -133,9 +133,13 @@ def race_all(
             run = run_once(p, bench_request, environ, sources, rounds, bandwidth=bandwidths(p, host))
             runs[label].append(run)
             judged = run.judgements.get(tests.index(test) + 1)
-            value, why = measure.units(run, p, test, request.objective)
+            figure = measure.units(run, p, test, request.objective)
+            value = figure.value
+            if figure.too_short and not run.failure:  # the workload's fault, not the candidate's: failing it would
+                # leave the slow ones to win
+                raise UserError(f"{label}: {figure.why}; raise -n (now {request.n_gen}) or -r")
             if run.failure or value is None:
-                entry.state, entry.reason = State.FAILED, run.failure or why
+                entry.state, entry.reason = State.FAILED, run.failure or figure.why
             elif judged is not None and judged.validity is Validity.FALLBACK:
                 entry.state, entry.reason = State.FAILED, "fell back: " + "; ".join(judged.evidence)
             else:
