@@ -499,6 +499,24 @@ def test_a_server_that_goes_away_mid_download_leaves_a_part_the_next_try_resumes
     assert archives.sha256_file(deliver.fetch(open_repo(str(repo)), held, dirs).archive) == held.sha256
 
 
+def test_an_index_padded_past_what_any_index_is_is_refused_unread_over_every_transport(tmp_path):
+    # valid JSON after 16 MiB of whitespace: read whole, it would parse and list (an unsigned repository signs nothing)
+    repo, _, host = published(tmp_path, sign=False)
+    before = json.loads(buildmgr(host, "repo", "list", str(repo), "--json").stdout)
+    indexed = repo / index.INDEX
+    indexed.write_text(" " * (16 << 20) + indexed.read_text())
+    server, url = serve(repo)
+    try:
+        for where in (str(repo), url):
+            result = buildmgr(host, "repo", "list", where, "--json")
+            failed = json.loads(result.stdout)  # the fault, not a listing
+            assert result.returncode == 1 and failed["exit_code"] == 1 and "error" in failed, (where, result.stdout)
+    finally:
+        server.shutdown()
+    indexed.write_text(indexed.read_text().lstrip())
+    assert json.loads(buildmgr(host, "repo", "list", str(repo), "--json").stdout) == before
+
+
 # --- an OCI registry: Debian's docker-registry on loopback ---------------------------------------------------------
 
 

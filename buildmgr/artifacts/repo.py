@@ -41,6 +41,10 @@ if TYPE_CHECKING:
 LOCK = ".lock"
 _BLOCK = 1 << 20
 TIMEOUT_S = 30.0
+# An index, a signature, a manifest or an entry is read whole into memory before any check: past this, none is what a
+# repository should serve (an index of a thousand archives is well under 1 MiB), and reading on is what a hostile
+# server wants. Archives are read by their signed size instead.
+METADATA_MAX = 16 << 20
 OCI_TAG = "sha256-"  # an archive's manifest is tagged sha256-<its digest>
 # a later signer's signature files, a manifest of their own: signature-<KEY ID>-<the archive's digest> (a prefix that
 # is not sha256-, which readers before it take for an archive's)
@@ -285,6 +289,17 @@ def open_repo(text: str) -> Repo:
     return DirRepo(text, Path(text))
 
 
+def capped(read: Callable[[int], bytes], where: str) -> bytes:
+    """What `read(n)` gives, refused past METADATA_MAX: never more than one byte over is read."""
+    data = read(METADATA_MAX + 1)
+    if len(data) > METADATA_MAX:
+        raise RepoError(
+            f"{where} is larger than {METADATA_MAX >> 20} MiB, which no index, signature or manifest is: refused "
+            "unread (is this a buildmgr repository?)"
+        )
+    return data
+
+
 def _open_regular(path: Path) -> BinaryIO:
     """A directory repository's file opened for reading, refused unless it is a regular file: a FIFO would wait for
     a writer for ever, a device (a link to /dev/zero) never ends. O_NONBLOCK so that opening a FIFO does not wait;
@@ -346,7 +361,7 @@ class DirRepo(_Layout):
     def read(self, relative: str) -> bytes | None:
         try:
             with _open_regular(self.path / relative) as handle:
-                return handle.read()
+                return capped(handle.read, str(self.path / relative))
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as err:
@@ -448,8 +463,7 @@ class HttpRepo(_Layout):
 
         try:
             with urllib.request.urlopen(self.url + relative, timeout=TIMEOUT_S) as response:
-                data: bytes = response.read()
-                return data
+                return capped(response.read, self.url + relative)
         except urllib.error.HTTPError as err:
             if err.code == 404:
                 return None
@@ -491,6 +505,16 @@ def _transport_errors() -> tuple[type[Exception], ...]:
     if "requests" in sys.modules:
         found.append(sys.modules["requests"].RequestException)
     return tuple(found)
+
+
+def _raw_reader(response: Any) -> Callable[[int], bytes]:
+    """requests' streamed body read up to n bytes, as sent (decoded where the server compressed it)."""
+
+    def read(n: int) -> bytes:
+        data: bytes = response.raw.read(n, decode_content=True)
+        return data
+
+    return read
 
 
 def _client(insecure: bool) -> Registry:
@@ -554,22 +578,23 @@ class OciRepo(Repo):
             raise RepoError(f"{self.text}: {what} failed ({shown})") from None
 
     def _manifest(self, client: Registry, tag: str) -> dict[str, Any] | None:
+        url = f"{client.prefix}://{self.registry}/v2/{self.name}/manifests/{tag}"
         response = client.do_request(
-            f"{client.prefix}://{self.registry}/v2/{self.name}/manifests/{tag}",
-            "GET",
-            headers={"Accept": "application/vnd.oci.image.manifest.v1+json"},
+            url, "GET", headers={"Accept": "application/vnd.oci.image.manifest.v1+json"}, stream=True
         )
-        if response.status_code == 404:
-            return None
-        response.raise_for_status()
-        found: dict[str, Any] = response.json()
+        with response:
+            if response.status_code == 404:
+                return None
+            response.raise_for_status()
+            found: dict[str, Any] = json.loads(capped(_raw_reader(response), url))
         return found
 
     def _blob(self, client: Registry, digest: str) -> bytes:
-        response = client.do_request(f"{client.prefix}://{self.registry}/v2/{self.name}/blobs/{digest}", "GET")
-        response.raise_for_status()
-        data: bytes = response.content
-        return data
+        url = f"{client.prefix}://{self.registry}/v2/{self.name}/blobs/{digest}"
+        response = client.do_request(url, "GET", stream=True)
+        with response:
+            response.raise_for_status()
+            return capped(_raw_reader(response), url)
 
     def _tags(self, client: Registry) -> list[str]:
         response = client.do_request(f"{client.prefix}://{self.registry}/v2/{self.name}/tags/list", "GET")
