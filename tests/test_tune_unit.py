@@ -232,3 +232,17 @@ def test_the_fit_s_answer_for_a_moe_keeps_each_override_one_word():
     overrides = words[3].split(",")
     assert len(words) == 4 and len(overrides) == 6
     assert overrides[0] == r"blk\.5\.ffn_(gate|up|gate_up|down).*=CPU" and all(o.endswith("=CPU") for o in overrides)
+
+
+def test_coverage_is_keyed_by_everything_but_the_thread_count():
+    assert space.without_threads(("-dev", "CUDA0", "-ncmoe", "5", "-fa", "0", "-t", "8")) == (
+        "-dev", "CUDA0", "-ncmoe", "5", "-fa", "0",
+    )  # fmt: skip
+    assert space.without_threads(("--threads", "4", "-ot", "exps=CPU")) == ("-ot", "exps=CPU")
+    # a -t variation of a winner shares its coverage; a -fa one does not (FlashAttention moves ops)
+    base = ("-ngl", "-1")
+    [_, t1] = space.varied(Candidate("fit", base, seed=True, cpu=True), [("", ()), ("t1", ("-t", "1"))])
+    [_, fa1, _] = space.varied(
+        Candidate("fit", base, seed=True), space.factors(Space((), DENSE, Objective.TG), True)[0]
+    )
+    assert space.without_threads(t1.words) == base != space.without_threads(fa1.words)

@@ -46,10 +46,12 @@ def prune(
     bench_request: bench_config.Request,
     environ: Mapping[str, str],
     say: Callable[[str], None],
+    taken: dict[tuple[str, ...], Covered],
 ) -> dict[str, tuple[Entry, Planned, Covered]]:
     """Those left to race, each with its plan, coverage (said, or that it could not be taken) and the environment
     its runs get; the others' entries say why not: the placement check's certain failure, llama.cpp's estimate past
-    what a device may hold, or ops the CPU would run for a device."""
+    what a device may hold, or ops the CPU would run for a device. `taken`: coverage already taken, by the flags
+    without -t (threads move no op: a candidate that differs only in them is not run again for it)."""
     live: dict[str, tuple[Entry, Planned, Covered]] = {}
     for entry, p in zip(entries, planned, strict=True):
         if p.blocked is not None:
@@ -64,7 +66,8 @@ def prune(
         if short:
             entry.reason = "does not fit: " + "; ".join(short)
             continue
-        covered = cover(p, bench_request, environ, say)
+        key = space.without_threads(entry.candidate.words)
+        covered = taken.get(key) or taken.setdefault(key, cover(p, bench_request, environ, say))
         partial = covered.coverage.partial if covered.coverage is not None else None
         if partial:
             entry.reason = f"falls back: {partial}"
@@ -257,6 +260,7 @@ def tune(
     entries: dict[str, Entry] = {}
     raced: dict[str, tuple[Entry, Planned, Covered]] = {}
     runs: dict[str, list[Run]] = {}
+    covered_by_flags: dict[tuple[str, ...], Covered] = {}
     candidates = space.grid(shaped, seed_words) if request.grid else space.placements(shaped, seed_words)
     winner: Entry | None = None
     rounds = stage = 0
@@ -273,9 +277,8 @@ def tune(
                 f"stage {stage}, {what}: {len(fresh)} new; pruning by the check, llama.cpp's memory estimate, coverage …"
             )
             stage_request = dataclasses.replace(bench_request, configs=tuple(config_of(e, build.id) for e in fresh))
-            live = prune(
-                fresh, plan(dirs, stage_request, environ), tool, request, ctx, capacity, stage_request, environ, say
-            )
+            planned = plan(dirs, stage_request, environ)
+            live = prune(fresh, planned, tool, request, ctx, capacity, stage_request, environ, say, covered_by_flags)
             for entry in fresh:
                 if entry.reason:
                     say(f"  not run: {entry.candidate.label}: {entry.reason}")

@@ -153,6 +153,20 @@ def factors(space: Space, cpu: bool) -> list[list[Level]]:
     return found
 
 
+def without_threads(words: Sequence[str]) -> tuple[str, ...]:
+    """The flags without -t N: what decides where each op runs (coverage) is the same at any thread count."""
+    kept: list[str] = []
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+        elif word in ("-t", "--threads"):
+            skip = True
+        else:
+            kept.append(word)
+    return tuple(kept)
+
+
 def varied(incumbent: Candidate, factor: Sequence[Level]) -> list[Candidate]:
     """The incumbent and the incumbent at each other level of one factor (a later stage of the race)."""
     return [incumbent] + [
