@@ -272,27 +272,41 @@ def _runs(lines: list[str]) -> tuple[list[int], dict[int, int]]:
 
     A program prints its backends' start-up lines, its build line, then its load log (before 2024-10 the build line
     came first and the start-up lines during the load). So a new run begins with a header that begins a device list,
-    a build line or a `system_info` line already seen in this run, a device the load log names again, a backend's
+    a build line or a `system_info` line already seen in this run, a device the load log names again for another
+    card (the same line again is the same program loading again: a fit's dry run, a draft model), a backend's
     start-up header after this run's build line that followed its start-up lines, and any llama.cpp line after
     llama-bench's footer (two builds or hosts in one text). A table printed twice in one run (the memory breakdown)
     begins none."""
     headers = [re.compile(pattern) for pattern in (*_RUN_HEADERS, *backends.run_headers())]
     starts = set(backends.start_headers())
     run, seen, runs, builds = 0, set[str](), list[int](), dict[int, int]()
+    cards: dict[str, str] = {}  # this run's indexed names, each with the card its load log gave it
     started = ended = False  # this run's program printed its build line after its start-up lines; its footer
     for line in lines:
         begins = {header.pattern for header in headers if header.search(line)}
-        # an indexed name is printed once per run (a hand-edited log may repeat a bare `RPC`)
-        if (using := _USING.search(line)) and using["name"][-1:].isdigit():
-            begins.add(f"using device {using['name']}")
+        # an indexed name is one card in a run (a hand-edited log may repeat a bare `RPC`): the same name for another
+        # card begins a new run; the same card again does not (one llama-server loads a model several times: its
+        # fit's dry runs, the model, a draft model)
+        using = _USING.search(line)
+        card = f"{using['description']} {using['pci'] or ''}" if using and using["name"][-1:].isdigit() else None
+        if using and card is not None and cards.get(using["name"], card) != card:
+            begins.add("another card under a name")
         footer = _BENCH_BUILD.search(line)
         build = footer or _BUILD.search(line)
         if build:
             begins.add("build line")
         if _SYSTEM_INFO.search(line):
             begins.add("system_info")
-        if begins & seen or (started and begins & starts) or (ended and (begins or _LLAMA_LINE.search(line))):
-            run, seen, started, ended = run + 1, set(), False, False
+        renamed = "another card under a name" in begins
+        if (
+            renamed
+            or begins & seen
+            or (started and begins & starts)
+            or (ended and (begins or _LLAMA_LINE.search(line)))
+        ):
+            run, seen, started, ended, cards = run + 1, set(), False, False, {}
+        if using and card is not None:
+            cards[using["name"]] = card
         if build:
             builds.setdefault(run, int(build["number"]))
             started = started or bool(seen & starts)

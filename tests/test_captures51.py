@@ -305,6 +305,22 @@ def test_one_program_of_two_backends_is_one_run():
     assert [(d.name, d.driver, d.run) for d in h200] == [("CUDA0", None, 0), ("Vulkan0", "NVIDIA", 0)]
 
 
+def test_one_server_loading_a_model_four_times_is_one_run_and_another_card_under_the_name_is_another():
+    """lavapipe/server-draft-model-four-loads.txt (this project's lavapipe, the pinned llama-server with -md, -v;
+    debug lines left out): llama.cpp's fit loads the model twice without weights, then the model, then the draft
+    model, and prints `using device Vulkan0 (…)` each time."""
+    text = (Path(__file__).parent / "fixtures" / "lavapipe" / "server-draft-model-four-loads.txt").read_text()
+    assert text.count("using device Vulkan0") == 4
+    assert [(d.name, d.run) for d in read_text(text).devices] == [("Vulkan0", 0), ("CPU", 0)]
+    # the same name for another card is another program's log pasted after it
+    head, _, last = text.rpartition("using device Vulkan0 (llvmpipe (LLVM 15.0.6, 256 bits)) (unknown id)")
+    other = head + "using device Vulkan0 (NVIDIA GeForce RTX 3090) (0000:01:00.0)" + last
+    assert {(d.name, d.run) for d in read_text(other).devices if d.name == "Vulkan0"} == {
+        ("Vulkan0", 0),
+        ("Vulkan0", 1),
+    }
+
+
 def ollama(text: str):
     return [
         (d.name, d.backend, d.index, d.description, d.memory_total_mib, d.memory_free_mib, d.run)
