@@ -71,3 +71,18 @@ def test_a_sample_reads_only_what_changes() -> None:
     assert "nvmlDeviceGetPowerManagementLimit" not in nvml.calls
     assert nvml.calls["nvmlDeviceGetUtilizationRates"] == 10
     assert engines.limits() == ["GPU 00000000:00:06.0: power limit 500 W is below its default 700 W"]
+
+
+def test_each_sample_keeps_how_long_its_reads_took():
+    import time
+
+    from buildmgr.bench.sampling import Sampler
+
+    class Slow:  # a vendor library whose every reading takes 20 ms
+        def read(self) -> list[Any]:
+            time.sleep(0.02)
+            return []
+
+    sample = Sampler([Slow()], 0.1).read()  # type: ignore[list-item]
+    assert sample.read_s is not None and sample.read_s >= 0.02
+    assert Sampler([], 0.1).read().read_s < 0.02  # type: ignore[operator]

@@ -102,6 +102,7 @@ def _samples_json(planned: Planned, run: Run) -> dict[str, Any]:
         "samples": [
             {
                 "t": round(s.at - run.started, 4),
+                "read_ms": round(s.read_s * 1000, 3) if s.read_s is not None else None,
                 "engines": [r._asdict() for r in s.engines],
                 "process": s.process._asdict() if s.process else None,
             }

@@ -31,6 +31,7 @@ class Sample(NamedTuple):
     engines: tuple[EngineReading, ...]
     process: ProcessReading | None
     cpu_energy_mj: float | None = None  # the CPU packages' RAPL counters, where readable
+    read_s: float | None = None  # how long reading it took: the sampler's own cost, beside the run it watches
 
 
 def read_process(pid: int, proc: Path = Path("/proc"), ticks: int | None = None) -> ProcessReading | None:
@@ -106,9 +107,11 @@ class Sampler:
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def read(self) -> Sample:
+        started = time.monotonic()
         engines = tuple(r for source in self.sources for r in source.read())
         energy = _rapl(self.rapl) if self.rapl else None
-        return Sample(time.monotonic(), engines, read_process(self.pid) if self.pid else None, energy)
+        process = read_process(self.pid) if self.pid else None
+        return Sample(started, engines, process, energy, time.monotonic() - started)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
