@@ -95,5 +95,18 @@ for rnd in (1, 2, 3):
         own = [t.get("observer_cpu_s") for t in rows[0]["buildmgr"]["timing"]] if arm.startswith("bench") and rows else []
         print(f"round {rnd} {arm:10} " + "  ".join(cells) + (f"  (bench's own CPU s: {own})" if own else ""))
 PY
+mkdir -p "$out/samples"
+cp "$XDG_DATA_HOME"/buildmgr/bench/*.samples.jsonl.gz "$out/samples/" 2>/dev/null
+python3 - "$out/samples" >>"$out/ngl.txt" 2>&1 <<'PY'
+import gzip, json, statistics, sys
+from pathlib import Path
+for path in sorted(Path(sys.argv[1]).glob("*.samples.jsonl.gz")):
+    for line in gzip.open(path, "rt"):
+        run = json.loads(line)
+        took = [s["read_ms"] for s in run["samples"] if s.get("read_ms") is not None]
+        if took:
+            print(f"{path.name} {run['config']} round {run['round']}: {len(took)} samples, read_ms median "
+                  f"{statistics.median(took):.2f}, max {max(took):.2f}")
+PY
 log "done"
 echo done >"$out/finished"
