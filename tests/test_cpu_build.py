@@ -19,6 +19,7 @@ import pytest
 from conftest import assert_user_error, buildmgr, make_env, user_recipe
 
 from buildmgr import ggml_api
+from buildmgr.artifacts import index
 from buildmgr.bench import membw
 from buildmgr.fsutil import sha256_file
 
@@ -834,6 +835,21 @@ def test_tune_runs_nothing_llama_cpp_estimates_will_not_fit_the_memory_given(env
             assert candidate["state"] == "not run" and candidate["reason"].startswith("does not fit: Host needs")
     assert fitting and fitting != {c["label"] for c in plan["candidates"]}
     assert plan["winner"]["label"] in fitting and plan["winner"]["memory_mib"]["Host"]["may_hold"] == limit
+
+
+def test_install_from_a_repository_holding_the_build_made_here_downloads_nothing(env, first_build, tmp_path):
+    """The archive's receipt is byte for byte this build's (it lists every file's sha256): it is installed already,
+    known without a download."""
+    packaged = json.loads(buildmgr(env, "package", "cpu", "-o", str(tmp_path / "dist"), "--json").stdout)
+    repo = tmp_path / "repo"
+    assert buildmgr(env, "publish", packaged["archive"], "--to", str(repo)).returncode == 0
+    [entry] = index.Index.from_text((repo / index.INDEX).read_text()).artifacts
+    (repo / entry.path).unlink()  # only an install that downloads nothing can succeed now
+    result = buildmgr(env, "install", "cpu", "--from", str(repo), "--allow-unsigned", "--json")
+    assert result.returncode == 0, result.stderr
+    [attempt] = json.loads(result.stdout)["attempts"]
+    assert attempt["outcome"] == "already installed"
+    assert not (Path(env["XDG_CACHE_HOME"]) / "buildmgr" / "downloads" / entry.sha256).exists()
 
 
 def test_tune_bad_input_is_one_line_and_a_build_without_the_fit_tool_says_how_to_get_it(env, first_build, tmp_path):

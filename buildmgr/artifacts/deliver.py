@@ -23,8 +23,9 @@ from buildmgr.artifacts.repo import IndexFiles, Progress, Repo, RepoError
 from buildmgr.config import Dirs
 from buildmgr.errors import BuildFailed, UserError
 from buildmgr.findings import Finding
-from buildmgr.fsutil import atomic_write_text, file_digests, locked
+from buildmgr.fsutil import atomic_write_text, file_digests, locked, sha256_file
 from buildmgr.jsonshape import ShapeError
+from buildmgr.receipt import FILE_NAME as RECEIPT
 
 if TYPE_CHECKING:
     from buildmgr.progress import Reporter
@@ -369,21 +370,30 @@ def installed_here(dirs: Dirs, entry: index.Entry) -> str | None:
 
 
 def installed_before(repo: Repo, dirs: Dirs, entry: index.Entry) -> Installed | None:
-    """The build these very bytes were installed as here (its receipt keeps the archive's sha256): known without a
-    download or an extraction, so a host that runs `install --from` again and again fetches only what is new. The
-    index's summary, which the candidate was judged and ranked by, must still be that receipt's (an index read
-    unsigned, with --allow-unsigned, may say anything)."""
+    """The build these very bytes were installed as here (its receipt keeps the archive's sha256), or the build
+    whose receipt is byte for byte the one the archive holds (built and packaged here: the receipt lists every
+    file's sha256, so its files are the archive's): known without a download or an extraction, so a host that runs
+    `install --from` again and again fetches only what is new. The index's summary, which the candidate was judged
+    and ranked by, must still be that receipt's (an index read unsigned, with --allow-unsigned, may say anything)."""
     for build in store.installed(dirs):
         origin = build.receipt.installed_from
-        if build.id == entry.summary.id and origin is not None and origin.sha256 == entry.sha256:
+        these_bytes = origin is not None and origin.sha256 == entry.sha256
+        if build.id == entry.summary.id and (these_bytes or _receipt_sha256(build) == entry.summary.receipt_sha256):
             found = index.summary_of(build.receipt, entry.summary.receipt_sha256)
             if found != entry.summary:
                 raise RepoError(
                     f"{entry.name}: the build installed from it is not what {repo.text}'s index says of it "
                     f"({_differing(found, entry.summary)}); nothing was installed"
                 )
-            return Installed(build, True, origin.warnings)
+            return Installed(build, True, origin.warnings if origin is not None and these_bytes else ())
     return None
+
+
+def _receipt_sha256(build: store.Build) -> str | None:
+    try:
+        return sha256_file(build.prefix / RECEIPT)
+    except OSError:
+        return None
 
 
 @dataclass(frozen=True)
