@@ -72,3 +72,8 @@ class HostFacts:
 def read() -> HostFacts:
     uname = os.uname()
     return HostFacts(uname.nodename, uname.sysname, uname.machine, os.cpu_count())
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask or cpuset; all of them where the OS has none to tell)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

@@ -173,7 +173,7 @@ def rows_of(
             outlier_process(by_run),
         )
         layers = partial(load)
-        cpu_works = planned.config.cpu_overrides or bool(layers) or any(r.name == HOST for r in planned.roles)
+        cpu_works = cpu_computes(planned, load)
         notes = [n for n in (*apart, observer_note(runs_kept, template, cpu_works, request.interval)) if n]
         if layers:
             shown = next((h for h in held if h.device != limit.CPU), None)
@@ -195,16 +195,7 @@ def rows_of(
                     f"{found_limit.percent:.0f} % of the bandwidth limit: above it, so the limit counted bytes this "
                     "run did not read (a bug in buildmgr's limit: please report it with this row)"
                 )
-        devices: dict[str, str | None] = {r.name: r.pci_bus_id for r in planned.roles if not r.on_cpu}
-        devices[limit.CPU] = None  # the CPU's packages, by RAPL
-        per_kind = {"prompt": test[0] or 0, "generation": test[1] or 0}
-        energy = limit.energy(phases, samples, devices, per_kind) if phases else ()
-        if any(e.device == limit.CPU and e.joules is None for e in energy) and not membw.rapl_files():
-            energy = tuple(
-                dataclasses.replace(e, unknown=membw.rapl_unreadable()) if e.device == limit.CPU else e for e in energy
-            )
-        # the CPU's counter counts where the CPU runs layers; elsewhere it may be unreadable (RAPL needs root)
-        j_per_token = limit.per_token(energy, phases, per_kind, cpu_works)
+        energy, j_per_token = energy_per_token(planned, phases, samples, test, cpu_works)
         first_summary = summarize(first)
         meta = rows.Meta(
             rows.SCHEMA,
@@ -243,6 +234,33 @@ def rows_of(
         )
         made.append(rows.Row(fields, meta))
     return made
+
+
+def cpu_computes(planned: Planned, load: logs.LoadLog | None) -> bool:
+    """Whether the CPU computes part of the CONFIG: no device chosen, layers its load log left to the CPU, or an
+    override keeping weights there."""
+    return planned.config.cpu_overrides or bool(partial(load)) or any(r.name == HOST for r in planned.roles)
+
+
+def energy_per_token(
+    planned: Planned,
+    phases: Sequence[logs.Phase],
+    samples: Sequence[Sample],
+    test: tuple[int, int, int],
+    cpu_works: bool,
+) -> tuple[tuple[limit.Energy, ...], float | None]:
+    """Each card's and the CPU's energy over these phases, and the test's joules per token: None unless every device
+    that worked was read (the CPU's counter counts where the CPU computes; elsewhere it may be unreadable, RAPL
+    needing root). A CPU entry nothing could read says why."""
+    devices: dict[str, str | None] = {r.name: r.pci_bus_id for r in planned.roles if not r.on_cpu}
+    devices[limit.CPU] = None  # the CPU's packages, by RAPL
+    per_kind = {"prompt": test[0] or 0, "generation": test[1] or 0}
+    energy = limit.energy(phases, samples, devices, per_kind) if phases else ()
+    if any(e.device == limit.CPU and e.joules is None for e in energy) and not membw.rapl_files():
+        energy = tuple(
+            dataclasses.replace(e, unknown=membw.rapl_unreadable()) if e.device == limit.CPU else e for e in energy
+        )
+    return energy, limit.per_token(energy, phases, per_kind, cpu_works)
 
 
 def observer_note(runs: Sequence[Run], row: Mapping[str, Any] | None, cpu_works: bool, interval: float) -> str | None:

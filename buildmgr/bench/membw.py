@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from buildmgr.fsutil import atomic_write_text, locked
+from buildmgr.hostfacts import usable_cpus
 
 ARRAY_MIB = 1024  # far beyond any last-level cache: the sum reads memory
 PASSES = 3
@@ -42,7 +43,7 @@ def measure() -> Bandwidth:
         import numpy as np  # gguf's dependency, so always here with buildmgr
     except ImportError:
         return Bandwidth(None, "numpy is not importable, so the CPU's bandwidth was not measured")
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = usable_cpus()
     parts: list[np.ndarray[Any, Any]] = [np.empty(0)] * cores
 
     def touch(index: int) -> None:

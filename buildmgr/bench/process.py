@@ -3,7 +3,6 @@ timed phases, its rows, load log and each test's judgement read, and a run that 
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from buildmgr.bench.judge import Judgement, judge, slowdowns
 from buildmgr.bench.prepare import Planned
 from buildmgr.bench.sampling import Sample, Sampler
 from buildmgr.crashes import Crash
+from buildmgr.hostfacts import usable_cpus
 
 TAIL_LINES = 15
 
@@ -135,7 +135,7 @@ def run_once(
         load_s,
         crash,
         observer,
-        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        usable_cpus(),
     )
 
 

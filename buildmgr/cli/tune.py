@@ -41,7 +41,7 @@ def register(sub: Subparsers, name: str) -> None:
         choices=[o.value for o in Objective],
         default=Objective.TG.value,
         help="what is made best: decode (tg) or prefill (pp) tokens/s at the depth, or decode's energy per token "
-        "(j_per_token: needs NVML, amdgpu's or RAPL's counters for every device that works) (default tg)",
+        "(j_per_token: needs an energy counter for every device that works, a GPU library's or the CPU's) (default tg)",
     )
     p.add_argument("--depth", type=int, default=config.DEFAULT_DEPTH, help="tokens already in the context (default 0)")
     p.add_argument(

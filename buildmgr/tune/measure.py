@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from buildmgr.bench import limit, membw
-from buildmgr.bench.aggregate import steady_phases
-from buildmgr.bench.judge import HOST, partial
+from buildmgr.bench import limit
+from buildmgr.bench.aggregate import cpu_computes, energy_per_token, steady_phases
 from buildmgr.bench.prepare import Planned
 from buildmgr.bench.process import Run, test_key
 from buildmgr.bench.stats import geomean
@@ -49,18 +48,15 @@ def tokens_per_joule(run: Run, planned: Planned, test: tuple[int, int, int]) -> 
     if index is None:
         return Figure(None, "printed no result for the test")
     phases = steady_phases([p for p in run.phases if p.test == index])
-    devices: dict[str, str | None] = {r.name: r.pci_bus_id for r in planned.roles if not r.on_cpu}
-    devices[limit.CPU] = None  # the CPU's packages, by RAPL
-    per_kind = {"prompt": test[0], "generation": test[1]}
-    energy = limit.energy(phases, run.samples, devices, per_kind)
-    cpu_works = planned.config.cpu_overrides or bool(partial(run.load)) or any(r.name == HOST for r in planned.roles)
-    joules = limit.per_token(energy, phases, per_kind, cpu_works)
+    cpu_works = cpu_computes(planned, run.load)
+    energy, joules = energy_per_token(planned, phases, run.samples, test, cpu_works)
     if joules:
         return Figure(1 / joules)
+    pci = {r.name: r.pci_bus_id for r in planned.roles if not r.on_cpu}
     counted = [e for e in energy if cpu_works or e.device != limit.CPU]
-    unread = [e.device for e in counted if e.joules is None and not _read(run, devices.get(e.device.split("+")[0]))]
+    unread = [e for e in counted if e.joules is None and not _read(run, pci.get(e.device.split("+")[0]))]
     if unread:
-        why = "; ".join(f"{d}: {membw.rapl_unreadable() if d == limit.CPU else 'no sample read it'}" for d in unread)
+        why = "; ".join(f"{e.device}: {e.unknown if e.device == limit.CPU else 'no sample read it'}" for e in unread)
         return Figure(None, f"its energy was not read ({why})")
     lasted = sum(p.end - p.start for p in phases)
     return Figure(

@@ -23,6 +23,7 @@ from buildmgr.bench.prepare import Planned, bandwidths, model_context, plan
 from buildmgr.bench.process import Run, run_once, test_key
 from buildmgr.bench.runner import cover, open_host, writable
 from buildmgr.errors import UserError
+from buildmgr.hostfacts import usable_cpus
 from buildmgr.placement.cover import Covered
 from buildmgr.tune import measure, oracle, race, serve, space
 from buildmgr.tune.config import Request
@@ -210,7 +211,7 @@ def tune(
     build = store.find(dirs, request.build)
     if request.objective is space.Objective.J_PER_TOKEN:
         energy_readable()
-    build.installed_tool("llama-bench")
+    bench = build.installed_tool("llama-bench")
     tool = fit_tool(build)
     trained = model_context(request.model)
     ctx = request.context(trained)
@@ -221,8 +222,8 @@ def tune(
     notes: list[str] = []
     if request.memory_mib:
         notes.append("emulated: " + ", ".join(f"{n} may hold {m} MiB" for n, m in request.memory_mib.items()))
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    default = oracle.default_threads(build.installed_tool("llama-bench"), environ)
+    cpus = usable_cpus()
+    default = oracle.default_threads(bench, environ)
     threads = oracle.thread_levels(default, cpus) if default is not None else ()
     if default is None:
         notes.append("llama-bench --help states no default thread count: -t is not varied")
