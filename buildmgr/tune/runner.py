@@ -68,6 +68,8 @@ def prune(
             entry.reason = "does not fit: " + "; ".join(short)
             continue
         key = space.without_threads(entry.candidate.words)
+        if key in taken:
+            say(f"  {entry.candidate.label}: coverage as taken without -t (threads move no op)")
         covered = taken.get(key) or taken.setdefault(key, cover(p, bench_request, environ, say))
         partial = covered.coverage.partial if covered.coverage is not None else None
         if partial:
