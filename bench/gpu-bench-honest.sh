@@ -2,7 +2,7 @@
 # Issue #48 on a lent H200: bench of six placements beside llama-bench -r 5 by hand under the same environment, in one
 # call. Build cuda+vulkan --sm 90 (FA kernels off: the -fa 1 CONFIGs are partial on CUDA, issue #47), write a
 # random-weight F16 dense llama (16 layers, 2048 wide) and a MoE (12 layers, 16 experts, 4 used), then:
-#   - `bench` at depths 0 and 1024 (--no-pg, -n 64, --runs 2, -r 4: the lent time is short) of CUDA0, Vulkan0, -ngl 8 (partial), -ot on half the layers,
+#   - `bench` at depths 0 and 1024 (--no-pg, -n 64, --runs RUNS (default 3), -r 4) of CUDA0, Vulkan0, -ngl 8 (partial), -ot on half the layers,
 #     -fa 1 on both backends, and on the MoE its experts on the CPU (-ot exps=CPU) beside all on CUDA0;
 #   - each of them by hand with llama-bench -r 5 -d 0,1024, with the environment bench set for it (its env_set);
 #   - OUT/compare.txt: per test, bench's steady median against the hand run's, the decode rows' limit share and the
@@ -13,6 +13,7 @@
 set -uo pipefail
 payload=${1:?usage: gpu-bench-honest.sh PAYLOAD OUT}
 out=${2:?usage: gpu-bench-honest.sh PAYLOAD OUT}
+runs=${RUNS:-3}
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/gpu-setup.sh" "$payload"
@@ -43,7 +44,7 @@ configs=(
 log "bench dense"
 plot=()  # matplotlib is an extra the image may lack
 if python3 -c 'import matplotlib' 2>/dev/null; then plot=(--plot "$out/dense.png"); fi
-bm bench -m /tmp/dense.gguf --depth 0,1024 --no-pg -n 64 --runs 2 -r 4 --json "${plot[@]}" "${configs[@]}" \
+bm bench -m /tmp/dense.gguf --depth 0,1024 --no-pg -n 64 --runs "$runs" -r 4 --json "${plot[@]}" "${configs[@]}" \
     >"$out/bench-dense.json" 2>"$out/bench-dense.txt"
 echo "exit $?" >>"$out/bench-dense.txt"
 
@@ -63,7 +64,7 @@ hand cuda0-fa /tmp/dense.gguf - -dev CUDA0 -fa 1
 hand vk0-fa /tmp/dense.gguf - -dev Vulkan0 -fa 1
 # the dense model's part comes whole first: a machine taken back half-way leaves a comparison of it
 log "bench moe"
-bm bench -m /tmp/moe.gguf --depth 0,1024 --no-pg -n 64 --runs 2 -r 4 --json \
+bm bench -m /tmp/moe.gguf --depth 0,1024 --no-pg -n 64 --runs "$runs" -r 4 --json \
     'moe-gpu=cuda+vulkan -dev CUDA0' 'moe-cpu-experts=cuda+vulkan -dev CUDA0 -ot exps=CPU' \
     >"$out/bench-moe.json" 2>"$out/bench-moe.txt"
 echo "exit $?" >>"$out/bench-moe.txt"

@@ -11,68 +11,87 @@
 #   - OUT/compare.txt: tune's winner against the grid's best, the device time of each, the winner over fit.
 # Then `-ngl 8` of a 1.7 GB dense model, five arms interleaved three times: llama-bench by hand, by hand with bench's
 # `--progress -v`, bench at engine intervals of 0.1, 1 and 5 s (OUT/ngl-*.json*, ngl.txt, with bench's own CPU time).
-# PAYLOAD as bench/gpu-setup.sh describes. Long: start it with setsid nohup and poll OUT/finished.
+# Knobs: RECIPE (default cuda; a build of it already on the machine is reused), PARTS (default "dense moe ngl"),
+# NGL_ARMS (default "hand verbose bench-0.1 bench-1 bench-5"), NGL_DEPTHS (default 0,1024), MOE_LAYERS, MOE_CARD,
+# WORKLOAD. PAYLOAD as bench/gpu-setup.sh describes. Long: start it with setsid nohup and poll OUT/finished.
 #
 #   setsid nohup bash bench/gpu-tune.sh .device/payload /tmp/tune >/tmp/tune.log 2>&1 &
 set -uo pipefail
 payload=${1:?usage: gpu-tune.sh PAYLOAD OUT}
 out=${2:?usage: gpu-tune.sh PAYLOAD OUT}
+recipe=${RECIPE:-cuda}  # a build of it already made on this machine is reused (bench/gpu-48-49.sh)
+parts=${PARTS:-dense moe ngl}  # which of the three parts run, in this order
 moe_layers=${MOE_LAYERS:-10}
 moe_card=${MOE_CARD:-6GiB}
 read -r -a workload <<<"${WORKLOAD:--p 128 -n 16 -r 3}"
+read -r -a ngl_arms <<<"${NGL_ARMS:-hand verbose bench-0.1 bench-1 bench-5}"
+ngl_depths=${NGL_DEPTHS:-0,1024}
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/gpu-setup.sh" "$payload"
 log() { echo "$(date +%T) $*" >>"$out/progress.txt"; }
+has() { [[ " $parts " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=index,name,memory.total,memory.free,driver_version --format=csv >"$out/gpus.txt" 2>&1
 lscpu >"$out/lscpu.txt" 2>&1
 
 log "build, models beside it"
 (
-    python3 "$here/gguf_model.py" /tmp/moe.gguf --embd 2048 --ff 1024 --layers "$moe_layers" --kv-heads 4 \
-        --experts 64 --used 8 --ctx 8192
-    python3 "$here/gguf_model.py" /tmp/dense.gguf --embd 4096 --ff 11008 --layers 16 --kv-heads 8 --ctx 8192
-    python3 "$here/gguf_model.py" /tmp/small.gguf --embd 2048 --ff 5632 --layers 16 --kv-heads 8 --ctx 8192
+    if has moe; then
+        python3 "$here/gguf_model.py" /tmp/tune-moe.gguf --embd 2048 --ff 1024 --layers "$moe_layers" --kv-heads 4 \
+            --experts 64 --used 8 --ctx 8192
+    fi
+    if has dense; then
+        python3 "$here/gguf_model.py" /tmp/tune-dense.gguf --embd 4096 --ff 11008 --layers 16 --kv-heads 8 --ctx 8192
+    fi
+    if has ngl; then
+        python3 "$here/gguf_model.py" /tmp/small.gguf --embd 2048 --ff 5632 --layers 16 --kv-heads 8 --ctx 8192
+    fi
 ) >"$out/models.log" 2>&1 &
 models=$!
 start=$(date +%s)
-bm build cuda --sm 90 -D GGML_CUDA_FA=OFF -j 16 --json >"$out/build.json" 2>"$out/build.txt"
-echo "build exit $? wall seconds: $(( $(date +%s) - start ))" >>"$out/build.txt"
+if ! prefix=$(bm which "$recipe" 2>/dev/null); then
+    bm build "$recipe" --sm 90 -D GGML_CUDA_FA=OFF -j 16 --json >"$out/build.json" 2>"$out/build.txt"
+    echo "build exit $? wall seconds: $(( $(date +%s) - start ))" >>"$out/build.txt"
+    prefix=$(bm which "$recipe")
+fi
 wait $models
 ls -l /tmp/*.gguf >"$out/models.txt"
-prefix=$(bm which cuda)
 
 for pair in "dense:24GiB" "moe:$moe_card"; do
     model=${pair%%:*} card=${pair#*:}
-    common=(-m "/tmp/$model.gguf" --memory "CUDA0=$card" "${workload[@]}" --json)
+    has "$model" || continue
+    common=(-m "/tmp/tune-$model.gguf" --memory "CUDA0=$card" "${workload[@]}" --json)
     log "$model: fit by hand (CUDA0=$card)"
     free=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits | head -1)
     want=$(python3 -c "import sys; from buildmgr.tune.config import parse_size; print(parse_size(sys.argv[1], 'x'))" "$card")
-    "$prefix/bin/llama-fit-params" -m "/tmp/$model.gguf" -c 768 -fitt $(( free - want + 1024 )) \
+    "$prefix/bin/llama-fit-params" -m "/tmp/tune-$model.gguf" -c 768 -fitt $(( free - want + 1024 )) \
         >"$out/$model-fit.txt" 2>"$out/$model-fit.log"
     log "$model: grid"
     start=$(date +%s)
-    bm tune cuda "${common[@]}" --grid --no-serve --budget 60 >"$out/$model-grid.json" 2>"$out/$model-grid.txt"
+    bm tune "$recipe" "${common[@]}" --grid --no-serve --budget 60 >"$out/$model-grid.json" 2>"$out/$model-grid.txt"
     echo "exit $? wall seconds: $(( $(date +%s) - start ))" >>"$out/$model-grid.txt"
     log "$model: tune"
     start=$(date +%s)
-    bm tune cuda "${common[@]}" >"$out/$model-tune.json" 2>"$out/$model-tune.txt"
+    bm tune "$recipe" "${common[@]}" >"$out/$model-tune.json" 2>"$out/$model-tune.txt"
     echo "exit $? wall seconds: $(( $(date +%s) - start ))" >>"$out/$model-tune.txt"
     python3 "$here/tune_vs_grid.py" "$out/$model-grid.json" "$out/$model-tune.json" >>"$out/compare.txt" 2>&1
     cp "$XDG_DATA_HOME"/buildmgr/tune/* "$out/" 2>/dev/null
 done
 
-log "ngl8: five arms, three times"
+if has ngl; then
+log "ngl8: arms ${ngl_arms[*]}, three times"
 ngl=(-dev CUDA0 -ngl 8)
 for round in 1 2 3; do
-    "$prefix/bin/llama-bench" -m /tmp/small.gguf -p 512 -n 32 -d 0,1024 -r 5 -o jsonl "${ngl[@]}" \
-        >"$out/ngl-hand-$round.jsonl" 2>/dev/null
-    "$prefix/bin/llama-bench" -m /tmp/small.gguf -p 512 -n 32 -d 0,1024 -r 5 -o jsonl "${ngl[@]}" --progress -v \
-        >"$out/ngl-verbose-$round.jsonl" 2>"$out/ngl-verbose-$round.log"
-    for interval in 0.1 1 5; do
-        bm bench -m /tmp/small.gguf --depth 0,1024 --no-pg -p 512 -n 32 --runs 1 -r 5 --warmup 0 \
-            --interval "$interval" --json "ngl8=cuda ${ngl[*]}" >"$out/ngl-bench-$interval-$round.json" \
-            2>"$out/ngl-bench-$interval-$round.txt"
+    for arm in "${ngl_arms[@]}"; do
+        case $arm in
+            hand) "$prefix/bin/llama-bench" -m /tmp/small.gguf -p 512 -n 32 -d "$ngl_depths" -r 5 -o jsonl "${ngl[@]}" \
+                    >"$out/ngl-hand-$round.jsonl" 2>/dev/null ;;
+            verbose) "$prefix/bin/llama-bench" -m /tmp/small.gguf -p 512 -n 32 -d "$ngl_depths" -r 5 -o jsonl \
+                    "${ngl[@]}" --progress -v >"$out/ngl-verbose-$round.jsonl" 2>"$out/ngl-verbose-$round.log" ;;
+            bench-*) bm bench -m /tmp/small.gguf --depth "$ngl_depths" --no-pg -p 512 -n 32 --runs 1 -r 5 --warmup 0 \
+                    --interval "${arm#bench-}" --json "ngl8=$recipe ${ngl[*]}" >"$out/ngl-$arm-$round.json" \
+                    2>"$out/ngl-$arm-$round.txt" ;;
+        esac
     done
     log "ngl8 round $round"
 done
@@ -108,5 +127,6 @@ for path in sorted(Path(sys.argv[1]).glob("*.samples.jsonl.gz")):
             print(f"{path.name} {run['config']} round {run['round']}: {len(took)} samples, read_ms median "
                   f"{statistics.median(took):.2f}, max {max(took):.2f}")
 PY
+fi
 log "done"
 echo done >"$out/finished"

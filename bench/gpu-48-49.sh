@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Issues #48 and #49 in one lent-machine session, most needed first: bench beside llama-bench by hand with three
+# processes per CONFIG (bench/gpu-bench-honest.sh, which builds cuda+vulkan), then on that build `-ngl 8` by hand
+# and by bench at two sampling intervals, three times interleaved, and tune beside its grid on the dense model
+# (bench/gpu-tune.sh). The MoE's grid needs more than what is left: a session of its own.
+#
+#   setsid nohup bash bench/gpu-48-49.sh .device/payload /tmp/g >/tmp/g.log 2>&1 &
+#   bash bench/gpu-poll.sh /tmp/g 540 "$OUT"    # in this call and each next one, until OUT/g/finished exists
+set -uo pipefail
+payload=${1:?usage: gpu-48-49.sh PAYLOAD OUT}
+out=${2:?usage: gpu-48-49.sh PAYLOAD OUT}
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$out"
+RUNS=3 bash "$here/gpu-bench-honest.sh" "$payload" "$out/honest"
+RECIPE=cuda+vulkan PARTS="ngl dense" NGL_ARMS="hand bench-0.1 bench-5" NGL_DEPTHS=0 \
+    bash "$here/gpu-tune.sh" "$payload" "$out/tune"
+echo done >"$out/finished"
