@@ -6,6 +6,8 @@
 #
 #   setsid nohup bash bench/gpu-48-49.sh .device/payload /tmp/g >/tmp/g.log 2>&1 &
 #   bash bench/gpu-poll.sh /tmp/g 540 "$OUT"    # in this call and each next one, until OUT/g/finished exists
+# Poll with no `carry`: a later call that carries the tree again replaces the directory the job runs from (the job
+# went on, but every program it started after that had no working directory).
 set -uo pipefail
 payload=${1:?usage: gpu-48-49.sh PAYLOAD OUT}
 out=${2:?usage: gpu-48-49.sh PAYLOAD OUT}

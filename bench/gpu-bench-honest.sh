@@ -4,7 +4,8 @@
 # random-weight F16 dense llama (16 layers, 2048 wide) and a MoE (12 layers, 16 experts, 4 used), then:
 #   - `bench` at depths 0 and 1024 (--no-pg, -n 64, --runs RUNS (default 3), -r 4) of CUDA0, Vulkan0, -ngl 8 (partial), -ot on half the layers,
 #     -fa 1 on both backends, and on the MoE its experts on the CPU (-ot exps=CPU) beside all on CUDA0;
-#   - each of them by hand with llama-bench -r 5 -d 0,1024, with the environment bench set for it (its env_set);
+#   - each of them by hand with llama-bench -r 5 -d 0,1024, HAND_RUNS (3) processes, with the environment bench set
+#     for it (its env_set); then cuda0-fa with llama-bench's stderr to a file, a line-at-a-time pipe and a gathering one;
 #   - OUT/compare.txt: per test, bench's steady median against the hand run's, the decode rows' limit share and the
 #     arithmetic behind it (read_mb, bandwidth), and the verdicts beside the hand runs' order.
 # PAYLOAD as bench/gpu-setup.sh describes plus whl-plot/. Long: start it with setsid nohup and poll OUT/finished.
@@ -14,6 +15,7 @@ set -uo pipefail
 payload=${1:?usage: gpu-bench-honest.sh PAYLOAD OUT}
 out=${2:?usage: gpu-bench-honest.sh PAYLOAD OUT}
 runs=${RUNS:-3}
+hand_runs=${HAND_RUNS:-3}  # processes by hand per CONFIG: where the CPU computes, one process is no reference to 5 %
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/gpu-setup.sh" "$payload"
@@ -53,8 +55,10 @@ hand() {  # name, model, env (K=V or -), llama-bench flags…
     local name=$1 model=$2 env=$3
     shift 3
     if [ "$env" = - ]; then env=(); else env=("$env"); fi
-    env "${env[@]}" "$bench" -m "$model" -p 512 -n 64 -d 0,1024 -r 5 -o jsonl "$@" \
-        >"$out/hand-$name.jsonl" 2>"$out/hand-$name.txt"
+    for k in $(seq "$hand_runs"); do
+        env "${env[@]}" "$bench" -m "$model" -p 512 -n 64 -d 0,1024 -r 5 -o jsonl "$@" \
+            >"$out/hand-$name-$k.jsonl" 2>"$out/hand-$name-$k.txt"
+    done
 }
 hand cuda0 /tmp/dense.gguf - -dev CUDA0
 hand vk0 /tmp/dense.gguf - -dev Vulkan0
@@ -72,6 +76,30 @@ log "moe by hand"
 hand moe-gpu /tmp/moe.gguf - -dev CUDA0
 hand moe-cpu-experts /tmp/moe.gguf GGML_CUDA_NO_PINNED=1 -dev CUDA0 -ot 'exps=CPU'
 
+log "reader"
+# cuda0-fa's decode read 0.79-0.84 of the hand run under bench in three runs: llama-bench -v prints a line per CUDA
+# graph replayed (17 a token here). Three rounds of: stderr to a file; to a pipe read a line at a time (bench's
+# reader before proc.GATHER_S); to a pipe read as bench reads it now.
+reader='import sys, os, time
+gather = float(sys.argv[1])
+while os.read(0, 1 << 16):
+    time.sleep(gather)'
+for k in 1 2 3; do
+    flags=(-m /tmp/dense.gguf -p 0 -n 64 -d 0 -r 5 -o jsonl -dev CUDA0 -fa 1 --progress -v)
+    "$bench" "${flags[@]}" >"$out/reader-file-$k.jsonl" 2>/dev/null
+    "$bench" "${flags[@]}" 2>&1 >"$out/reader-line-$k.jsonl" | python3 -c "$reader" 0
+    "$bench" "${flags[@]}" 2>&1 >"$out/reader-gather-$k.jsonl" | python3 -c "$reader" 0.005
+done
+python3 - "$out" >"$out/reader.txt" 2>&1 <<'PY'
+import json, statistics, sys
+from pathlib import Path
+for arm in ("file", "line", "gather"):
+    got = []
+    for f in sorted(Path(sys.argv[1]).glob(f"reader-{arm}-*.jsonl")):
+        got += [statistics.median(r["samples_ts"][1:]) for r in map(json.loads, f.read_text().splitlines()) if r["n_gen"]]
+    print(arm, " ".join(f"{g:.1f}" for g in got))
+PY
+
 log "compare"
 python3 - "$out" >"$out/compare.txt" 2>&1 <<'PY'
 import json, statistics, sys
@@ -81,17 +109,20 @@ for name in ("dense", "moe"):
     found = json.loads((out / f"bench-{name}.json").read_text())
     for row in found["rows"]:
         meta = row["buildmgr"]
-        hand_file = out / f"hand-{meta['config']}.jsonl"
-        hand = [json.loads(l) for l in hand_file.read_text().splitlines() if l.startswith("{")] if hand_file.exists() else []
         key = (row["n_prompt"], row["n_gen"], row["n_depth"])
-        by_hand = next((h for h in hand if (h["n_prompt"], h["n_gen"], h["n_depth"]) == key), None)
+        per_process = []  # each hand process's steady median, its first repetition left out as bench keeps it apart
+        for hand_file in sorted(out.glob(f"hand-{meta['config']}-*.jsonl")):
+            hand = [json.loads(l) for l in hand_file.read_text().splitlines() if l.startswith("{")]
+            per_process += [statistics.median(h["samples_ts"][1:]) for h in hand
+                            if (h["n_prompt"], h["n_gen"], h["n_depth"]) == key]
         steady = statistics.median(row["samples_ts"]) if row["samples_ts"] else None
-        hand_ts = statistics.median(by_hand["samples_ts"][1:]) if by_hand else None
+        hand_ts = statistics.median(per_process) if per_process else None
+        spread = f" hand processes {min(per_process):.4g}-{max(per_process):.4g}" if len(per_process) > 1 else ""
         share = f"{steady / hand_ts:.3f}" if steady and hand_ts else "-"
         limit = meta.get("limit") or {}
         print(f"{meta['config']:16} pp{row['n_prompt']} tg{row['n_gen']} d{row['n_depth']}: bench {steady} hand {hand_ts}"
               f" ratio {share} {meta['validity']} limit% {meta.get('limit_percent')} read_mb {limit.get('read_mb')}"
-              f" gbs {limit.get('bandwidth_gbs')}")
+              f" gbs {limit.get('bandwidth_gbs')}{spread}")
     print("\n".join(found["verdicts"]))
 PY
 cp "$XDG_DATA_HOME"/buildmgr/bench/* "$out/" 2>/dev/null

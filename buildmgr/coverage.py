@@ -33,6 +33,8 @@ OVERRIDE_LINE = re.compile(r"tensor (\S+) \(.*\) buffer type overridden to (\S+)
 _MOVED = re.compile(
     r"tensor '(\S+)' \((\S+)\) \(and (\d+) others\) cannot be used with preferred buffer type (\S+), using (\S+) instead"
 )
+# what llama.cpp's -fa auto resolved to, once the context's graph was probed (llama-context.cpp, resolve_fused_ops)
+_FA_AUTO = re.compile(r": Flash Attention (enabled|not supported, set to disabled)$")
 _SUFFIX = re.compile(r"-(\d+)$")
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
 _UNITS = {"K": 2**10, "M": 2**20, "": 2**20}  # a size of 10000M and more loses its unit to "%5.5s"
@@ -87,6 +89,7 @@ class Log:
     overridden: dict[str, str]  # tensor → the buffer type the user's -ot gave it
     moved: tuple[Moved, ...]
     kv: dict[int, str]  # layer → the device its KV cache is on (the CPU with -nkvo)
+    flash_attn_auto: bool | None = None  # what -fa auto turned FlashAttention to (None: not auto, or not said)
 
 
 def _size(number: str, unit: str) -> int:
@@ -111,6 +114,7 @@ def read(text: str) -> Log:
     overridden: dict[str, str] = {}
     moved: list[Moved] = []
     kv: dict[int, str] = {}
+    flash_attn_auto: bool | None = None
 
     def close() -> None:
         nonlocal tokens, splits
@@ -142,8 +146,10 @@ def read(text: str) -> Log:
             overridden[override.group(1)] = override.group(2)
         elif found := _MOVED.search(line):
             moved.append(Moved(found.group(1), found.group(2), int(found.group(3)), found.group(4), found.group(5)))
+        elif resolved := _FA_AUTO.search(line):
+            flash_attn_auto = resolved.group(1) == "enabled"
     close()
-    return Log(tuple(graphs), layers, overridden, tuple(moved), kv)
+    return Log(tuple(graphs), layers, overridden, tuple(moved), kv, flash_attn_auto)
 
 
 # --- judging --------------------------------------------------------------------------------------------------------
@@ -203,6 +209,7 @@ class GraphCoverage:
 class Coverage:
     layers: dict[str, int]  # device → repeating layers the loader gave it
     graphs: tuple[GraphCoverage, ...]
+    flash_attn_auto: bool | None = None  # what -fa auto resolved to in the run (None: -fa was given, or not said)
 
     def off(self, phases: Sequence[str] = PHASES) -> list[Off]:
         """Each kind of op off its layers' device in these graphs, once: from the graph where it is most."""
@@ -324,4 +331,5 @@ def cover(log: Log, removed: Sequence[RemovedKernels] = ()) -> Coverage | None:
     counts: dict[str, int] = {}
     for device in repeating.values():
         counts[device] = counts.get(device, 0) + 1
-    return Coverage(counts, tuple(judge(graph, phase, log, removed) for phase, graph in chosen))
+    graphs = tuple(judge(graph, phase, log, removed) for phase, graph in chosen)
+    return Coverage(counts, graphs, log.flash_attn_auto)

@@ -6,6 +6,7 @@ with the moment it arrived (a benchmark's phases); `started` keeps a server runn
 
 from __future__ import annotations
 
+import re
 import shlex
 import signal
 import time
@@ -150,6 +151,14 @@ def stream(
         return process.wait()
 
 
+# How long `watch`'s readers wait after each read: a program that logs thousands of lines a second (llama-bench -v
+# prints a line for every CUDA graph it replays, many per token where the CPU computes between them) wakes each
+# reader at most this often instead of once a line, since every wake-up takes a CPU from threads that wait on each
+# other; each line's arrival is known to within it.
+GATHER_S = 0.005
+_LINE_END = re.compile(rb"\r\n|\r|\n")  # as text mode reads them
+
+
 def watch(
     command: list[str],
     *,
@@ -158,26 +167,37 @@ def watch(
     on_start: Callable[[int], None] = lambda pid: None,
     on_line: Callable[[str, str, float], None] = lambda stream, line, at: None,
 ) -> Ran:
-    """Run it and hand every line to `on_line(stream, line, time.monotonic() when it arrived)` as it comes, from
-    stdout and stderr apart (a benchmark's phases are told by when its lines arrive); `on_start(pid)` once it runs.
-    Killed at the timeout; its output so far is kept."""
+    """Run it and hand every line to `on_line(stream, line, time.monotonic() when it was read)` as it comes, from
+    stdout and stderr apart (a benchmark's phases are told by when its lines arrive; lines read together share a
+    moment, at most GATHER_S late); `on_start(pid)` once it runs. Killed at the timeout; its output so far is kept."""
+    import os
     import subprocess  # here: a no-op build imports this module and starts no program
     import threading
 
     start = time.monotonic()
     try:
-        process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace", env=env
-        )
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     except OSError as err:
         return Ran(-1, "", str(err), 0.0, started=False)
     on_start(process.pid)
     kept: dict[str, list[str]] = {"stdout": [], "stderr": []}
 
-    def pump(name: str, handle: IO[str]) -> None:
-        for line in handle:
-            kept[name].append(line)
-            on_line(name, line.rstrip("\n"), time.monotonic())
+    def pump(name: str, handle: IO[bytes]) -> None:
+        pending = b""
+        while chunk := os.read(handle.fileno(), 1 << 16):
+            at = time.monotonic()
+            data = pending + chunk
+            cut = len(data) - data.endswith(b"\r")  # a line end split between two reads is one
+            *whole, pending = _LINE_END.split(data[:cut])
+            pending += data[cut:]
+            for raw in whole:
+                line = raw.decode(errors="replace")
+                kept[name].append(line + "\n")
+                on_line(name, line, at)
+            time.sleep(GATHER_S)
+        if pending:
+            kept[name].append(pending.decode(errors="replace"))
+            on_line(name, kept[name][-1], time.monotonic())
 
     readers = [
         threading.Thread(target=pump, args=(name, handle), daemon=True)
@@ -193,6 +213,9 @@ def watch(
         code, timed_out = process.wait(), True
     for reader in readers:
         reader.join()
+    for handle in (process.stdout, process.stderr):
+        if handle is not None:
+            handle.close()
     return Ran(-1 if timed_out else code, "".join(kept["stdout"]), "".join(kept["stderr"]), _since(start), timed_out)
 
 

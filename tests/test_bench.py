@@ -462,6 +462,25 @@ def test_watch_hands_over_each_line_with_when_it_came_and_kills_at_the_timeout()
     assert slow.timed_out and slow.stdout == "x\n"
 
 
+def test_watch_reads_a_flood_of_lines_in_few_wake_ups_and_loses_none():
+    """llama-bench -v prints a line for every CUDA graph it replays, thousands a second where the CPU computes
+    between them; a reader woken once a line takes a CPU from llama.cpp's threads each time (the lead for issue #48's
+    cuda0-fa, read at 0.8 of the hand run). A thousand lines a millisecond apart: every one, in order, in a few
+    hundred reads at most."""
+    script = (
+        "import os, time\n"
+        "for i in range(1000):\n"
+        "    os.write(2, b'line %d\\r\\n' % i if i % 2 else b'line %d\\n' % i)\n"
+        "    time.sleep(0.001)\n"
+    )
+    seen: list[tuple[str, float]] = []
+    ran = proc.watch([sys.executable, "-c", script], timeout=60, on_line=lambda s, line, at: seen.append((line, at)))
+    assert ran.ok and [line for line, _ in seen] == [f"line {i}" for i in range(1000)]
+    assert ran.stderr.splitlines() == [f"line {i}" for i in range(1000)]
+    reads = len({at for _, at in seen})
+    assert reads < 400, reads
+
+
 # --- the command line ------------------------------------------------------------------------------------------------
 
 

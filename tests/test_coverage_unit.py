@@ -302,3 +302,12 @@ def test_the_same_build_s_vulkan_device_runs_flash_attention_itself_and_nothing_
     assert found is not None and found.layers == {"Vulkan0": 4} and found.partial is None
     for graph in found.graphs:
         assert graph.ops["FLASH_ATTN_EXT"] == {"Vulkan0": 4} and graph.splits == 2 and graph.off == ()
+
+
+def test_what_flash_attention_auto_resolved_to_is_read_from_the_run_that_resolved_it():
+    """llama.cpp lays the KV cache out for FlashAttention before it resolves `-fa auto`, then says what auto became:
+    off on the H200's CUDA0 of a build without its FA kernels, on for the CPU; a run given -fa says nothing."""
+    assert coverage.cover(h200_log("sched-cuda0"), CUDA_FA_OFF).flash_attn_auto is False  # type: ignore[union-attr]
+    assert h200_log("sched-cuda0-fa").flash_attn_auto is None  # -fa 1: nothing to resolve
+    cpu = (Path(__file__).parent / "fixtures" / "bench" / "llama-bench-v-cpu.txt").read_text()
+    assert coverage.read(cpu).flash_attn_auto is True

@@ -246,3 +246,24 @@ def test_coverage_is_keyed_by_everything_but_the_thread_count():
         Candidate("fit", base, seed=True), space.factors(Space((), DENSE, Objective.TG), True)[0]
     )
     assert space.without_threads(t1.words) == base != space.without_threads(fa1.words)
+
+
+def test_forcing_flash_attention_on_has_a_twin_at_auto_and_turning_it_off_has_none():
+    """-fa 1 is one configuration with -fa auto wherever auto turns FlashAttention on (the KV cache is laid out for it
+    before auto is resolved); -fa 0 is not, where auto turns it off: the cache keeps that layout and every token
+    transposes V (llama-graph.cpp, "avoid this branch")."""
+    base = ("-dev", "CUDA0", "-ncmoe", "5")
+    assert space.auto_twin((*base, "-fa", "1", "-t", "8")) == base
+    assert space.auto_twin((*base, "--flash-attn", "on")) == base
+    assert space.auto_twin((*base, "-fa", "0")) is None and space.auto_twin(base) is None
+    assert space.without(("-t", "4", "-fa", "1", "-ub", "2048"), "-fa", "-ub") == ("-t", "4")
+
+
+def test_a_process_compared_side_by_side_is_one_of_the_same_round():
+    from buildmgr.tune.result import Entry, side_by_side
+
+    fit = Entry(Candidate("fit", (), seed=True), by_round={1: 100.0, 2: 102.0, 3: 98.0})
+    other = Entry(Candidate("Vulkan0", ("-dev", "Vulkan0")), by_round={1: 110.0, 2: 111.0, 3: 109.0, 5: 50.0})
+    seen = side_by_side(fit, other)  # round 5 ran without fit: not compared
+    assert seen is not None and seen.low is not None and seen.low > 1.0 and round(seen.value, 2) == 1.10
+    assert side_by_side(fit, Entry(Candidate("late", ()), by_round={3: 99.0, 4: 98.0})) is None  # one shared round

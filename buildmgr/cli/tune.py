@@ -158,7 +158,7 @@ def _print(tuned: Tuned) -> None:
         limit += f", {1 / found['value']:.4g} J/token" if unit != "t/s" and found["value"] else ""
         name = tuned.winner.name if tuned.winner else winner["label"]
         print(f"winner: {name}: {found['value']:.4g} {unit}{interval} ({tuned.request.objective.value}{limit})")
-        versus = tuned.versus_seed()
+        versus = tuned.versus_fit
         if versus is not None and winner["label"] != "fit":
             print(f"against llama.cpp's fit: {versus.text()}" + (" (inside the noise)" if versus.within_noise else ""))
         for name, line in tuned.commands.items():

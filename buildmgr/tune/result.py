@@ -37,6 +37,7 @@ class Entry:
     units: tuple[float, ...] = ()  # every process's figure (the objective's unit), over all the stages it raced in
     stage_units: tuple[float, ...] = ()  # those of the stage it races in now: a stage compares only these,
     # run interleaved in the same conditions
+    by_round: dict[int, float] = field(default_factory=dict)  # each process's figure by the round it ran in
     versus_best: Ratio | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -81,18 +82,12 @@ class Tuned:
     commands: dict[str, str]
     winner_row: rows.Row | None
     served: serve.Served | None
+    versus_fit: Ratio | None  # the winner over llama.cpp's fit where the two raced side by side
 
     @property
     def exit_code(self) -> int:
         """1 where nothing won or the winner did not serve."""
         return int(self.winner is None or (self.served is not None and self.served.failure is not None))
-
-    def versus_seed(self) -> Ratio | None:
-        """The winner over llama.cpp's fit, from the last stage, where the two raced side by side."""
-        seed = next((e for e in self.entries if e.candidate.seed), None)
-        if self.winner is None or seed is None or seed is self.winner or not seed.stage_units:
-            return None
-        return ratio(seed.stage_units, self.winner.stage_units)
 
     def to_json(self) -> dict[str, Any]:
         winner = self.winner
@@ -105,7 +100,7 @@ class Tuned:
                     "may_hold": room,
                     "headroom": room - n.total if room is not None else None,
                 }
-        versus = self.versus_seed()
+        versus = self.versus_fit
         return {
             "build": self.build,
             "model": str(self.request.model),
@@ -157,6 +152,15 @@ def interval_json(units: Sequence[float]) -> dict[str, Any]:
         "high": figure(math.exp(mean + half)),
         "processes": len(logs),
     }
+
+
+def side_by_side(base: Entry, other: Entry) -> Ratio | None:
+    """`other` over `base` in the rounds both ran in: interleaved, in the same conditions (None where fewer than
+    two)."""
+    shared = [r for r in base.by_round if r in other.by_round]
+    if len(shared) < 2:
+        return None
+    return ratio([base.by_round[r] for r in shared], [other.by_round[r] for r in shared])
 
 
 def decide(raced: Sequence[Entry], objective: str, incumbent: Entry) -> Entry | None:

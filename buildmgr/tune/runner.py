@@ -11,7 +11,6 @@ import os
 import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildmgr import backends
@@ -21,63 +20,22 @@ from buildmgr.bench.aggregate import rows_of
 from buildmgr.bench.judge import Validity
 from buildmgr.bench.prepare import Planned, bandwidths, model_context, plan
 from buildmgr.bench.process import Run, run_once, test_key
-from buildmgr.bench.runner import cover, open_host, writable
+from buildmgr.bench.runner import open_host, writable
+from buildmgr.bench.stats import ratio
 from buildmgr.errors import UserError
 from buildmgr.hostfacts import usable_cpus
 from buildmgr.placement.cover import Covered
 from buildmgr.tune import measure, oracle, race, serve, space
 from buildmgr.tune.config import Request
 from buildmgr.tune.inputs import cards, config_of, fit_tool, margins, shape
-from buildmgr.tune.result import Entry, State, Tuned, decide
+from buildmgr.tune.prune import prune
+from buildmgr.tune.result import Entry, State, Tuned, decide, side_by_side
 
 if TYPE_CHECKING:
     from buildmgr.config import Dirs
 
 
 # --- the race ----------------------------------------------------------------------------------------------------
-
-
-def prune(
-    entries: Sequence[Entry],
-    planned: Sequence[Planned],
-    tool: Path,
-    request: Request,
-    ctx: int,
-    capacity: Mapping[str, int | None],
-    bench_request: bench_config.Request,
-    environ: Mapping[str, str],
-    say: Callable[[str], None],
-    taken: dict[tuple[str, ...], Covered],
-) -> dict[str, tuple[Entry, Planned, Covered]]:
-    """Those left to race, each with its plan, coverage (said, or that it could not be taken) and the environment
-    its runs get; the others' entries say why not: the placement check's certain failure, llama.cpp's estimate past
-    what a device may hold, or ops the CPU would run for a device. `taken`: coverage already taken, by the flags
-    without -t (threads move no op: a candidate that differs only in them is not run again for it)."""
-    live: dict[str, tuple[Entry, Planned, Covered]] = {}
-    for entry, p in zip(entries, planned, strict=True):
-        if p.blocked is not None:
-            entry.reason = f"the placement check: {p.blocked.line()}"
-            continue
-        try:
-            entry.need = oracle.need(tool, request.model, ctx, entry.candidate.words, environ)
-        except oracle.FitFailed as err:
-            entry.reason = f"llama.cpp could not estimate its memory: {err}"
-            continue
-        short = oracle.short(entry.need, capacity, space.FIT_MARGIN_MIB)
-        if short:
-            entry.reason = "does not fit: " + "; ".join(short)
-            continue
-        key = space.without_threads(entry.candidate.words)
-        if key in taken:
-            say(f"  {entry.candidate.label}: coverage as taken without -t (threads move no op)")
-        covered = taken.get(key) or taken.setdefault(key, cover(p, bench_request, environ, say))
-        partial = covered.coverage.partial if covered.coverage is not None else None
-        if partial:
-            entry.reason = f"falls back: {partial}"
-            continue
-        entry.env = dict(p.env_set)
-        live[entry.candidate.label] = (entry, p, covered)
-    return live
 
 
 def leader_share(
@@ -151,6 +109,7 @@ def race_all(
             else:
                 entry.units += (value,)
                 entry.stage_units += (value,)
+                entry.by_round[rounds] = value
                 entry.state = State.FINALIST
                 say(f"  round {rounds}: {label}: {race.speed(value)} {unit} ({run.ran.seconds:.1f} s)")
                 continue
@@ -321,10 +280,13 @@ def tune(
                 break
             candidates = space.varied(winner.candidate, pending[stage - 1])
         seed = next(iter(entries.values()))
+        versus = side_by_side(seed, winner) if winner is not None and winner is not seed else None
         if winner is not None and winner is not seed and seed.candidate.label in raced and not request.grid:
             # the last stage: the winner against llama.cpp's fit, side by side, so that the change is seen to be
-            # faster in the same conditions (earlier stages compared it with other candidates)
-            if out_of_time:
+            # faster in the same conditions; not needed where the two already raced so and it was seen
+            if versus is not None and versus.low is not None and versus.low > 1.0:
+                say(f"{winner.candidate.label} was seen ahead of llama.cpp's fit side by side: {versus.text()}")
+            elif out_of_time:
                 notes.append(f"{winner.candidate.label} was not raced against llama.cpp's fit again: the budget ended")
             else:
                 stage += 1
@@ -335,6 +297,7 @@ def tune(
                     live, seed, bench_request, request, environ, sources, host, started, say, notes, runs, rounds + 1
                 )
                 winner = decide([seed, winner], request.objective.value, seed) or winner
+                versus = ratio(seed.stage_units, winner.stage_units) if winner is not seed else None
     finally:
         for source in sources:
             source.close()
@@ -389,6 +352,7 @@ def tune(
         commands,
         winner_row,
         served,
+        versus,
     )
     atomic_write_text(rows_path, "".join(json.dumps(r.to_json()) + "\n" for r in made))
     atomic_write_text(plan_path, json.dumps(tuned.to_json(), indent=2) + "\n")

@@ -153,18 +153,33 @@ def factors(space: Space, cpu: bool) -> list[list[Level]]:
     return found
 
 
-def without_threads(words: Sequence[str]) -> tuple[str, ...]:
-    """The flags without -t N: what decides where each op runs (coverage) is the same at any thread count."""
+def without(words: Sequence[str], *flags: str) -> tuple[str, ...]:
+    """The flags without these (each with its value)."""
     kept: list[str] = []
     skip = False
     for word in words:
         if skip:
             skip = False
-        elif word in ("-t", "--threads"):
+        elif word in flags:
             skip = True
         else:
             kept.append(word)
     return tuple(kept)
+
+
+def without_threads(words: Sequence[str]) -> tuple[str, ...]:
+    """The flags without -t N: what decides where each op runs (coverage) is the same at any thread count."""
+    return without(words, "-t", "--threads")
+
+
+def auto_twin(words: Sequence[str]) -> tuple[str, ...] | None:
+    """Where these flags force FlashAttention on, the same candidate at llama.cpp's -fa auto (and without -t): the
+    two are one configuration wherever auto turns it on, as llama.cpp lays the KV cache out for FlashAttention
+    before it resolves auto. Not so for -fa 0: where auto turns it off, the cache keeps that layout."""
+    pairs = itertools.pairwise(words)
+    if not any(flag in ("-fa", "--flash-attn") and value in ("1", "on") for flag, value in pairs):
+        return None
+    return without_threads(without(words, "-fa", "--flash-attn"))
 
 
 def varied(incumbent: Candidate, factor: Sequence[Level]) -> list[Candidate]:
