@@ -111,7 +111,7 @@ for name in ("dense", "moe"):
         meta = row["buildmgr"]
         key = (row["n_prompt"], row["n_gen"], row["n_depth"])
         per_process = []  # each hand process's steady median, its first repetition left out as bench keeps it apart
-        for hand_file in sorted(out.glob(f"hand-{meta['config']}-*.jsonl")):
+        for hand_file in sorted(out.glob(f"hand-{meta['config']}-[0-9]*.jsonl")):  # not cuda0-fa's for cuda0
             hand = [json.loads(l) for l in hand_file.read_text().splitlines() if l.startswith("{")]
             per_process += [statistics.median(h["samples_ts"][1:]) for h in hand
                             if (h["n_prompt"], h["n_gen"], h["n_depth"]) == key]

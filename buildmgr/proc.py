@@ -157,6 +157,7 @@ def stream(
 # other; each line's arrival is known to within it.
 GATHER_S = 0.005
 _LINE_END = re.compile(rb"\r\n|\r|\n")  # as text mode reads them
+_READ = 1 << 16
 
 
 def watch(
@@ -184,7 +185,7 @@ def watch(
 
     def pump(name: str, handle: IO[bytes]) -> None:
         pending = b""
-        while chunk := os.read(handle.fileno(), 1 << 16):
+        while chunk := os.read(handle.fileno(), _READ):
             at = time.monotonic()
             data = pending + chunk
             cut = len(data) - data.endswith(b"\r")  # a line end split between two reads is one
@@ -194,10 +195,12 @@ def watch(
                 line = raw.decode(errors="replace")
                 kept[name].append(line + "\n")
                 on_line(name, line, at)
-            time.sleep(GATHER_S)
+            if len(chunk) < _READ:  # more waiting is read at once
+                time.sleep(GATHER_S)
         if pending:
-            kept[name].append(pending.decode(errors="replace"))
-            on_line(name, kept[name][-1], time.monotonic())
+            line = pending.removesuffix(b"\r").decode(errors="replace")
+            kept[name].append(line + "\n" if pending.endswith(b"\r") else line)
+            on_line(name, line, time.monotonic())
 
     readers = [
         threading.Thread(target=pump, args=(name, handle), daemon=True)

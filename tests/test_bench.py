@@ -479,6 +479,18 @@ def test_watch_reads_a_flood_of_lines_in_few_wake_ups_and_loses_none():
     assert ran.stderr.splitlines() == [f"line {i}" for i in range(1000)]
     reads = len({at for _, at in seen})
     assert reads < 400, reads
+    # line ends as text mode reads them, split between two writes or at the very end
+    for parts, lines, text in (
+        ([b"a\r", b"\nb\rc"], ["a", "b", "c"], "a\nb\nc"),
+        ([b"a\nabc\r"], ["a", "abc"], "a\nabc\n"),
+        ([b"a\n", b"\r"], ["a", ""], "a\n\n"),
+    ):
+        script = f"import os, time\nfor part in {parts!r}:\n    os.write(1, part)\n    time.sleep(0.05)\n"
+        got: list[str] = []
+        ran = proc.watch(
+            [sys.executable, "-c", script], timeout=30, on_line=lambda s, line, at, into=got: into.append(line)
+        )
+        assert (got, ran.stdout) == (lines, text), parts
 
 
 # --- the command line ------------------------------------------------------------------------------------------------

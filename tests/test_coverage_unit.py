@@ -4,6 +4,7 @@ it meets; the real runs are in test_cpu_build.py (CPU) and test_vulkan_build.py 
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 from pathlib import Path
 
@@ -311,3 +312,19 @@ def test_what_flash_attention_auto_resolved_to_is_read_from_the_run_that_resolve
     assert h200_log("sched-cuda0-fa").flash_attn_auto is None  # -fa 1: nothing to resolve
     cpu = (Path(__file__).parent / "fixtures" / "bench" / "llama-bench-v-cpu.txt").read_text()
     assert coverage.read(cpu).flash_attn_auto is True
+
+
+def test_bench_says_where_fa_auto_turned_flash_attention_off_after_laying_the_cache_out_for_it():
+    from buildmgr.bench.aggregate import fa_auto_notes
+    from buildmgr.placement.cover import Covered
+
+    off = coverage.cover(h200_log("sched-cuda0"), CUDA_FA_OFF)  # auto resolved off
+    assert off is not None
+    covered = {
+        "cuda0": Covered(off),
+        "cuda0-fa": Covered(coverage.cover(h200_log("sched-cuda0-fa"), CUDA_FA_OFF)),  # -fa 1: nothing resolved
+        "vk0": Covered(dataclasses.replace(off, flash_attn_auto=True)),  # auto resolved on
+        "untaken": Covered(None, "the coverage run failed"),
+    }
+    [note] = fa_auto_notes(covered)
+    assert note.startswith("cuda0: ") and "-fa 0" in note

@@ -267,3 +267,30 @@ def test_a_process_compared_side_by_side_is_one_of_the_same_round():
     seen = side_by_side(fit, other)  # round 5 ran without fit: not compared
     assert seen is not None and seen.low is not None and seen.low > 1.0 and round(seen.value, 2) == 1.10
     assert side_by_side(fit, Entry(Candidate("late", ()), by_round={3: 99.0, 4: 98.0})) is None  # one shared round
+
+
+@pytest.mark.parametrize("resolved", [True, False, None])
+def test_forcing_flash_attention_on_is_not_run_only_where_its_twin_s_run_said_auto_turned_it_on(monkeypatch, resolved):
+    from types import SimpleNamespace
+
+    from buildmgr import coverage
+    from buildmgr.placement.cover import Covered
+    from buildmgr.tune import prune
+    from buildmgr.tune.result import Entry
+
+    asked: list[tuple[str, ...]] = []
+    monkeypatch.setattr(prune.oracle, "need", lambda tool, model, ctx, words, environ: asked.append(words) or {})
+    monkeypatch.setattr(prune, "cover", lambda p, request, environ, say: Covered(coverage.Coverage({}, ())))
+    base = ("-dev", "Vulkan0")
+    taken = {base: Covered(coverage.Coverage({"Vulkan0": 2}, (), flash_attn_auto=resolved))}
+    fa1, fa0 = (
+        Entry(Candidate("Vulkan0 fa1", (*base, "-fa", "1"))),
+        Entry(Candidate("Vulkan0 fa0", (*base, "-fa", "0"))),
+    )
+    planned = [SimpleNamespace(blocked=None, env_set={})] * 2
+    request = SimpleNamespace(model=Path("m.gguf"))
+    live = prune.prune([fa1, fa0], planned, Path("fit"), request, 512, {}, None, {}, print, taken)  # type: ignore[arg-type]
+    if resolved:  # the same configuration as the incumbent: neither estimated nor run
+        assert list(live) == ["Vulkan0 fa0"] and fa1.reason == prune.TWIN and (*base, "-fa", "1") not in asked
+    else:  # auto turned it off, or was not resolved: forcing it on is a candidate of its own
+        assert list(live) == ["Vulkan0 fa1", "Vulkan0 fa0"] and not fa1.reason

@@ -357,6 +357,8 @@ def test_coverage_names_the_op_lavapipe_cannot_run_and_bench_calls_that_config_p
     assert by_config["vk"]["validity"] != "partial" and by_config["vk"]["coverage"]["partial"] is None
     assert f"vk-fa is partial: FLASH_ATTN_EXT ×2 on CPU ({cause})" in found["verdicts"]
     assert "vk-fa: coverage: FLASH_ATTN_EXT ×2 on CPU" in benched.stderr
+    # vk's -fa auto was resolved off after llama.cpp had laid the KV cache out for FlashAttention: said; vk-fa forced it
+    assert [n.split(":")[0] for n in found["notes"] if "-fa auto turned FlashAttention off" in n] == ["vk"]
     for written in (found["file"], found["samples"]):  # the module's bench tests read <data>/bench as theirs alone
         Path(written).unlink()
 

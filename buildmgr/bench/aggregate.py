@@ -310,6 +310,18 @@ def pinned_notes(planned: Sequence[Planned], made: Sequence[rows.Row], allowed: 
     return notes
 
 
+def fa_auto_notes(covered: Mapping[str, Covered]) -> list[str]:
+    """Each CONFIG whose -fa auto turned FlashAttention off, as its coverage run's log says: llama.cpp made the KV
+    cache in FlashAttention's layout before it resolved auto (llama-context.cpp), so each token copies every layer's
+    V transposed (llama-graph.cpp: "avoid this branch"), a cost that grows with the depth and -fa 0 does not pay."""
+    return [
+        f"{label}: -fa auto turned FlashAttention off here, after the KV cache was laid out for it: each token copies "
+        "every layer's V transposed, more with depth; -fa 0 does not"
+        for label, found in covered.items()
+        if found.coverage is not None and found.coverage.flash_attn_auto is False
+    ]
+
+
 def with_baseline(made: list[rows.Row]) -> list[rows.Row]:
     """Each row with its ratio to the same test of the baseline on the same model: the first CONFIG whose rows are
     all valid, else the first that may be ranked, else the first (a fallback is a baseline only where all fell back)."""

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from buildmgr import backends
 from buildmgr.bench import logs, rows
-from buildmgr.bench.aggregate import pinned_notes, rows_of, with_baseline
+from buildmgr.bench.aggregate import fa_auto_notes, pinned_notes, rows_of, with_baseline
 from buildmgr.bench.compare import compare
 from buildmgr.bench.config import Request
 from buildmgr.bench.judge import Validity, with_coverage
@@ -204,7 +204,7 @@ def bench(
         for row in rows_of(p, runs[p.config.label], request, environ, host_notes, host, covered.get(p.config.label))
     ]
     made = with_baseline(made)
-    for note in pinned_notes(planned, made, request.allow_pinned):
+    for note in fa_auto_notes(covered) + pinned_notes(planned, made, request.allow_pinned):
         notes.append(note)
         say(f"note: {note}")
     devices_of = {p.config.label: len(p.roles) for p in planned}
