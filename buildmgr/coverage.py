@@ -35,6 +35,12 @@ _MOVED = re.compile(
 )
 # what llama.cpp's -fa auto resolved to, once the context's graph was probed (llama-context.cpp, resolve_fused_ops)
 _FA_AUTO = re.compile(r": Flash Attention (enabled|not supported, set to disabled)$")
+# llama.cpp made the KV cache before it resolved auto (llama-context.cpp), in FlashAttention's layout; without it
+# each token copies V transposed (llama-graph.cpp: "avoid this branch")
+FA_AUTO_OFF = (
+    "-fa auto turned FlashAttention off here, after the KV cache was laid out for it: each token copies every "
+    "layer's V transposed, more with depth; -fa 0 does not"
+)
 _SUFFIX = re.compile(r"-(\d+)$")
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
 _UNITS = {"K": 2**10, "M": 2**20, "": 2**20}  # a size of 10000M and more loses its unit to "%5.5s"
@@ -235,6 +241,7 @@ class Coverage:
             "layers": self.layers,
             "graphs": [g.to_json() for g in self.graphs],
             "partial": self.partial,
+            "flash_attn_auto": self.flash_attn_auto,
         }
 
 

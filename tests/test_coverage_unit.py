@@ -328,3 +328,18 @@ def test_bench_says_where_fa_auto_turned_flash_attention_off_after_laying_the_ca
     }
     [note] = fa_auto_notes(covered)
     assert note.startswith("cuda0: ") and "-fa 0" in note
+
+
+def test_check_says_where_fa_auto_turned_flash_attention_off_and_nothing_where_it_was_given():
+    from buildmgr.cli import render
+    from buildmgr.placement.cover import Covered
+
+    for name, said in (("sched-cuda0", True), ("sched-cuda0-fa", False)):
+        lines: list[tuple[str, str]] = []
+        render.coverage(
+            Covered(coverage.cover(h200_log(name), CUDA_FA_OFF)),
+            lambda text, style="", into=lines: into.append((text, style)),
+        )
+        assert [(t.strip(), s) for t, s in lines if "-fa auto" in t] == (
+            [(coverage.FA_AUTO_OFF, "yellow")] if said else []
+        )

@@ -337,7 +337,9 @@ def test_coverage_names_the_op_lavapipe_cannot_run_and_bench_calls_that_config_p
     decode = covered["graphs"][1]
     assert decode["copied_bytes_per_token"] > 64 * 1024  # the KV cache crosses to the CPU for every token
     without = buildmgr(env, "check", "vulkan", "--model", str(model), "--json", *flags[:-2])
-    assert json.loads(without.stdout)["tests"][0]["coverage"]["partial"] is None  # -fa auto: llama.cpp turns it off
+    found_without = json.loads(without.stdout)["tests"][0]["coverage"]
+    assert found_without["partial"] is None  # -fa auto: llama.cpp turns it off, after laying the KV cache out for it
+    assert found_without["flash_attn_auto"] is False
     # what the user put on the CPU is no fallback: the KV cache (-nkvo), the feed-forward (-ot) and what it feeds
     kept = buildmgr(env, "check", "vulkan", "--model", str(model), "--json", *flags, "-nkvo")
     assert json.loads(kept.stdout)["tests"][0]["coverage"]["partial"] is None, kept.stdout

@@ -20,6 +20,7 @@ from buildmgr.bench.prepare import Planned, bandwidths
 from buildmgr.bench.process import Run, peak_of, test_key
 from buildmgr.bench.sampling import Sample
 from buildmgr.bench.stats import CV_WARN, geomean, ratio, summarize
+from buildmgr.coverage import FA_AUTO_OFF
 from buildmgr.placement.cover import Covered
 from buildmgr.receipt import FILE_NAME as RECEIPT
 
@@ -311,12 +312,9 @@ def pinned_notes(planned: Sequence[Planned], made: Sequence[rows.Row], allowed: 
 
 
 def fa_auto_notes(covered: Mapping[str, Covered]) -> list[str]:
-    """Each CONFIG whose -fa auto turned FlashAttention off, as its coverage run's log says: llama.cpp made the KV
-    cache in FlashAttention's layout before it resolved auto (llama-context.cpp), so each token copies every layer's
-    V transposed (llama-graph.cpp: "avoid this branch"), a cost that grows with the depth and -fa 0 does not pay."""
+    """Each CONFIG whose -fa auto turned FlashAttention off, as its coverage run's log says."""
     return [
-        f"{label}: -fa auto turned FlashAttention off here, after the KV cache was laid out for it: each token copies "
-        "every layer's V transposed, more with depth; -fa 0 does not"
+        f"{label}: {FA_AUTO_OFF}"
         for label, found in covered.items()
         if found.coverage is not None and found.coverage.flash_attn_auto is False
     ]

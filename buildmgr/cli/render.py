@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, TextIO
 
+from buildmgr.coverage import FA_AUTO_OFF
 from buildmgr.findings import Severity
 
 if TYPE_CHECKING:
@@ -182,6 +183,8 @@ def coverage(covered: Covered, line: Callable[..., None]) -> None:
             line(f"    {off.op} ×{off.count} on {off.device}, not {off.home} (layers {layers}): {off.cause}", "yellow")
     if found.partial is None:
         line("  every op of the device-placed layers ran on their device", "green")
+    if found.flash_attn_auto is False:
+        line(f"  {FA_AUTO_OFF}", "yellow")
 
 
 def _size(size: int) -> str:
