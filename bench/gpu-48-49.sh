@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issues #48 and #49 in one lent-machine session, most needed first: bench beside llama-bench by hand with three
-# processes per CONFIG (bench/gpu-bench-honest.sh, which builds cuda+vulkan), then on that build `-ngl 8` by hand
-# and by bench at two sampling intervals, three times interleaved, and tune beside its grid on the dense model
-# (bench/gpu-tune.sh). The MoE's grid needs more than what is left: a session of its own.
+# processes per CONFIG (bench/gpu-bench-honest.sh, which builds cuda+vulkan; about 18 minutes with the build), then
+# with TUNE_PARTS on that build `-ngl 8` by hand and by bench at two sampling intervals, three times interleaved,
+# and tune beside its grid on the dense model (bench/gpu-tune.sh).
 #
 #   setsid nohup bash bench/gpu-48-49.sh .device/payload /tmp/g >/tmp/g.log 2>&1 &
 #   bash bench/gpu-poll.sh /tmp/g 540 "$OUT"    # in this call and each next one, until OUT/g/finished exists
@@ -14,6 +14,10 @@ out=${2:?usage: gpu-48-49.sh PAYLOAD OUT}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
 RUNS=3 bash "$here/gpu-bench-honest.sh" "$payload" "$out/honest"
-RECIPE=cuda+vulkan PARTS="ngl dense" NGL_ARMS="hand bench-0.1 bench-5" NGL_DEPTHS=0 \
-    bash "$here/gpu-tune.sh" "$payload" "$out/tune"
+# TUNE_PARTS (default none; 2026-12-05: "ngl dense"): gpu-tune.sh's parts on the same build. Its MoE part races
+# both names of the card on this build (about 50 candidates): give it a session of its own on a cuda build.
+if [ -n "${TUNE_PARTS:-}" ]; then
+    RECIPE=cuda+vulkan PARTS="$TUNE_PARTS" NGL_ARMS="hand bench-0.1 bench-5" NGL_DEPTHS=0 \
+        bash "$here/gpu-tune.sh" "$payload" "$out/tune"
+fi
 echo done >"$out/finished"
