@@ -809,6 +809,7 @@ def test_tune_races_from_llama_cpp_s_own_fit_and_serves_the_winner_at_the_depth(
     served = plan["served"]
     assert served["failure"] is None and served["prompt_tokens"] == 64 and served["generated"] == 128
     assert served["decode_ts"] > 0 and served["ttft_ms"] > 0
+    assert served["first_ttft_ms"] > 0  # the server's first request, its warm-up, kept apart and shown beside
     # every raced candidate's rows, in bench's format: bench --compare reads them
     compared = buildmgr(env, "bench", "--compare", plan["rows"], "--json")
     assert compared.returncode == 0, compared.stderr

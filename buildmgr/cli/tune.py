@@ -173,6 +173,7 @@ def _print(tuned: Tuned) -> None:
         else:
             print(
                 f"served: llama-server answered {served.prompt_tokens} prompt tokens in {served.ttft_ms} ms "
-                f"(first token), decoded {served.generated} at {served.decode_ts} t/s"
+                f"(first token; its first request took {served.first_ttft_ms} ms), decoded {served.generated} at "
+                f"{served.decode_ts} t/s"
             )
     render.say(f"plan: {tuned.plan_path}; rows: {tuned.rows_path} (bench --compare reads them)")
