@@ -152,7 +152,7 @@ def stream(
 
 
 # How long `watch`'s readers wait after each read: a program that logs thousands of lines a second (llama-bench -v
-# prints a line for every CUDA graph it replays, many per token where the CPU computes between them) wakes each
+# prints a line for every graph a GPU backend replays, many per token where the CPU computes between them) wakes each
 # reader at most this often instead of once a line, since every wake-up takes a CPU from threads that wait on each
 # other; each line's arrival is known to within it.
 GATHER_S = 0.005

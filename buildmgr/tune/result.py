@@ -34,11 +34,15 @@ class Entry:
     reason: str = ""
     need: dict[str, oracle.Need] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)  # what bench set for its runs (the pinning guard)
-    units: tuple[float, ...] = ()  # every process's figure (the objective's unit), over all the stages it raced in
+    # each process's figure (the objective's unit) by the round it ran in, over all the stages it raced in
+    by_round: dict[int, float] = field(default_factory=dict)
     stage_units: tuple[float, ...] = ()  # those of the stage it races in now: a stage compares only these,
     # run interleaved in the same conditions
-    by_round: dict[int, float] = field(default_factory=dict)  # each process's figure by the round it ran in
     versus_best: Ratio | None = None
+
+    @property
+    def units(self) -> tuple[float, ...]:
+        return tuple(self.by_round.values())
 
     def to_json(self) -> dict[str, Any]:
         value = geomean(self.units) if self.units else None

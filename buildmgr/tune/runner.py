@@ -107,9 +107,8 @@ def race_all(
             elif judged is not None and judged.validity is Validity.FALLBACK:
                 entry.state, entry.reason = State.FAILED, "fell back: " + "; ".join(judged.evidence)
             else:
-                entry.units += (value,)
-                entry.stage_units += (value,)
                 entry.by_round[rounds] = value
+                entry.stage_units += (value,)
                 entry.state = State.FINALIST
                 say(f"  round {rounds}: {label}: {race.speed(value)} {unit} ({run.ran.seconds:.1f} s)")
                 continue

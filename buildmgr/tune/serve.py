@@ -1,5 +1,5 @@
 """The winner proven as a user runs it: llama-server from the build, with the winning flags at the tuned context, on
-loopback, given a request whose prompt fills the depth twice: the first is a server's first (a Vulkan device makes
+loopback, given a request whose prompt fills the depth twice: the first is a server's first (a GPU backend may make
 its pipelines then: seconds), the second is measured; its own timings (time to first token, decode speed) are what it
 reports, with the first's time to first token beside them. "It fits" is seen, not assumed: a server that cannot load
 or answer is a failure with its log."""

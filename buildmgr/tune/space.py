@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from buildmgr.placement import syntax
+
 # llama.cpp's own margin per device for --fit (common/arg.cpp at the pin: -fitt, default 1024 MiB)
 FIT_MARGIN_MIB = 1024
 # How many offload steps past the least one memory allows are tried: the first that fits by llama.cpp's estimate is
@@ -176,10 +178,11 @@ def auto_twin(words: Sequence[str]) -> tuple[str, ...] | None:
     """Where these flags force FlashAttention on, the same candidate at llama.cpp's -fa auto (and without -t): the
     two are one configuration wherever auto turns it on, as llama.cpp lays the KV cache out for FlashAttention
     before it resolves auto. Not so for -fa 0: where auto turns it off, the cache keeps that layout."""
+    fa = syntax.BY_FLAG["-fa"]
     pairs = itertools.pairwise(words)
-    if not any(flag in ("-fa", "--flash-attn") and value in ("1", "on") for flag, value in pairs):
+    if not any(syntax.BY_FLAG.get(f) is fa and syntax.FLASH_ATTN.get(value) == "on" for f, value in pairs):
         return None
-    return without_threads(without(words, "-fa", "--flash-attn"))
+    return without_threads(without(words, *fa.flags))
 
 
 def varied(incumbent: Candidate, factor: Sequence[Level]) -> list[Candidate]:
