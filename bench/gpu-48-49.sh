@@ -23,7 +23,7 @@ if [ "${J_TUNE:-1}" = 1 ]; then
         source "$here/gpu-setup.sh" "$payload" >/dev/null 2>&1
         mkdir -p "$out/jtune"
         start=$(date +%s)
-        bm tune cuda+vulkan -m /tmp/dense.gguf --objective j_per_token -p 128 -n 16 -r 3 --json \
+        bm tune cuda+vulkan -m /tmp/dense.gguf --objective j_per_token -p 128 -r 3 --json \
             >"$out/jtune/tune.json" 2>"$out/jtune/tune.txt"
         echo "exit $? wall seconds: $(( $(date +%s) - start ))" >>"$out/jtune/tune.txt"
         cp "$XDG_DATA_HOME"/buildmgr/tune/* "$out/jtune/" 2>/dev/null
