@@ -16,6 +16,7 @@ payload=${1:?usage: gpu-bench-honest.sh PAYLOAD OUT}
 out=${2:?usage: gpu-bench-honest.sh PAYLOAD OUT}
 runs=${RUNS:-3}
 hand_runs=${HAND_RUNS:-3}  # processes by hand per CONFIG: where the CPU computes, one process is no reference to 5 %
+depths=${DEPTHS:-0,1024}  # 0 alone where the lent time is short
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/gpu-setup.sh" "$payload"
@@ -46,7 +47,7 @@ configs=(
 log "bench dense"
 plot=()  # matplotlib is an extra the image may lack
 if python3 -c 'import matplotlib' 2>/dev/null; then plot=(--plot "$out/dense.png"); fi
-bm bench -m /tmp/dense.gguf --depth 0,1024 --no-pg -n 64 --runs "$runs" -r 4 --json "${plot[@]}" "${configs[@]}" \
+bm bench -m /tmp/dense.gguf --depth "$depths" --no-pg -n 64 --runs "$runs" -r 4 --json "${plot[@]}" "${configs[@]}" \
     >"$out/bench-dense.json" 2>"$out/bench-dense.txt"
 echo "exit $?" >>"$out/bench-dense.txt"
 
@@ -56,7 +57,7 @@ hand() {  # name, model, env (K=V or -), llama-bench flags…
     shift 3
     if [ "$env" = - ]; then env=(); else env=("$env"); fi
     for k in $(seq "$hand_runs"); do
-        env "${env[@]}" "$bench" -m "$model" -p 512 -n 64 -d 0,1024 -r 5 -o jsonl "$@" \
+        env "${env[@]}" "$bench" -m "$model" -p 512 -n 64 -d "$depths" -r 5 -o jsonl "$@" \
             >"$out/hand-$name-$k.jsonl" 2>"$out/hand-$name-$k.txt"
     done
 }
@@ -68,7 +69,7 @@ hand cuda0-fa /tmp/dense.gguf - -dev CUDA0 -fa 1
 hand vk0-fa /tmp/dense.gguf - -dev Vulkan0 -fa 1
 # the dense model's part comes whole first: a machine taken back half-way leaves a comparison of it
 log "bench moe"
-bm bench -m /tmp/moe.gguf --depth 0,1024 --no-pg -n 64 --runs "$runs" -r 4 --json \
+bm bench -m /tmp/moe.gguf --depth "$depths" --no-pg -n 64 --runs "$runs" -r 4 --json \
     'moe-gpu=cuda+vulkan -dev CUDA0' 'moe-cpu-experts=cuda+vulkan -dev CUDA0 -ot exps=CPU' \
     >"$out/bench-moe.json" 2>"$out/bench-moe.txt"
 echo "exit $?" >>"$out/bench-moe.txt"
