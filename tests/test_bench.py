@@ -1204,3 +1204,48 @@ def test_the_table_and_the_rows_share_one_baseline_and_rank_by_what_the_ratio_co
     b = _row("b", [[110.0] * 2, [110.0] * 2, [111.0] * 2])  # the higher geometric mean over processes
     ranked = compare.compare([a, b], "config", rank="ts")
     assert [e.value for e in ranked] == ["b", "a"]
+
+
+H100_48 = FIXTURES / "h100" / "run48-49b"  # bench/gpu-48-49.sh, 2026-12-05 (issue #48): the honest run at depth 0
+H100_PCI = "0000:00:06.0"
+
+
+def test_energy_spans_abutting_repetitions_and_never_takes_a_trailing_power_average_for_a_short_decode():
+    """The H100's decodes of 64 tokens: NVML's power reading averages the last second on Ampere and newer, so for the
+    dense model's 0.09 s repetitions "power readings × time" read about 170 W where the card's counter, over the three
+    repetitions that follow one another, read about 350 W: cuda0's row said 0.23 J/token, half the truth. A card
+    whose counter was read is measured by its counter (over abutting repetitions as one span), or not at all; power
+    readings count only where no counter moved, and only those a full averaging window inside the phases."""
+
+    def pooled(
+        config: str,
+    ) -> tuple[limit.Energy, float]:  # the timed processes' decodes, one row's, as bench pools them
+        phases, samples = [], []
+        for round_, recorded, readings in _recorded(config, H100_48 / "samples-dense.jsonl.gz"):
+            if round_ == 0:  # the warm-up process, kept apart
+                continue
+            shift = 1000.0 * round_  # each process's clock starts at 0 in the file
+            decode = [p for p in recorded if p.kind == "generation"][1:]  # its first repetition kept apart
+            phases += [p._replace(start=p.start + shift, end=p.end + shift) for p in decode]
+            samples += [s._replace(at=s.at + shift) for s in readings]
+        [card, _] = limit.energy(phases, samples, {"CUDA0": H100_PCI, limit.CPU: None}, {"generation": 64})
+        return card, sum(p.end - p.start for p in phases)
+
+    short, _ = pooled("cuda0")  # 0.27 s a process: before, 0.23 J/token from the trailing average
+    assert short.joules is None and short.basis == "energy counter"
+    fa, fa_seconds = pooled("cuda0-fa")  # three 0.2 s repetitions a process, one window each
+    assert fa.seconds > 1.2  # the readings inside span 0.42-0.54 s a process (before, one by one: 0.76 s in all)
+    assert fa.joules is not None and 200 < fa.joules / fa_seconds < 400  # the counter's watts, not 160-175
+    long, _ = pooled("ngl8")  # 2 s repetitions: the counter covers them, at the power readings' 122-124 W
+    assert long.basis == "energy counter" and long.joules is not None
+
+    def power_only(at: float) -> Sample:  # a card with no counter: its reading averages the last second
+        watts = 100.0 + 200.0 * min(max(at - 1.0, 0.0), 1.0)  # idle before 1.0 s, busy (300 W) from 2.0 s on
+        return Sample(at, (EngineReading(H100_PCI, 90.0, 1000, 1980, watts, (), None),), None)
+
+    busy = [logs.Phase(1, "generation", 1.0 + k, 2.0 + k) for k in range(3)]  # one span of 3 s, from 1.0 s
+    [found] = limit.energy(busy, [power_only(t / 10) for t in range(45)], {"CUDA0": H100_PCI}, {"generation": 100})
+    assert found.basis == "power readings × time" and found.joules == pytest.approx(300.0 * 3)
+    short = [logs.Phase(1, "generation", 1.0, 1.8)]
+    [none] = limit.energy(short, [power_only(t / 10) for t in range(25)], {"CUDA0": H100_PCI}, {"generation": 100})
+    assert none.joules is None and none.basis == "power readings × time" and "averages" in (none.unknown or "")

@@ -24,6 +24,9 @@ _LOOKUP = re.compile(r"(^|\.|_)(token_embd|position_embd|per_layer_token_embd)\.
 # NVML's energy counter moves in steps of its update period (tens of ms): readings inside the phases must span this
 # much before their difference is a rate rather than a step.
 MIN_ENERGY_SECONDS = 0.5
+# A power reading is an average over the time before it (NVML's over the last second on Ampere and newer): only a
+# reading this long into a stretch of phases measures the phases alone.
+POWER_AVERAGE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -198,13 +201,25 @@ def _counter(sample: Sample, pci: str | None) -> tuple[float | None, float | Non
     return (reading.energy_mj, reading.power_w) if reading else (None, None)
 
 
+def stretches(phases: Sequence[Phase]) -> list[tuple[float, float]]:
+    """The phases as stretches of time: repetitions that follow one another (one's end is the next one's start, the
+    same progress line) are one stretch, so a counter's readings inside span them whole rather than piece by piece."""
+    found: list[tuple[float, float]] = []
+    for phase in sorted(phases, key=lambda p: p.start):
+        if found and phase.start == found[-1][1]:
+            found[-1] = (found[-1][0], phase.end)
+        else:
+            found.append((phase.start, phase.end))
+    return found
+
+
 def energy(
     phases: Sequence[Phase], samples: Sequence[Sample], devices: Mapping[str, str | None], tokens: Mapping[str, int]
 ) -> tuple[Energy, ...]:
     """Per card and kind of phase: the mean power over the readings inside the phases (the counter's difference
-    over their time, or, with no counter, the power readings' mean) times the phases' time, per token. The devices
-    of one card (a backend's virtual devices, or the card under two backends' names) read one counter: one entry
-    names them all, "+"-joined, so the card's joules are counted once."""
+    over their time, or, for a card whose counter never moved, the power readings' mean) times the phases' time, per
+    token. The devices of one card (a backend's virtual devices, or the card under two backends' names) read one
+    counter: one entry names them all, "+"-joined, so the card's joules are counted once."""
     cards: dict[str, list[str]] = {}  # by PCI id; a device without one by its name
     for name, pci in devices.items():
         cards.setdefault(pci if pci is not None else name, []).append(name)
@@ -218,31 +233,43 @@ def energy(
         for kind in _kinds(phases):
             mine = [p for p in phases if p.kind == kind]
             total = sum(p.end - p.start for p in mine)
-            used, covered, watts = 0.0, 0.0, []
-            for phase in mine:
-                inside = [(s.at, *_counter(s, pci)) for s in samples if phase.start <= s.at <= phase.end]
+            used, covered, counter_read, watts, averaged = 0.0, 0.0, False, [], 0.0
+            for start, end in stretches(mine):
+                inside = [(s.at, *_counter(s, pci)) for s in samples if start <= s.at <= end]
                 counted = [(at, e) for at, e, _ in inside if e is not None]
+                counter_read = counter_read or bool(counted)
                 if len(counted) >= 2 and counted[-1][1] >= counted[0][1]:  # a counter that wrapped is left out
                     used += counted[-1][1] - counted[0][1]
                     covered += counted[-1][0] - counted[0][0]
-                watts += [w for _, _, w in inside if w is not None]
+                settled = [(at, w) for at, _, w in inside if w is not None and at >= start + POWER_AVERAGE_S]
+                watts += [w for _, w in settled]
+                averaged += settled[-1][0] - settled[0][0] if settled else 0.0
             count = tokens.get(kind, 0) * len(mine)
             if covered >= MIN_ENERGY_SECONDS:
-                joules = used / 1000 / covered * total
+                joules, seconds = used / 1000 / covered * total, covered
                 basis = "RAPL package counters" if pci is None else "energy counter"
-            elif watts and len(watts) >= 2 and total >= MIN_ENERGY_SECONDS:
-                joules, basis = sum(watts) / len(watts) * total, "power readings × time"
+            elif not counter_read and len(watts) >= 2:  # no counter here: the power readings a stretch alone made
+                joules, seconds, basis = sum(watts) / len(watts) * total, averaged, "power readings × time"
             else:
-                why = (
-                    f"the readings inside the {kind} phases span {covered:.2f} s of {total:.2f} s: under "
-                    f"{MIN_ENERGY_SECONDS} s the counter's update period swamps the difference"
-                )
-                found.append(Energy(device, kind, "energy counter", None, round(covered, 3), None, why))
+                basis = "energy counter" if counter_read or pci is None else "power readings × time"
+                if basis == "energy counter":
+                    why = (
+                        f"the readings inside the {kind} phases span {covered:.2f} s of {total:.2f} s: under "
+                        f"{MIN_ENERGY_SECONDS} s the counter's update period swamps the difference"
+                    )
+                else:
+                    longest = max((end - start for start, end in stretches(mine)), default=0.0)
+                    why = (
+                        f"no energy counter, and a power reading averages up to the {POWER_AVERAGE_S:.0f} s before it: "
+                        f"the {kind} phases ran {longest:.2f} s at most in one stretch, too short for one to read them "
+                        "alone"
+                    )
+                found.append(Energy(device, kind, basis, None, round(covered, 3), None, why))
                 continue
             per_token = joules / count if count else None
             found.append(
                 Energy(
-                    device, kind, basis, round(joules, 3), round(covered, 3), round(per_token, 5) if per_token else None
+                    device, kind, basis, round(joules, 3), round(seconds, 3), round(per_token, 5) if per_token else None
                 )
             )
     return tuple(found)
