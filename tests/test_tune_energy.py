@@ -34,6 +34,7 @@ def test_tokens_per_joule_over_the_steady_repetitions():
     # 2 steady seconds at 10 W for 128 tokens: 20 J, 0.15625 J/token, 6.4 tokens/J
     found = measure.units(_run(10.0), PLANNED, TEST, Objective.J_PER_TOKEN)
     assert found.value == pytest.approx(6.4, rel=1e-3) and not found.too_short
+    assert found.basis == "RAPL package counters"  # said beside each process's figure in tune's progress
     # twice the power, half the tokens per joule: the race's "higher is better" holds for energy
     assert measure.units(_run(20.0), PLANNED, TEST, Objective.J_PER_TOKEN).value == pytest.approx(3.2, rel=1e-3)
 
@@ -50,3 +51,23 @@ def test_the_race_speaks_in_the_objective_s_unit():
     standings = [race.Standing(f"c{i}", (v,)) for i, v in enumerate((9.0, 8.0, 7.0, 2.0, 1.0))]
     out = race.after_round(standings, 1, Objective.J_PER_TOKEN.unit)
     assert out and all("tokens/J" in o.reason and "t/s" not in o.reason for o in out)
+
+
+def test_a_card_without_a_counter_is_read_by_power_a_full_averaging_window_into_its_decode():
+    """A card whose library has no energy counter: its power readings count only a second into the repetitions
+    (a reading averages the time before it), and the figure says it stands on them."""
+    from buildmgr.backends import EngineReading
+
+    pci = "0000:00:06.0"
+    planned: Any = SimpleNamespace(roles=[Role("CUDA0", pci)], config=SimpleNamespace(cpu_overrides=False))
+    phases = [Phase(2, "generation", t * 1.0, (t + 1) * 1.0) for t in range(4)]  # 3 steady seconds from 1.0 s
+    # 100 W until 2.0 s (the trailing average of what came before), 250 W after
+    samples = [
+        Sample(t / 10, (EngineReading(pci, 90.0, 1000, 1980, 100.0 if t < 20 else 250.0, (), None),), None)
+        for t in range(41)
+    ]
+    rows = [{"n_prompt": 512, "n_gen": 0, "n_depth": 0}, {"n_prompt": 0, "n_gen": 64, "n_depth": 0}]
+    run: Any = SimpleNamespace(rows=rows, phases=phases, samples=samples, load=LoadLog())
+    found = measure.units(run, planned, TEST, Objective.J_PER_TOKEN)
+    # 3 s at 250 W for 192 tokens: 750 J, 0.256 tokens/J (with the first second's 100 W: 0.32)
+    assert found.value == pytest.approx(192 / 750, rel=1e-3) and found.basis == "power readings × time"

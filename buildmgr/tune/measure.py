@@ -19,6 +19,7 @@ class Figure:
     value: float | None  # in the objective's unit; None: not measured, and why
     why: str = ""
     too_short: bool = False  # counters were read, but the test's phases were too short for them: the workload's fault
+    basis: str = ""  # for energy: where the joules came from (a counter, or power readings × time), each source once
 
 
 def speed(run: Run, test: tuple[int, int, int]) -> float | None:
@@ -51,7 +52,7 @@ def tokens_per_joule(run: Run, planned: Planned, test: tuple[int, int, int]) -> 
     cpu_works = cpu_computes(planned, run.load)
     energy, joules = energy_per_token(planned, phases, run.samples, test, cpu_works)
     if joules:
-        return Figure(1 / joules)
+        return Figure(1 / joules, basis=", ".join(dict.fromkeys(e.basis for e in energy if e.joules is not None)))
     pci = {r.name: r.pci_bus_id for r in planned.roles if not r.on_cpu}
     counted = [e for e in energy if cpu_works or e.device != limit.CPU]
     unread = [e for e in counted if e.joules is None and not _read(run, pci.get(e.device.split("+")[0]))]

@@ -110,7 +110,8 @@ def race_all(
                 entry.by_round[rounds] = value
                 entry.stage_units += (value,)
                 entry.state = State.FINALIST
-                say(f"  round {rounds}: {label}: {race.speed(value)} {unit} ({run.ran.seconds:.1f} s)")
+                source = f"; {figure.basis}" if figure.basis else ""  # energy: which reading it stands on
+                say(f"  round {rounds}: {label}: {race.speed(value)} {unit} ({run.ran.seconds:.1f} s{source})")
                 continue
             del in_race[label]
             say(f"  round {rounds}: {label}: {entry.reason}")
