@@ -71,3 +71,6 @@ def test_a_card_without_a_counter_is_read_by_power_a_full_averaging_window_into_
     found = measure.units(run, planned, TEST, Objective.J_PER_TOKEN)
     # 3 s at 250 W for 192 tokens: 750 J, 0.256 tokens/J (with the first second's 100 W: 0.32)
     assert found.value == pytest.approx(192 / 750, rel=1e-3) and found.basis == "power readings × time"
+    run.phases = [Phase(2, "generation", t * 0.25, (t + 1) * 0.25) for t in range(4)]  # 0.75 s: no reading settles
+    short = measure.units(run, planned, TEST, Objective.J_PER_TOKEN)
+    assert short.value is None and short.too_short and "a power reading averages up to the 1 s" in short.why
