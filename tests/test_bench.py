@@ -760,7 +760,7 @@ def test_energy_per_token_from_a_counter_and_unreadable_for_phases_too_short():
     assert found.joules == pytest.approx(600.0) and found.j_per_token == pytest.approx(600 / 128, rel=1e-4)
     short = [logs.Phase(1, "generation", 0.0, 0.15)]
     [none] = limit.energy(short, [reading(t / 10) for t in range(3)], {"CUDA0": H200_PCI}, {"generation": 128})
-    assert none.joules is None and "under 0.5 s the counter's update period swamps" in (none.unknown or "")
+    assert none.joules is None and none.too_short and "its update period swamps" in (none.unknown or "")
 
 
 def test_a_device_without_a_pci_id_is_not_read_through_the_cpu_s_counter():
@@ -1217,18 +1217,16 @@ def test_energy_spans_abutting_repetitions_and_never_takes_a_trailing_power_aver
     whose counter was read is measured by its counter (over abutting repetitions as one span), or not at all; power
     readings count only where no counter moved, and only those a full averaging window inside the phases."""
 
-    def pooled(
-        config: str,
-    ) -> tuple[limit.Energy, float]:  # the timed processes' decodes, one row's, as bench pools them
-        phases, samples = [], []
-        for round_, recorded, readings in _recorded(config, H100_48 / "samples-dense.jsonl.gz"):
+    def pooled(config: str, kind: str = "generation", model: str = "dense") -> tuple[limit.Energy, float]:
+        phases, samples = [], []  # the timed processes' repetitions of one test, as bench pools them for its row
+        for round_, recorded, readings in _recorded(config, H100_48 / f"samples-{model}.jsonl.gz"):
             if round_ == 0:  # the warm-up process, kept apart
                 continue
             shift = 1000.0 * round_  # each process's clock starts at 0 in the file
-            decode = [p for p in recorded if p.kind == "generation"][1:]  # its first repetition kept apart
-            phases += [p._replace(start=p.start + shift, end=p.end + shift) for p in decode]
+            timed = [p for p in recorded if p.kind == kind][1:]  # its first repetition kept apart
+            phases += [p._replace(start=p.start + shift, end=p.end + shift) for p in timed]
             samples += [s._replace(at=s.at + shift) for s in readings]
-        [card, _] = limit.energy(phases, samples, {"CUDA0": H100_PCI, limit.CPU: None}, {"generation": 64})
+        [card, _] = limit.energy(phases, samples, {"CUDA0": H100_PCI, limit.CPU: None}, {kind: 64})
         return card, sum(p.end - p.start for p in phases)
 
     short, _ = pooled("cuda0")  # 0.27 s a process: before, 0.23 J/token from the trailing average
@@ -1236,8 +1234,14 @@ def test_energy_spans_abutting_repetitions_and_never_takes_a_trailing_power_aver
     fa, fa_seconds = pooled("cuda0-fa")  # three 0.2 s repetitions a process, one window each
     assert fa.seconds > 1.2  # the readings inside span 0.42-0.54 s a process (before, one by one: 0.76 s in all)
     assert fa.joules is not None and 200 < fa.joules / fa_seconds < 400  # the counter's watts, not 160-175
-    long, _ = pooled("ngl8")  # 2 s repetitions: the counter covers them, at the power readings' 122-124 W
-    assert long.basis == "energy counter" and long.joules is not None
+    long, long_seconds = pooled("ngl8")  # 2 s repetitions: the counter covers them, at the power readings' 122-124 W
+    assert long.basis == "energy counter" and long.joules is not None and 118 < long.joules / long_seconds < 128
+    # three spans of 0.1-0.2 s, each off by up to one of the counter's 0.1 s steps: one process's read 651 W
+    steps, _ = pooled("vk0")
+    assert steps.joules is None and steps.too_short
+    # 0.03 s prefills no reading falls inside: still a card with a counter, too short for it, never "no counter"
+    prompt, _ = pooled("moe-gpu", "prompt", "moe")
+    assert prompt.joules is None and prompt.basis == "energy counter" and prompt.too_short
 
     def power_only(at: float) -> Sample:  # a card with no counter: its reading averages the last second
         watts = 100.0 + 200.0 * min(max(at - 1.0, 0.0), 1.0)  # idle before 1.0 s, busy (300 W) from 2.0 s on

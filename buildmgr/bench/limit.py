@@ -6,6 +6,7 @@ each timed phase (a counter that only grows: NVML's, amdgpu's, RAPL's). Pure."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,11 +22,13 @@ _BLOCK = re.compile(r"^blk\.(\d+)\.")
 # the chunked _chexps) or one per expert (blk.N.ffn_up.E.weight); the tables a token looks up one row of
 _EXPERTS = re.compile(r"_(ch)?exps\.|\.ffn_(gate|up|down)\.\d+\.weight$")
 _LOOKUP = re.compile(r"(^|\.|_)(token_embd|position_embd|per_layer_token_embd)\.weight$")
-# NVML's energy counter moves in steps of its update period (tens of ms): readings inside the phases must span this
-# much before their difference is a rate rather than a step.
+# An energy counter moves in steps of its update period (an H100's every 0.1 s, docs/real-runs.md), so a difference
+# over one span is off by up to a step: the readings must span this much for a rate within about 20 %. Over several
+# spans the errors add as independent ones do: √spans times this.
 MIN_ENERGY_SECONDS = 0.5
-# A power reading is an average over the time before it (NVML's over the last second on Ampere and newer): only a
-# reading this long into a stretch of phases measures the phases alone.
+# A power reading may be an average over the time before it (amdgpu's power1_average; NVML's over the last second on
+# Ampere and newer, cards that also have a counter, used instead): only a reading this long into a stretch of phases
+# measures the phases alone.
 POWER_AVERAGE_S = 1.0
 
 
@@ -62,6 +65,7 @@ class Energy:
     seconds: float  # of the phases' time the readings covered
     j_per_token: float | None
     unknown: str | None = None
+    too_short: bool = False  # read, but over too little time: the workload's doing, not the device's
 
 
 def device_of(buffer: str, devices: Sequence[str]) -> str:
@@ -201,11 +205,11 @@ def _counter(sample: Sample, pci: str | None) -> tuple[float | None, float | Non
     return (reading.energy_mj, reading.power_w) if reading else (None, None)
 
 
-def stretches(phases: Sequence[Phase]) -> list[tuple[float, float]]:
+def _stretches(phases: Sequence[Phase]) -> list[tuple[float, float]]:
     """The phases as stretches of time: repetitions that follow one another (one's end is the next one's start, the
     same progress line) are one stretch, so a counter's readings inside span them whole rather than piece by piece."""
     found: list[tuple[float, float]] = []
-    for phase in sorted(phases, key=lambda p: p.start):
+    for phase in sorted(phases, key=lambda p: (p.start, p.end)):
         if found and phase.start == found[-1][1]:
             found[-1] = (found[-1][0], phase.end)
         else:
@@ -217,9 +221,9 @@ def energy(
     phases: Sequence[Phase], samples: Sequence[Sample], devices: Mapping[str, str | None], tokens: Mapping[str, int]
 ) -> tuple[Energy, ...]:
     """Per card and kind of phase: the mean power over the readings inside the phases (the counter's difference
-    over their time, or, for a card whose counter never moved, the power readings' mean) times the phases' time, per
-    token. The devices of one card (a backend's virtual devices, or the card under two backends' names) read one
-    counter: one entry names them all, "+"-joined, so the card's joules are counted once."""
+    across each stretch of them, or, for a card no sample read a counter of, the power readings' mean) times the
+    phases' time, per token. The devices of one card (a backend's virtual devices, or the card under two backends'
+    names) read one counter: one entry names them all, "+"-joined, so the card's joules are counted once."""
     cards: dict[str, list[str]] = {}  # by PCI id; a device without one by its name
     for name, pci in devices.items():
         cards.setdefault(pci if pci is not None else name, []).append(name)
@@ -230,41 +234,52 @@ def energy(
             why = "no PCI id: no vendor library reads this device's energy"
             found += [Energy(device, kind, "energy counter", None, 0.0, None, why) for kind in _kinds(phases)]
             continue
+        has_counter = any(_counter(s, pci)[0] is not None for s in samples)
+        has_power = any(_counter(s, pci)[1] is not None for s in samples)
+        counter_basis = "RAPL package counters" if pci is None else "energy counter"
         for kind in _kinds(phases):
             mine = [p for p in phases if p.kind == kind]
             total = sum(p.end - p.start for p in mine)
-            used, covered, counter_read, watts, averaged = 0.0, 0.0, False, [], 0.0
-            for start, end in stretches(mine):
+            stretches = _stretches(mine)
+            used, covered, spans, watts = 0.0, 0.0, 0, []
+            for start, end in stretches:
                 inside = [(s.at, *_counter(s, pci)) for s in samples if start <= s.at <= end]
                 counted = [(at, e) for at, e, _ in inside if e is not None]
-                counter_read = counter_read or bool(counted)
                 if len(counted) >= 2 and counted[-1][1] >= counted[0][1]:  # a counter that wrapped is left out
                     used += counted[-1][1] - counted[0][1]
                     covered += counted[-1][0] - counted[0][0]
-                settled = [(at, w) for at, _, w in inside if w is not None and at >= start + POWER_AVERAGE_S]
-                watts += [w for _, w in settled]
-                averaged += settled[-1][0] - settled[0][0] if settled else 0.0
+                    spans += 1
+                watts += [w for at, _, w in inside if w is not None and at >= start + POWER_AVERAGE_S]
             count = tokens.get(kind, 0) * len(mine)
-            if covered >= MIN_ENERGY_SECONDS:
-                joules, seconds = used / 1000 / covered * total, covered
-                basis = "RAPL package counters" if pci is None else "energy counter"
-            elif not counter_read and len(watts) >= 2:  # no counter here: the power readings a stretch alone made
-                joules, seconds, basis = sum(watts) / len(watts) * total, averaged, "power readings × time"
+            longest = max((end - start for start, end in stretches), default=0.0)
+            if has_counter and spans and covered >= MIN_ENERGY_SECONDS * math.sqrt(spans):
+                joules, seconds, basis = used / 1000 / covered * total, covered, counter_basis
+            elif not has_counter and len(watts) >= 2:  # no counter here: the power readings a stretch alone made
+                settled = sum(max(end - start - POWER_AVERAGE_S, 0.0) for start, end in stretches)
+                joules, seconds, basis = sum(watts) / len(watts) * total, settled, "power readings × time"
             else:
-                basis = "energy counter" if counter_read or pci is None else "power readings × time"
-                if basis == "energy counter":
-                    why = (
-                        f"the readings inside the {kind} phases span {covered:.2f} s of {total:.2f} s: under "
-                        f"{MIN_ENERGY_SECONDS} s the counter's update period swamps the difference"
+                if has_counter:
+                    basis, why = (
+                        counter_basis,
+                        (
+                            f"the counter's readings inside the {kind} phases span {covered:.2f} s of {total:.2f} s in "
+                            f"{spans} stretches: under {MIN_ENERGY_SECONDS * math.sqrt(max(spans, 1)):.2f} s its update "
+                            "period swamps the difference"
+                        ),
+                    )
+                elif has_power:
+                    basis, why = (
+                        "power readings × time",
+                        (
+                            f"no energy counter, and a power reading averages up to the {POWER_AVERAGE_S:.0f} s before it: "
+                            f"the {kind} phases ran {longest:.2f} s at most in one stretch, too short for one to read them "
+                            "alone"
+                        ),
                     )
                 else:
-                    longest = max((end - start for start, end in stretches(mine)), default=0.0)
-                    why = (
-                        f"no energy counter, and a power reading averages up to the {POWER_AVERAGE_S:.0f} s before it: "
-                        f"the {kind} phases ran {longest:.2f} s at most in one stretch, too short for one to read them "
-                        "alone"
-                    )
-                found.append(Energy(device, kind, basis, None, round(covered, 3), None, why))
+                    basis, why = counter_basis, "no sample read this device's energy or power"
+                short = has_counter or has_power
+                found.append(Energy(device, kind, basis, None, round(covered, 3), None, why, too_short=short))
                 continue
             per_token = joules / count if count else None
             found.append(

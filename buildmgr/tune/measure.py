@@ -18,7 +18,8 @@ from buildmgr.tune.space import Objective
 class Figure:
     value: float | None  # in the objective's unit; None: not measured, and why
     why: str = ""
-    too_short: bool = False  # counters were read, but the test's phases were too short for them: the workload's fault
+    too_short: bool = False  # counters or power were read, but the test's phases were too short for them: the
+    # workload's fault
     basis: str = ""  # for energy: where the joules came from (a counter, or power readings × time), each source once
 
 
@@ -33,18 +34,9 @@ def speed(run: Run, test: tuple[int, int, int]) -> float | None:
     return None
 
 
-def _read(run: Run, pci: str | None) -> bool:
-    """Whether any sample read this device's energy or power (the CPU's packages where `pci` is None)."""
-    if pci is None:
-        return any(s.cpu_energy_mj is not None for s in run.samples)
-    return any(
-        r.energy_mj is not None or r.power_w is not None for s in run.samples for r in s.engines if r.pci_bus_id == pci
-    )
-
-
 def tokens_per_joule(run: Run, planned: Planned, test: tuple[int, int, int]) -> Figure:
     """Tokens per joule of the test's steady repetitions over every device that worked (the CPU where it computes),
-    or why it is not known: a counter no sample read, or phases too short for the counters that were read."""
+    or why it is not known: a device no sample read, or phases too short for what was read."""
     index = next((i for i, row in enumerate(run.rows, 1) if test_key(row) == test), None)
     if index is None:
         return Figure(None, "printed no result for the test")
@@ -53,14 +45,12 @@ def tokens_per_joule(run: Run, planned: Planned, test: tuple[int, int, int]) -> 
     energy, joules = energy_per_token(planned, phases, run.samples, test, cpu_works)
     if joules:
         return Figure(1 / joules, basis=", ".join(dict.fromkeys(e.basis for e in energy if e.joules is not None)))
-    pci = {r.name: r.pci_bus_id for r in planned.roles if not r.on_cpu}
-    counted = [e for e in energy if cpu_works or e.device != limit.CPU]
-    unread = [e for e in counted if e.joules is None and not _read(run, pci.get(e.device.split("+")[0]))]
+    counted = [e for e in energy if e.joules is None and (cpu_works or e.device != limit.CPU)]
+    unread = [e for e in counted if not e.too_short]
     if unread:
-        why = "; ".join(f"{e.device}: {e.unknown if e.device == limit.CPU else 'no sample read it'}" for e in unread)
-        return Figure(None, f"its energy was not read ({why})")
+        return Figure(None, "its energy was not read (" + "; ".join(f"{e.device}: {e.unknown}" for e in unread) + ")")
     lasted = sum(p.end - p.start for p in phases)
-    why = "; ".join(f"{e.device}: {e.unknown}" for e in counted if e.joules is None)  # a counter's, or power's
+    why = "; ".join(f"{e.device}: {e.unknown}" for e in counted)  # a counter's reason, or a power reading's
     return Figure(None, f"its steady repetitions lasted {lasted:.2f} s, too short to read ({why})", too_short=True)
 
 
