@@ -26,9 +26,9 @@ _LOOKUP = re.compile(r"(^|\.|_)(token_embd|position_embd|per_layer_token_embd)\.
 # over one span is off by up to a step: the readings must span this much for a rate within about 20 %. Over several
 # spans the errors add as independent ones do: √spans times this.
 MIN_ENERGY_SECONDS = 0.5
-# A power reading may be an average over the time before it (amdgpu's power1_average; NVML's over the last second on
-# Ampere and newer, cards that also have a counter, used instead): only a reading this long into a stretch of phases
-# measures the phases alone.
+# A power reading may be an average over the time before it (vendor libraries document up to the last second; a
+# card whose library also has a counter is read by the counter instead): only a reading this long into a stretch of
+# phases measures the phases alone.
 POWER_AVERAGE_S = 1.0
 
 
@@ -234,8 +234,8 @@ def energy(
             why = "no PCI id: no vendor library reads this device's energy"
             found += [Energy(device, kind, "energy counter", None, 0.0, None, why) for kind in _kinds(phases)]
             continue
-        has_counter = any(_counter(s, pci)[0] is not None for s in samples)
-        has_power = any(_counter(s, pci)[1] is not None for s in samples)
+        read = [_counter(s, pci) for s in samples]
+        has_counter, has_power = any(e is not None for e, _ in read), any(w is not None for _, w in read)
         counter_basis = "RAPL package counters" if pci is None else "energy counter"
         for kind in _kinds(phases):
             mine = [p for p in phases if p.kind == kind]
@@ -251,35 +251,15 @@ def energy(
                     spans += 1
                 watts += [w for at, _, w in inside if w is not None and at >= start + POWER_AVERAGE_S]
             count = tokens.get(kind, 0) * len(mine)
-            longest = max((end - start for start, end in stretches), default=0.0)
             if has_counter and spans and covered >= MIN_ENERGY_SECONDS * math.sqrt(spans):
                 joules, seconds, basis = used / 1000 / covered * total, covered, counter_basis
             elif not has_counter and len(watts) >= 2:  # no counter here: the power readings a stretch alone made
                 settled = sum(max(end - start - POWER_AVERAGE_S, 0.0) for start, end in stretches)
                 joules, seconds, basis = sum(watts) / len(watts) * total, settled, "power readings × time"
             else:
-                if has_counter:
-                    basis, why = (
-                        counter_basis,
-                        (
-                            f"the counter's readings inside the {kind} phases span {covered:.2f} s of {total:.2f} s in "
-                            f"{spans} stretches: under {MIN_ENERGY_SECONDS * math.sqrt(max(spans, 1)):.2f} s its update "
-                            "period swamps the difference"
-                        ),
-                    )
-                elif has_power:
-                    basis, why = (
-                        "power readings × time",
-                        (
-                            f"no energy counter, and a power reading averages up to the {POWER_AVERAGE_S:.0f} s before it: "
-                            f"the {kind} phases ran {longest:.2f} s at most in one stretch, too short for one to read them "
-                            "alone"
-                        ),
-                    )
-                else:
-                    basis, why = counter_basis, "no sample read this device's energy or power"
-                short = has_counter or has_power
-                found.append(Energy(device, kind, basis, None, round(covered, 3), None, why, too_short=short))
+                basis = "power readings × time" if has_power and not has_counter else counter_basis
+                why = _unread(kind, has_counter, has_power, covered, total, spans, stretches)
+                found.append(Energy(device, kind, basis, None, round(covered, 3), None, why, has_counter or has_power))
                 continue
             per_token = joules / count if count else None
             found.append(
@@ -288,6 +268,31 @@ def energy(
                 )
             )
     return tuple(found)
+
+
+def _unread(
+    kind: str,
+    has_counter: bool,
+    has_power: bool,
+    covered: float,
+    total: float,
+    spans: int,
+    stretches: list[tuple[float, float]],
+) -> str:
+    """Why a card's energy in these phases is not known."""
+    if has_counter:
+        return (
+            f"the counter's readings inside the {kind} phases span {covered:.2f} s of {total:.2f} s in {spans} "
+            f"stretches: under {MIN_ENERGY_SECONDS * math.sqrt(max(spans, 1)):.2f} s its update period swamps the "
+            "difference"
+        )
+    if has_power:
+        longest = max((end - start for start, end in stretches), default=0.0)
+        return (
+            f"no energy counter, and a power reading averages up to the {POWER_AVERAGE_S:.0f} s before it: the {kind} "
+            f"phases ran {longest:.2f} s at most in one stretch, too short for one to read them alone"
+        )
+    return "no sample read this device's energy or power"
 
 
 def per_token(

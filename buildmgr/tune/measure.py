@@ -45,12 +45,12 @@ def tokens_per_joule(run: Run, planned: Planned, test: tuple[int, int, int]) -> 
     energy, joules = energy_per_token(planned, phases, run.samples, test, cpu_works)
     if joules:
         return Figure(1 / joules, basis=", ".join(dict.fromkeys(e.basis for e in energy if e.joules is not None)))
-    counted = [e for e in energy if e.joules is None and (cpu_works or e.device != limit.CPU)]
-    unread = [e for e in counted if not e.too_short]
+    missing = [e for e in energy if e.joules is None and (cpu_works or e.device != limit.CPU)]
+    unread = [e for e in missing if not e.too_short]
     if unread:
         return Figure(None, "its energy was not read (" + "; ".join(f"{e.device}: {e.unknown}" for e in unread) + ")")
     lasted = sum(p.end - p.start for p in phases)
-    why = "; ".join(f"{e.device}: {e.unknown}" for e in counted)  # a counter's reason, or a power reading's
+    why = "; ".join(f"{e.device}: {e.unknown}" for e in missing)  # a counter's reason, or a power reading's
     return Figure(None, f"its steady repetitions lasted {lasted:.2f} s, too short to read ({why})", too_short=True)
 
 
