@@ -11,7 +11,10 @@
 #   - OUT/compare.txt: tune's winner against the grid's best, the device time of each, the winner over fit.
 # Then `-ngl 8` of a 1.7 GB dense model, five arms interleaved three times: llama-bench by hand, by hand with bench's
 # `--progress -v`, bench at engine intervals of 0.1, 1 and 5 s (OUT/ngl-*.json*, ngl.txt, with bench's own CPU time).
-# Knobs: RECIPE (default cuda; a build of it already on the machine is reused), PARTS (default "dense moe ngl"),
+# Part jtune: tune by energy per token (with its server proof) on the 1.7 GB dense model at tune's default -n 256, so
+# each process's joules read from the card's counter (OUT/jtune-*; the progress lines say what each stands on).
+# Knobs: RECIPE (default cuda; a build of it already on the machine is reused), PARTS (default "dense moe ngl"; also
+# jtune),
 # NGL_ARMS (default "hand verbose bench-0.1 bench-1 bench-5"), NGL_DEPTHS (default 0,1024), MOE_LAYERS, MOE_CARD,
 # WORKLOAD. PAYLOAD as bench/gpu-setup.sh describes. Long: start it with setsid nohup and poll OUT/finished.
 #
@@ -43,7 +46,7 @@ log "build, models beside it"
     if has dense; then
         python3 "$here/gguf_model.py" /tmp/tune-dense.gguf --embd 4096 --ff 11008 --layers 16 --kv-heads 8 --ctx 8192
     fi
-    if has ngl; then
+    if has ngl || has jtune; then
         python3 "$here/gguf_model.py" /tmp/small.gguf --embd 2048 --ff 5632 --layers 16 --kv-heads 8 --ctx 8192
     fi
 ) >"$out/models.log" 2>&1 &
@@ -77,6 +80,15 @@ for pair in "dense:24GiB" "moe:$moe_card"; do
     python3 "$here/tune_vs_grid.py" "$out/$model-grid.json" "$out/$model-tune.json" >>"$out/compare.txt" 2>&1
     cp "$XDG_DATA_HOME"/buildmgr/tune/* "$out/" 2>/dev/null
 done
+
+if has jtune; then
+    log "jtune: tune by energy per token"
+    start=$(date +%s)
+    bm tune "$recipe" -m /tmp/small.gguf --objective j_per_token -p 128 -r 3 --json >"$out/jtune-tune.json" \
+        2>"$out/jtune-tune.txt"
+    echo "exit $? wall seconds: $(( $(date +%s) - start ))" >>"$out/jtune-tune.txt"
+    cp "$XDG_DATA_HOME"/buildmgr/tune/* "$out/" 2>/dev/null
+fi
 
 if has ngl; then
 log "ngl8: arms ${ngl_arms[*]}, three times"
