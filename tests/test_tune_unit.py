@@ -294,3 +294,15 @@ def test_forcing_flash_attention_on_is_not_run_only_where_its_twin_s_run_said_au
         assert list(live) == ["Vulkan0 fa0"] and fa1.reason == prune.TWIN and (*base, "-fa", "1") not in asked
     else:  # auto turned it off, or was not resolved: forcing it on is a candidate of its own
         assert list(live) == ["Vulkan0 fa1", "Vulkan0 fa0"] and not fa1.reason
+
+
+def test_a_served_answer_without_timings_says_so_instead_of_none():
+    from buildmgr.tune.serve import Served
+
+    full = Served(("llama-server",), "log", None, 1.0, 96, 27.0, 3555.0, 180.5, 32, first_ttft_ms=1771.0)
+    bare = Served(("llama-server",), "log", None, 1.0, 0, None, None, None, 32)
+    assert full.text() == (
+        "llama-server answered 96 prompt tokens in 27 ms (first token; its first request took 1771 ms), "
+        "decoded 32 at 180.5 t/s"
+    )
+    assert "None" not in bare.text() and bare.text().count("not reported") == 3

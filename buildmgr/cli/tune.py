@@ -171,9 +171,5 @@ def _print(tuned: Tuned) -> None:
         if served.failure:
             render.warn(f"the winner did not serve: {served.failure}; log: {served.log}")
         else:
-            print(
-                f"served: llama-server answered {served.prompt_tokens} prompt tokens in {served.ttft_ms} ms "
-                f"(first token; its first request took {served.first_ttft_ms} ms), decoded {served.generated} at "
-                f"{served.decode_ts} t/s"
-            )
+            print(f"served: {served.text()}")
     render.say(f"plan: {tuned.plan_path}; rows: {tuned.rows_path} (bench --compare reads them)")

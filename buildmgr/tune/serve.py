@@ -52,6 +52,18 @@ class Served:
             **({"tail": list(self.tail)} if self.tail else {}),
         }
 
+    def text(self) -> str:
+        """What the proof saw, for people; a figure the server's reply did not carry says so."""
+
+        def said(value: float | None, unit: str) -> str:
+            return "not reported" if value is None else f"{value:g} {unit}"
+
+        return (
+            f"llama-server answered {self.prompt_tokens} prompt tokens in {said(self.ttft_ms, 'ms')} (first token; "
+            f"its first request took {said(self.first_ttft_ms, 'ms')}), decoded {self.generated} at "
+            f"{said(self.decode_ts, 't/s')}"
+        )
+
 
 def free_port() -> int:
     with socket.socket() as sock:
