@@ -264,7 +264,8 @@ def _layer_of(node: Node, current: int | None, output: int | None) -> int | None
 
 def _placed_by_user(node: Node, layer: int | None, log: Log, chosen: set[str]) -> bool:
     """On the CPU because the user put what it reads there: a weight an -ot sent to the CPU, the KV cache -nkvo keeps
-    there, or the result of a node already so placed (the activations between two overridden matrices)."""
+    there, or the result of a node already so placed (the activations between two overridden matrices), or a view of
+    it."""
     for source in node.sources:
         if source.device != node.device[:5]:
             continue
@@ -272,7 +273,8 @@ def _placed_by_user(node: Node, layer: int | None, log: Log, chosen: set[str]) -
             return True
         if source.name.startswith("cache_") and layer is not None and log.kv.get(layer) == node.device:
             return True
-        if source.name in chosen:
+        # a view of such a node (a reshape: the routing after an MoE's router) is not printed, but named after it
+        if source.name.split(" (", 1)[0] in chosen:
             return True
     return False
 

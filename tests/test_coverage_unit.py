@@ -210,6 +210,45 @@ def test_what_the_user_put_on_the_cpu_is_no_fallback_nor_what_follows_from_it():
     assert (off.op, off.layers) == ("FLASH_ATTN_EXT", (0,))
 
 
+def test_a_router_the_user_put_on_the_cpu_carries_the_routing_after_it_through_reshaped_views():
+    """llama.cpp's own fit on an H100 (2026-12-06) sent layer 3's `ffn_(gate|up|gate_up|down).*` to the CPU, which
+    takes the router (ffn_gate_inp) too: the routing ops read its results through reshaped views (build_moe_ffn), which
+    the scheduler does not print, and were called a fallback, so tune never raced the fit. A CPU op reading a view of
+    a device's result still is one."""
+    log = _graph(
+        "tensor blk.0.ffn_gate_inp.weight (0 MiB f32) buffer type overridden to CPU",
+        "tensor blk.0.ffn_up_exps.weight (384 MiB f16) buffer type overridden to CPU",
+        split(0, "CUDA0"),
+        node(0, "MUL_MAT", "Qcur-0", "CUDA0", ("blk.0.attn_q.weight", "CUDA0")),
+        split(1, "CPU", ("ffn_norm-0", "8K")),
+        node(1, "MUL_MAT", "ffn_moe_logits-0", "CPU", ("blk.0.ffn_gate_inp.weight", "CPU"), ("ffn_norm-0", "CPU")),
+        node(2, "SOFT_MAX", "ffn_moe_probs-0", "CPU", ("ffn_moe_logits-0", "CPU")),
+        node(3, "ARGSORT", "ffn_moe_argsort-0", "CPU", ("ffn_moe_probs-0", "CPU")),
+        node(
+            4, "GET_ROWS", "ffn_moe_weights-0", "CPU", ("ffn_moe_probs-0 (reshaped)", "CPU"), ("ffn_moe_topk-0", "CPU")
+        ),
+        node(5, "SUM_ROWS", "ffn_moe_weights_sum-0", "CPU", ("ffn_moe_weights-0 (reshaped)", "CPU")),
+        node(6, "CLAMP", "ffn_moe_weights_sum_clamped-0", "CPU", ("ffn_moe_weights_sum-0", "CPU")),
+        node(
+            7,
+            "DIV",
+            "ffn_moe_weights_norm-0",
+            "CPU",
+            ("ffn_moe_weights-0 (reshaped)", "CPU"),
+            ("ffn_moe_weights_sum_clamped-0", "CPU"),
+        ),
+        node(8, "MUL_MAT_ID", "ffn_moe_up-0", "CPU", ("blk.0.ffn_up_exps.weight", "CPU"), ("ffn_moe_topk-0", "CPU")),
+        split(2, "CUDA0", ("ffn_moe_up-0", "8K")),
+        node(9, "SOFT_MAX", "kq_soft_max-1", "CUDA0", ("kq-1", "CUDA0")),
+        split(3, "CPU", ("kq_soft_max-1", "8K")),
+        node(10, "CLAMP", "kq_clamped-1", "CPU", ("kq_soft_max-1", "CUDA0")),
+        node(11, "DIV", "kq_scaled-1", "CPU", ("kq_clamped-1 (reshaped)", "CPU")),
+    )
+    found = coverage.cover(log)
+    assert found is not None
+    assert [(off.op, off.layers) for off in found.graphs[0].off] == [("CLAMP", (1,)), ("DIV", (1,))]
+
+
 def test_a_cut_name_keeps_no_false_layer_and_a_tied_output_is_the_output_layer():
     """'ffn_moe_swiglu_oai-12' prints as 'ffn_moe_swiglu_oai-1'; a tied LM head multiplies by token_embd.weight."""
     log = _graph(
