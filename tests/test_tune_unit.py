@@ -306,3 +306,18 @@ def test_a_served_answer_without_timings_says_so_instead_of_none():
         "decoded 32 at 180.5 t/s"
     )
     assert "None" not in bare.text() and bare.text().count("not reported") == 3
+
+
+def test_a_winner_never_raced_against_llama_cpp_s_fit_says_so_and_why():
+    """The H100's MoE (2026-12-06): the fit was left out before the race, and the plan said nothing of it."""
+    from buildmgr.tune.result import Entry, State, unmeasured_against_fit
+
+    left_out = Entry(Candidate("fit", (), seed=True), State.PRUNED, "falls back: DIV ×1 on CPU")
+    winner = Entry(Candidate("CUDA0 ncmoe3", ("-ncmoe", "3")), State.WINNER)
+    assert unmeasured_against_fit(left_out, winner) == (
+        "llama.cpp's fit was not measured (falls back: DIV ×1 on CPU): the winner is not compared with it"
+    )
+    failed = Entry(Candidate("fit", (), seed=True), State.FAILED, "exit 1")
+    assert unmeasured_against_fit(failed, winner) is not None
+    raced = Entry(Candidate("fit", (), seed=True), State.RACED_OUT, "beaten by CUDA0 ncmoe3 in stage 1")
+    assert unmeasured_against_fit(raced, winner) is None and unmeasured_against_fit(left_out, left_out) is None

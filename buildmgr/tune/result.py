@@ -167,6 +167,14 @@ def side_by_side(base: Entry, other: Entry) -> Ratio | None:
     return ratio([base.by_round[r] for r in shared], [other.by_round[r] for r in shared])
 
 
+def unmeasured_against_fit(seed: Entry, winner: Entry) -> str | None:
+    """Where llama.cpp's fit never ran (left out before the race, or failed), the winner beats nothing measured:
+    said, with why."""
+    if winner is seed or seed.state not in (State.PRUNED, State.FAILED):
+        return None
+    return f"llama.cpp's fit was not measured ({seed.reason}): the winner is not compared with it"
+
+
 def decide(raced: Sequence[Entry], objective: str, incumbent: Entry) -> Entry | None:
     """The winner among those still in the race at its end (race.winner: the incumbent stays unless an interval
     shows something faster), and how each other finalist compares with it."""

@@ -29,7 +29,7 @@ from buildmgr.tune import measure, oracle, race, serve, space
 from buildmgr.tune.config import Request
 from buildmgr.tune.inputs import cards, config_of, fit_tool, margins, shape
 from buildmgr.tune.prune import prune
-from buildmgr.tune.result import Entry, State, Tuned, decide, side_by_side
+from buildmgr.tune.result import Entry, State, Tuned, decide, side_by_side, unmeasured_against_fit
 
 if TYPE_CHECKING:
     from buildmgr.config import Dirs
@@ -297,6 +297,9 @@ def tune(
                 )
                 winner = decide([seed, winner], request.objective.value, seed) or winner
                 versus = ratio(seed.stage_units, winner.stage_units) if winner is not seed else None
+        if winner is not None and (unmeasured := unmeasured_against_fit(seed, winner)):
+            notes.append(unmeasured)
+            say(f"note: {unmeasured}")
     finally:
         for source in sources:
             source.close()
