@@ -224,6 +224,11 @@ class EngineSource(Protocol):
 
     def read(self) -> list[EngineReading]: ...
 
+    def counters(self) -> list[tuple[str, float]]:
+        """Each card's energy counter alone, (PCI id, mJ), where it has one: one cheap call a card, read far more
+        often than `read` (a counter that moves in steps is timed by when it moves)."""
+        ...
+
     def users(self) -> list[tuple[int, str]]:
         """Processes holding its GPUs (pid, what they run; the name may be unknown inside a container)."""
         ...

@@ -28,7 +28,7 @@ from buildmgr.bench import compare, limit, logs, rows, stats, verdicts
 from buildmgr.bench import config as cfg
 from buildmgr.bench.judge import HOST as HOST_ROLE
 from buildmgr.bench.judge import MIN_IDLE_SECONDS, Role, Validity, Verdict, judge
-from buildmgr.bench.sampling import ProcessReading, Sample, read_process, services
+from buildmgr.bench.sampling import COUNTER_INTERVAL, CounterReading, ProcessReading, Sample, read_process, services
 from buildmgr.errors import UserError
 from buildmgr.placement.check import FFN_EXPS
 
@@ -165,6 +165,7 @@ def _recorded(config: str, samples_file: Path = H200 / "samples.jsonl.gz"):
                 s["t"],
                 tuple(EngineReading(**(e | {"slowdowns": tuple(e["slowdowns"])})) for e in s["engines"]),
                 ProcessReading(**s["process"]) if s["process"] else None,
+                counters=tuple(CounterReading(*c) for c in s.get("counters", ())),  # written since 2026-12-06
             )
             for s in run["samples"]
         ]
@@ -1253,6 +1254,63 @@ def test_energy_spans_abutting_repetitions_and_never_takes_a_trailing_power_aver
     short = [logs.Phase(1, "generation", 1.0, 1.8)]
     [none] = limit.energy(short, [power_only(t / 10) for t in range(25)], {"CUDA0": H100_PCI}, {"generation": 100})
     assert none.joules is None and none.basis == "power readings × time" and "averages" in (none.unknown or "")
+
+
+def test_a_counter_that_moves_in_steps_is_timed_by_its_own_updates_read_between_the_samples():
+    """tune by energy on the H100 (2026-12-06): its counter moves every 0.1 s and the samples came every 0.104 s, so
+    a process's 0.6 s of decode counted 5 or 6 steps over the same time, and one placement read 1.77 or 2.04
+    tokens/J. Read alone every 10 ms between the samples, the counter's own updates time the energy they count."""
+    watts, step, gap = 450.0, 0.1, 0.104
+
+    def counter(at: float, phase: float) -> float:  # mJ, as of its last update
+        return watts * step * 1000 * math.floor((at - phase) / step)
+
+    def reading(at: float, phase: float) -> EngineReading:
+        return EngineReading(H100_PCI, 90.0, 1000, 1980, None, (), counter(at, phase))
+
+    def run(phase: float, start: float, alone: bool) -> float:
+        phases = [
+            logs.Phase(1, "generation", start, start + 0.31),
+            logs.Phase(1, "generation", start + 0.31, start + 0.62),
+        ]
+        samples, at = [], 0.0
+        while at < 2.0:
+            between = [at - gap + k * COUNTER_INTERVAL for k in range(1, 11)] if alone and at else []
+            counted = tuple(CounterReading(t, H100_PCI, counter(t, phase)) for t in between if t < at)
+            samples.append(Sample(at, (reading(at, phase),), None, counters=counted))
+            at += gap
+        [card] = limit.energy(phases, samples, {"CUDA0": H100_PCI}, {"generation": 100})
+        assert card.joules is not None and card.basis == "energy counter"
+        return card.joules / 0.62
+
+    offsets = [(k * 0.0071, 0.5 + k * 0.0137) for k in range(30)]  # the counter's phase and the decode's start
+    stepped = [run(phase, start, alone=False) for phase, start in offsets]
+    assert max(stepped) / min(stepped) > 1.15  # a step in six, as the H100's processes read
+    timed = [run(phase, start, alone=True) for phase, start in offsets]
+    assert all(abs(w / watts - 1) < 0.05 for w in timed), timed
+
+
+def test_the_samples_file_keeps_the_counters_read_alone_and_they_replay_to_the_same_energy():
+    from types import SimpleNamespace
+
+    from buildmgr.bench.runner import _samples_json
+
+    started = 100.0
+    counted = [CounterReading(started + k / 100, H100_PCI, 1000.0 * (k // 10)) for k in range(1, 200)]
+    samples = [
+        Sample(started + t / 10, (), None, counters=tuple(c for c in counted if t - 1 < (c.at - started) * 10 < t))
+        for t in range(21)
+    ]
+    phase = logs.Phase(1, "generation", started + 0.25, started + 1.75)
+    run = SimpleNamespace(round=1, started=started, spans={}, phases=[phase], samples=samples)
+    record = json.loads(json.dumps(_samples_json(SimpleNamespace(config=SimpleNamespace(label="x")), run)))
+    replayed = [
+        Sample(s["t"], (), None, counters=tuple(CounterReading(*c) for c in s["counters"])) for s in record["samples"]
+    ]
+    shifted = phase._replace(start=0.25, end=1.75)
+    [live] = limit.energy([phase], samples, {"CUDA0": H100_PCI}, {"generation": 10})
+    [again] = limit.energy([shifted], replayed, {"CUDA0": H100_PCI}, {"generation": 10})
+    assert live.joules is not None and live.joules == pytest.approx(again.joules) == pytest.approx(10 * 1.5)
 
 
 def test_every_h100_row_that_strays_from_the_hand_runs_is_one_bench_calls_noisy_or_unproven():

@@ -3,6 +3,7 @@ CPU computes with a thread on every CPU, and kept small by reading NVML's fixed 
 
 from __future__ import annotations
 
+import itertools
 from types import SimpleNamespace
 from typing import Any
 
@@ -86,3 +87,26 @@ def test_each_sample_keeps_how_long_its_reads_took():
     sample = Sampler([Slow()], 0.1).read()  # type: ignore[list-item]
     assert sample.read_s is not None and sample.read_s >= 0.02
     assert Sampler([], 0.1).read().read_s < 0.02  # type: ignore[operator]
+
+
+def test_the_counters_alone_are_one_nvml_call_a_card_read_between_the_samples() -> None:
+    """The energy counter read every 10 ms between the 0.1 s samples (its steps timed by its updates): one NVML
+    call a card each time, under the same PCI id as the card's samples."""
+    import time
+
+    from buildmgr.bench.sampling import COUNTER_INTERVAL, Sampler
+
+    nvml = _Nvml()
+    engines = NvmlEngines(nvml)
+    assert engines.counters() == [("0000:00:06.0", 12345.0)]
+    before = dict(nvml.calls)
+    with Sampler([engines], 0.1) as sampler:
+        time.sleep(0.35)
+    samples = sampler.samples or []
+    alone = nvml.calls["nvmlDeviceGetTotalEnergyConsumption"] - before["nvmlDeviceGetTotalEnergyConsumption"]
+    full = nvml.calls["nvmlDeviceGetUtilizationRates"] - before.get("nvmlDeviceGetUtilizationRates", 0)
+    assert full == len(samples) and alone - full >= 0.15 / COUNTER_INTERVAL  # most of the time between the samples
+    for before_, sample in itertools.pairwise(samples):
+        assert all(before_.at < c.at < sample.at for c in sample.counters)
+        assert {c.pci_bus_id for c in sample.counters} <= {"0000:00:06.0"}
+    assert sum(len(s.counters) for s in samples) == alone - full

@@ -6,13 +6,14 @@ each timed phase (a counter that only grows: NVML's, amdgpu's, RAPL's). Pure."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from buildmgr.bench.logs import LoadLog, Phase
-from buildmgr.bench.sampling import Sample
+from buildmgr.bench.sampling import COUNTER_INTERVAL, Sample
 
 CPU = "CPU"  # every CPU-side buffer (CPU, CPU_Mapped, CPU_REPACK, CUDA_Host …) and the CPU's energy
 MIB = 1.048576  # MB
@@ -26,6 +27,9 @@ _LOOKUP = re.compile(r"(^|\.|_)(token_embd|position_embd|per_layer_token_embd)\.
 # over one span is off by up to a step: the readings must span this much for a rate within about 20 %. Over several
 # spans the errors add as independent ones do: √spans times this.
 MIN_ENERGY_SECONDS = 0.5
+# Read alone every COUNTER_INTERVAL between the samples, a counter's own updates are timed to within that at each end
+# of a span, whatever its step: a span from its first update to its last this long gives a rate within 5 %.
+MIN_TIMED_SECONDS = 2 * COUNTER_INTERVAL / 0.05
 # A power reading may be an average over the time before it (vendor libraries document up to the last second; a
 # card whose library also has a counter is read by the counter instead): only a reading this long into a stretch of
 # phases measures the phases alone.
@@ -205,6 +209,17 @@ def _counter(sample: Sample, pci: str | None) -> tuple[float | None, float | Non
     return (reading.energy_mj, reading.power_w) if reading else (None, None)
 
 
+def _span(readings: Sequence[tuple[float, float]], timed: bool) -> tuple[float, float] | None:
+    """(mJ, seconds) a counter's readings inside one stretch span: read alone often (`timed`), from its first update
+    seen to its last, so the time is the energy's own; else from the first reading to the last, off by up to a step.
+    None where it moved too little, or wrapped."""
+    if timed:
+        readings = [now for before, now in itertools.pairwise(readings) if now[1] != before[1]]
+    if len(readings) < 2 or readings[-1][1] < readings[0][1]:
+        return None
+    return readings[-1][1] - readings[0][1], readings[-1][0] - readings[0][0]
+
+
 def _stretches(phases: Sequence[Phase]) -> list[tuple[float, float]]:
     """The phases as stretches of time: repetitions that follow one another (one's end is the next one's start, the
     same progress line) are one stretch, so a counter's readings inside span them whole rather than piece by piece."""
@@ -235,7 +250,10 @@ def energy(
             found += [Energy(device, kind, "energy counter", None, 0.0, None, why) for kind in _kinds(phases)]
             continue
         read = [_counter(s, pci) for s in samples]
-        has_counter, has_power = any(e is not None for e, _ in read), any(w is not None for _, w in read)
+        timed = sorted((c.at, c.energy_mj) for s in samples for c in s.counters if c.pci_bus_id == pci)
+        has_counter = bool(timed) or any(e is not None for e, _ in read)
+        has_power = any(w is not None for _, w in read)
+        floor = MIN_TIMED_SECONDS if timed else MIN_ENERGY_SECONDS
         counter_basis = "RAPL package counters" if pci is None else "energy counter"
         for kind in _kinds(phases):
             mine = [p for p in phases if p.kind == kind]
@@ -244,21 +262,21 @@ def energy(
             used, covered, spans, watts = 0.0, 0.0, 0, []
             for start, end in stretches:
                 inside = [(s.at, *_counter(s, pci)) for s in samples if start <= s.at <= end]
-                counted = [(at, e) for at, e, _ in inside if e is not None]
-                if len(counted) >= 2 and counted[-1][1] >= counted[0][1]:  # a counter that wrapped is left out
-                    used += counted[-1][1] - counted[0][1]
-                    covered += counted[-1][0] - counted[0][0]
-                    spans += 1
+                counted = [(at, e) for at, e in timed if start <= at <= end] or [
+                    (at, e) for at, e, _ in inside if e is not None and not timed
+                ]
+                if (span := _span(counted, bool(timed))) is not None:
+                    used, covered, spans = used + span[0], covered + span[1], spans + 1
                 watts += [w for at, _, w in inside if w is not None and at >= start + POWER_AVERAGE_S]
             count = tokens.get(kind, 0) * len(mine)
-            if has_counter and spans and covered >= MIN_ENERGY_SECONDS * math.sqrt(spans):
+            if has_counter and spans and covered >= floor * math.sqrt(spans):
                 joules, seconds, basis = used / 1000 / covered * total, covered, counter_basis
             elif not has_counter and len(watts) >= 2:  # no counter here: the power readings a stretch alone made
                 settled = sum(max(end - start - POWER_AVERAGE_S, 0.0) for start, end in stretches)
                 joules, seconds, basis = sum(watts) / len(watts) * total, settled, "power readings × time"
             else:
                 basis = "power readings × time" if has_power and not has_counter else counter_basis
-                why = _unread(kind, has_counter, has_power, covered, total, spans, stretches)
+                why = _unread(kind, has_counter, has_power, covered, total, spans, stretches, floor)
                 found.append(Energy(device, kind, basis, None, round(covered, 3), None, why, has_counter or has_power))
                 continue
             per_token = joules / count if count else None
@@ -278,13 +296,13 @@ def _unread(
     total: float,
     spans: int,
     stretches: list[tuple[float, float]],
+    floor: float,
 ) -> str:
     """Why a card's energy in these phases is not known."""
     if has_counter:
         return (
             f"the counter's readings inside the {kind} phases span {covered:.2f} s of {total:.2f} s in {spans} "
-            f"stretches: under {MIN_ENERGY_SECONDS * math.sqrt(max(spans, 1)):.2f} s its update period swamps the "
-            "difference"
+            f"stretches: under {floor * math.sqrt(max(spans, 1)):.2f} s its update period swamps the difference"
         )
     if has_power:
         longest = max((end - start for start, end in stretches), default=0.0)

@@ -105,6 +105,7 @@ def _samples_json(planned: Planned, run: Run) -> dict[str, Any]:
                 "read_ms": round(s.read_s * 1000, 3) if s.read_s is not None else None,
                 "engines": [r._asdict() for r in s.engines],
                 "process": s.process._asdict() if s.process else None,
+                "counters": [[round(c.at - run.started, 4), c.pci_bus_id, c.energy_mj] for c in s.counters],
             }
             for s in run.samples
         ],

@@ -26,12 +26,24 @@ class ProcessReading(NamedTuple):
     memory_kib: dict[str, int]  # STATUS_FIELDS present
 
 
+# How often the cards' energy counters are read alone, between samples: a counter that moves in steps (an H100's
+# every 0.1 s) is then timed by its own updates to within this, not to within a step (docs/real-runs.md, 2026-12-06).
+COUNTER_INTERVAL = 0.01
+
+
+class CounterReading(NamedTuple):
+    at: float  # time.monotonic()
+    pci_bus_id: str
+    energy_mj: float
+
+
 class Sample(NamedTuple):
     at: float  # time.monotonic()
     engines: tuple[EngineReading, ...]
     process: ProcessReading | None
     cpu_energy_mj: float | None = None  # the CPU packages' RAPL counters, where readable
     read_s: float | None = None  # how long reading it took: the sampler's own cost, beside the run it watches
+    counters: tuple[CounterReading, ...] = ()  # the cards' counters read alone since the sample before
 
 
 def read_process(pid: int, proc: Path = Path("/proc"), ticks: int | None = None) -> ProcessReading | None:
@@ -93,7 +105,8 @@ def _rapl(files: Sequence[Path]) -> float | None:
 
 @dataclass
 class Sampler:
-    """Reads every source and the watched process every `interval` seconds on its own thread, until stopped."""
+    """Reads every source and the watched process every `interval` seconds on its own thread, until stopped, and the
+    cards' energy counters alone every COUNTER_INTERVAL between."""
 
     sources: list[EngineSource]
     interval: float
@@ -105,19 +118,32 @@ class Sampler:
         self.samples = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._left: tuple[CounterReading, ...] = ()  # counters read after the loop's last sample
 
-    def read(self) -> Sample:
+    def read(self, counters: tuple[CounterReading, ...] = ()) -> Sample:
         started = time.monotonic()
         engines = tuple(r for source in self.sources for r in source.read())
         energy = _rapl(self.rapl) if self.rapl else None
         process = read_process(self.pid) if self.pid else None
-        return Sample(started, engines, process, energy, time.monotonic() - started)
+        return Sample(started, engines, process, energy, time.monotonic() - started, counters)
+
+    def count(self) -> list[CounterReading]:
+        at = time.monotonic()
+        return [CounterReading(at, pci, mj) for source in self.sources for pci, mj in source.counters()]
 
     def _loop(self) -> None:
+        assert self.samples is not None
+        counters: list[CounterReading] = []
+        due = time.monotonic()
         while not self._stop.is_set():
-            assert self.samples is not None
-            self.samples.append(self.read())
-            self._stop.wait(self.interval)
+            if time.monotonic() >= due:
+                self.samples.append(self.read(tuple(counters)))
+                counters, due = [], time.monotonic() + self.interval
+            elif self.sources:
+                counters += self.count()
+            wait = due - time.monotonic()
+            self._stop.wait(min(wait, COUNTER_INTERVAL) if self.sources else wait)
+        self._left = tuple(counters)
 
     def __enter__(self) -> Self:
         self._thread.start()
@@ -127,4 +153,4 @@ class Sampler:
         self._stop.set()
         self._thread.join()
         assert self.samples is not None
-        self.samples.append(self.read())  # the reading that covers the run's last moments
+        self.samples.append(self.read(self._left))  # the reading that covers the run's last moments

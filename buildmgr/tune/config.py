@@ -15,7 +15,7 @@ from buildmgr.tune.space import Objective
 DEFAULT_DEPTH = 0
 DEFAULT_N_PROMPT = 512
 DEFAULT_N_GEN = 64  # decode tokens per test: each process repeats it, so fewer than bench's 128
-# for energy: a GPU's counter must be read over 0.5 s of steady decode (bench.limit.MIN_ENERGY_SECONDS) in every
+# for energy: a GPU counter's updates must span 0.4 s of steady decode (bench.limit.MIN_TIMED_SECONDS) in every
 # process, 3 repetitions of 256 tokens even at 1,500 t/s
 DEFAULT_N_GEN_ENERGY = 256
 # Processes per candidate at most: screening is one each, the finalists run until an interval tells them apart.

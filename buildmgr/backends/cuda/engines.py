@@ -134,6 +134,14 @@ class NvmlEngines:
     def read(self) -> list[EngineReading]:
         return [nvml_reading(self.raw(i)) for i in range(len(self.handles))]
 
+    def counters(self) -> list[tuple[str, float]]:
+        found = []
+        for bus, handle in zip(self.bus_ids, self.handles, strict=True):
+            energy = self._try(self.nvml.nvmlDeviceGetTotalEnergyConsumption, handle)
+            if isinstance(energy, (int, float)):
+                found.append((_pci({"bus_id": bus}), float(energy)))
+        return found
+
     def users(self) -> list[tuple[int, str]]:
         found: dict[int, str] = {}
         for handle in self.handles:

@@ -54,6 +54,7 @@ class SysfsEngines:
         self.root = sys_root
         cards = sorted(c for c in (sys_root / "class" / "drm").glob("card*") if re.fullmatch(r"card\d+", c.name))
         self.devices = [c / "device" for c in cards if read_file(c / "device" / "vendor") == AMD_VENDOR]
+        self.pcis = [_pci(d) for d in self.devices]  # read once: the counters are read every few ms
 
     @classmethod
     def open(cls, sys_root: Path = Path("/sys")) -> SysfsEngines | None:
@@ -62,6 +63,10 @@ class SysfsEngines:
 
     def read(self) -> list[EngineReading]:
         return [r for d in self.devices if (r := amd_reading(d)) is not None]
+
+    def counters(self) -> list[tuple[str, float]]:
+        found = [(pci, _hwmon(d, "energy1_input")) for pci, d in zip(self.pcis, self.devices, strict=True)]
+        return [(pci, energy / 1000) for pci, energy in found if energy is not None]  # µJ
 
     def users(self) -> list[tuple[int, str]]:
         """amdkfd lists every process with GPU queues under /sys/class/kfd/kfd/proc/PID."""
