@@ -9,7 +9,7 @@ against 0.1 ms (docs/benchmarks.md)."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -224,9 +224,9 @@ class EngineSource(Protocol):
 
     def read(self) -> list[EngineReading]: ...
 
-    def counters(self) -> list[tuple[str, float]]:
-        """Each card's energy counter alone, (PCI id, mJ), where it has one: one cheap call a card, read far more
-        often than `read` (a counter that moves in steps is timed by when it moves)."""
+    def counters(self, cards: Collection[str]) -> list[tuple[str, float]]:
+        """The energy counter alone of each of these cards (PCI ids) it has, (PCI id, mJ), where it has one: one cheap
+        call a card, read far more often than `read` (a counter that moves in steps is timed by when it moves)."""
         ...
 
     def users(self) -> list[tuple[int, str]]:

@@ -262,10 +262,10 @@ def _layer_of(node: Node, current: int | None, output: int | None) -> int | None
     return current
 
 
-def _placed_by_user(node: Node, layer: int | None, log: Log, chosen: set[str]) -> bool:
+def _placed_by_user(node: Node, layer: int | None, log: Log, chosen: set[str], lacking: bool) -> bool:
     """On the CPU because the user put what it reads there: a weight an -ot sent to the CPU, the KV cache -nkvo keeps
     there, or the result of a node already so placed (the activations between two overridden matrices), or a view of
-    it."""
+    it, unless the build lacks the op's kernels (`lacking`: the device's other inputs would have drawn it there)."""
     for source in node.sources:
         if source.device != node.device[:5]:
             continue
@@ -274,7 +274,7 @@ def _placed_by_user(node: Node, layer: int | None, log: Log, chosen: set[str]) -
         if source.name.startswith("cache_") and layer is not None and log.kv.get(layer) == node.device:
             return True
         # a view of such a node (a reshape: the routing after an MoE's router) is not printed, but named after it
-        if source.name.split(" (", 1)[0] in chosen:
+        if source.name.split(" (", 1)[0] in chosen and not lacking:
             return True
     return False
 
@@ -314,7 +314,8 @@ def judge(graph: Graph, phase: str, log: Log, removed: Sequence[RemovedKernels])
             # only the CPU doing a device's work is a fallback: a device running a CPU layer's op is op offload
             if home is None or node.device == home or node.device != HOST:
                 continue
-            if _placed_by_user(node, current, log, chosen):
+            lacking = any(node.op in gap.ops and home.startswith(gap.device_prefix) for gap in removed)
+            if _placed_by_user(node, current, log, chosen, lacking):
                 chosen.add(node.name)
                 continue
             cause = _cause(node, home, log, removed)

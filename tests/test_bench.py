@@ -435,7 +435,13 @@ def test_amdgpu_sysfs_files_in_the_kernel_s_format(tmp_path):
     assert source.read() == [EngineReading("0000:03:00.0", 87.0, 5120, 2124, 212.0, ())]
     assert source.users() == [(os.getpid(), Path("/proc/self/comm").read_text().strip())]
     assert source.limits() == ["GPU 0000:03:00.0: power cap 200 W is below its default 303 W"]
+    assert source.counters({"0000:03:00.0"}) == []  # this kernel has no energy1_input: nothing to read alone
     assert hip_engines.SysfsEngines.open(tmp_path / "nothing") is None
+    (device / "hwmon" / "hwmon4" / "energy1_input").write_text("123456789\n")  # µJ, on kernels that have it
+    counted = hip_engines.SysfsEngines.open(tmp_path / "sys")
+    assert counted.counters({"0000:03:00.0"}) == [("0000:03:00.0", 123456.789)]
+    assert counted.counters({"0000:04:00.0"}) == []  # not a card of the placement
+    assert counted.read()[0].energy_mj == 123456.789  # the samples' own reading agrees
 
 
 def test_the_process_reader_on_this_process_and_the_services_scan(tmp_path):

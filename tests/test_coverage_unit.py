@@ -249,6 +249,21 @@ def test_a_router_the_user_put_on_the_cpu_carries_the_routing_after_it_through_r
     assert [(off.op, off.layers) for off in found.graphs[0].off] == [("CLAMP", (1,)), ("DIV", (1,))]
 
 
+def test_an_op_the_build_lacks_is_still_its_fallback_where_it_reads_what_the_user_put_on_the_cpu():
+    """-ot attn_q=CPU on a build without CUDA's FA kernels: FlashAttention reads the CPU's Qcur through a view, but
+    it runs on the CPU because the build has no kernel for it (the KV cache on the card would have drawn it there)."""
+    log = _graph(
+        "tensor blk.0.attn_q.weight (4 MiB f16) buffer type overridden to CPU",
+        split(0, "CPU"),
+        node(0, "MUL_MAT", "Qcur-0", "CPU", ("blk.0.attn_q.weight", "CPU"), ("attn_norm-0", "CPU")),
+        node(1, "FLASH_ATTN_EXT", "__fattn__-0", "CPU", ("Qcur-0 (permuted)", "CPU"), ("cache_k_l0 (view)", "CUDA0")),
+    )
+    found = coverage.cover(log, CUDA_FA_OFF)
+    assert found is not None
+    [off] = found.graphs[0].off
+    assert off.op == "FLASH_ATTN_EXT" and "no CUDA FlashAttention kernels" in off.cause
+
+
 def test_a_cut_name_keeps_no_false_layer_and_a_tied_output_is_the_output_layer():
     """'ffn_moe_swiglu_oai-12' prints as 'ffn_moe_swiglu_oai-1'; a tied LM head multiplies by token_embd.weight."""
     log = _graph(

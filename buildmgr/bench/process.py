@@ -68,7 +68,8 @@ def run_once(
     command += ["--progress", "-v", *planned.config.bench_args()]
     events: list[logs.Event] = []
     arrivals: list[float] = []
-    sampler = Sampler(sources, request.interval, rapl=membw.rapl_files())
+    cards = frozenset(r.pci_bus_id for r in planned.roles if r.pci_bus_id and not r.on_cpu)
+    sampler = Sampler(sources, request.interval, rapl=membw.rapl_files(), counted=cards)
 
     def on_line(stream: str, line: str, at: float) -> None:
         if stream == "stdout":

@@ -43,7 +43,7 @@ class Sample(NamedTuple):
     process: ProcessReading | None
     cpu_energy_mj: float | None = None  # the CPU packages' RAPL counters, where readable
     read_s: float | None = None  # how long reading it took: the sampler's own cost, beside the run it watches
-    counters: tuple[CounterReading, ...] = ()  # the cards' counters read alone since the sample before
+    counters: tuple[CounterReading, ...] = ()  # the cards' counters read alone since the sample before, and with it
 
 
 def read_process(pid: int, proc: Path = Path("/proc"), ticks: int | None = None) -> ProcessReading | None:
@@ -113,23 +113,31 @@ class Sampler:
     pid: int | None = None
     samples: list[Sample] | None = None
     rapl: Sequence[Path] = ()  # the CPU's energy counters (membw.rapl_files)
+    counted: frozenset[str] = frozenset()  # the cards (PCI ids) whose counters are read alone between samples
 
     def __post_init__(self) -> None:
         self.samples = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._left: tuple[CounterReading, ...] = ()  # counters read after the loop's last sample
+        self._asked = False
 
     def read(self, counters: tuple[CounterReading, ...] = ()) -> Sample:
         started = time.monotonic()
+        counters += tuple(self.count())  # read alone here too: no wider gap between two of them at a sample
         engines = tuple(r for source in self.sources for r in source.read())
         energy = _rapl(self.rapl) if self.rapl else None
         process = read_process(self.pid) if self.pid else None
         return Sample(started, engines, process, energy, time.monotonic() - started, counters)
 
     def count(self) -> list[CounterReading]:
+        if not self.counted:
+            return []
         at = time.monotonic()
-        return [CounterReading(at, pci, mj) for source in self.sources for pci, mj in source.counters()]
+        found = [CounterReading(at, pci, mj) for source in self.sources for pci, mj in source.counters(self.counted)]
+        if not self._asked:  # a card no library reads a counter of is not asked again a hundred times a second
+            self._asked, self.counted = True, frozenset(c.pci_bus_id for c in found)
+        return found
 
     def _loop(self) -> None:
         assert self.samples is not None
@@ -139,10 +147,10 @@ class Sampler:
             if time.monotonic() >= due:
                 self.samples.append(self.read(tuple(counters)))
                 counters, due = [], time.monotonic() + self.interval
-            elif self.sources:
+            else:
                 counters += self.count()
             wait = due - time.monotonic()
-            self._stop.wait(min(wait, COUNTER_INTERVAL) if self.sources else wait)
+            self._stop.wait(min(wait, COUNTER_INTERVAL) if self.counted else wait)
         self._left = tuple(counters)
 
     def __enter__(self) -> Self:

@@ -16,8 +16,9 @@ DEFAULT_DEPTH = 0
 DEFAULT_N_PROMPT = 512
 DEFAULT_N_GEN = 64  # decode tokens per test: each process repeats it, so fewer than bench's 128
 # for energy: a GPU counter's updates must span 0.4 s of steady decode (bench.limit.MIN_TIMED_SECONDS) in every
-# process, 3 repetitions of 256 tokens even at 1,500 t/s
-DEFAULT_N_GEN_ENERGY = 256
+# process: 3 steady repetitions of 320 tokens last 0.64 s at 1,500 t/s, their updates spanning over 0.5 s where the
+# counter steps every 0.1 s (an H100's)
+DEFAULT_N_GEN_ENERGY = 320
 # Processes per candidate at most: screening is one each, the finalists run until an interval tells them apart.
 DEFAULT_MAX_RUNS = 4
 # Timed repetitions per process, the first kept apart (as bench): three steady samples each.

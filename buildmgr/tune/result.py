@@ -172,7 +172,7 @@ def unmeasured_against_fit(seed: Entry, winner: Entry) -> str | None:
     said, with why."""
     if winner is seed or seed.state not in (State.PRUNED, State.FAILED):
         return None
-    return f"llama.cpp's fit was not measured ({seed.reason}): the winner is not compared with it"
+    return f"llama.cpp's fit was not measured ({seed.reason or seed.state.value}): the winner is not compared with it"
 
 
 def decide(raced: Sequence[Entry], objective: str, incumbent: Entry) -> Entry | None:

@@ -4,7 +4,7 @@ nvidia-smi)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from buildmgr.backend import CardFacts, EngineReading, process_name
@@ -75,6 +75,8 @@ class NvmlEngines:
         self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
         # read once: what a sample does not need again costs the CPU a benchmark may be using (issue #48)
         self.bus_ids = [self._bus(h) for h in self.handles]
+        self.pcis = [_pci({"bus_id": bus}) for bus in self.bus_ids]
+        self.uncounted: set[str] = set()
 
     @classmethod
     def open(cls) -> NvmlEngines | None:
@@ -134,12 +136,15 @@ class NvmlEngines:
     def read(self) -> list[EngineReading]:
         return [nvml_reading(self.raw(i)) for i in range(len(self.handles))]
 
-    def counters(self) -> list[tuple[str, float]]:
+    def counters(self, cards: Collection[str]) -> list[tuple[str, float]]:
         found = []
-        for bus, handle in zip(self.bus_ids, self.handles, strict=True):
-            energy = self._try(self.nvml.nvmlDeviceGetTotalEnergyConsumption, handle)
-            if isinstance(energy, (int, float)):
-                found.append((_pci({"bus_id": bus}), float(energy)))
+        for pci, handle in zip(self.pcis, self.handles, strict=True):
+            if pci in cards and pci not in self.uncounted:
+                energy = self._try(self.nvml.nvmlDeviceGetTotalEnergyConsumption, handle)
+                if isinstance(energy, (int, float)):
+                    found.append((pci, float(energy)))
+                else:  # a card without the counter (before Volta): not asked a hundred times a second
+                    self.uncounted.add(pci)
         return found
 
     def users(self) -> list[tuple[int, str]]:

@@ -4,6 +4,7 @@ shader clock and power, the processes with GPU queues, and a power cap below its
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from pathlib import Path
 
 from buildmgr.backend import CardFacts, EngineReading, process_name, read_file
@@ -54,7 +55,10 @@ class SysfsEngines:
         self.root = sys_root
         cards = sorted(c for c in (sys_root / "class" / "drm").glob("card*") if re.fullmatch(r"card\d+", c.name))
         self.devices = [c / "device" for c in cards if read_file(c / "device" / "vendor") == AMD_VENDOR]
-        self.pcis = [_pci(d) for d in self.devices]  # read once: the counters are read every few ms
+        # found once: the counters are read every few ms
+        self.energy_files = {
+            _pci(d): files[0] for d in self.devices if (files := sorted(d.glob("hwmon/hwmon*/energy1_input")))
+        }
 
     @classmethod
     def open(cls, sys_root: Path = Path("/sys")) -> SysfsEngines | None:
@@ -64,8 +68,8 @@ class SysfsEngines:
     def read(self) -> list[EngineReading]:
         return [r for d in self.devices if (r := amd_reading(d)) is not None]
 
-    def counters(self) -> list[tuple[str, float]]:
-        found = [(pci, _hwmon(d, "energy1_input")) for pci, d in zip(self.pcis, self.devices, strict=True)]
+    def counters(self, cards: Collection[str]) -> list[tuple[str, float]]:
+        found = [(pci, _int(file)) for pci, file in self.energy_files.items() if pci in cards]
         return [(pci, energy / 1000) for pci, energy in found if energy is not None]  # µJ
 
     def users(self) -> list[tuple[int, str]]:
