@@ -775,15 +775,16 @@ def fit_params(env, *args: str) -> str:
 
 def test_tune_races_from_llama_cpp_s_own_fit_and_serves_the_winner_at_the_depth(env, first_build, tmp_path):
     model = random_model(tmp_path / "dense.gguf", embd=256, ff=768, layers=6)
-    # decode long enough for the CPU's time to be read in it (the judgement), on a sample every 10 ms
-    args = ("-m", str(model), "--depth", "64", "-p", "256", "-n", "128", "--interval", "0.01", "--allow-busy", "--json")
+    # decode long enough for the CPU's time to be read in it (the judgement), on a sample every 10 ms: 0.1 s a
+    # repetition, so a reader or sampler held up on a loaded 2-core host still sees it (128 tokens once read none)
+    args = ("-m", str(model), "--depth", "64", "-p", "256", "-n", "512", "--interval", "0.01", "--allow-busy", "--json")
     result = buildmgr(env, "tune", "cpu", *args)
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     seed, *others = plan["candidates"]
     # the seed is what llama-fit-params answers for this model at the served context, without the context itself
     fitted = fit_params(env, "-m", str(model), "-c", str(plan["ctx"])).split()
-    assert seed["seed"] and seed["flags"] == fitted[2:] and fitted[:2] == ["-c", "512"]
+    assert seed["seed"] and seed["flags"] == fitted[2:] and fitted[:2] == ["-c", "1024"]
     # stage 1 the placements (here: the fit and the CPU), then one factor at a time on the winner so far
     assert [c["label"] for c in plan["candidates"][:2]] == ["fit", "cpu"]
     first = next(c["label"] for c in plan["candidates"] if c["label"].endswith(" fa1"))[: -len(" fa1")]
@@ -812,10 +813,10 @@ def test_tune_races_from_llama_cpp_s_own_fit_and_serves_the_winner_at_the_depth(
     # a change from llama.cpp's fit only where it was seen faster than it, side by side in the last stage
     versus = winner["versus_fit"]
     assert versus is None if winner["label"] == "fit" else versus["ci95"][0] > 1, versus
-    assert winner["commands"]["llama-server"].endswith(shlex.join(["-c", "512", *chosen["flags"]]))
+    assert winner["commands"]["llama-server"].endswith(shlex.join(["-c", "1024", *chosen["flags"]]))
     # it fits, seen: llama-server loaded it at that context and answered a prompt that fills the depth
     served = plan["served"]
-    assert served["failure"] is None and served["prompt_tokens"] == 64 and served["generated"] == 128
+    assert served["failure"] is None and served["prompt_tokens"] == 64 and served["generated"] == 512
     assert served["decode_ts"] > 0 and served["ttft_ms"] > 0
     assert served["first_ttft_ms"] > 0  # the server's first request, its warm-up, kept apart and shown beside
     # every raced candidate's rows, in bench's format: bench --compare reads them
