@@ -279,12 +279,16 @@ def _placed_by_user(node: Node, layer: int | None, log: Log, chosen: set[str], l
     return False
 
 
+def _removed(node: Node, home: str, removed: Sequence[RemovedKernels]) -> RemovedKernels | None:
+    """The build's define that took this op's kernels from its layer's device, if one did."""
+    return next((g for g in removed if node.op in g.ops and home.startswith(g.device_prefix)), None)
+
+
 def _cause(node: Node, home: str, log: Log, removed: Sequence[RemovedKernels]) -> str:
     """Why a node left its layer's device: a define of the build, a weight the loader could not place there, or the
     backend's own refusal."""
-    for gap in removed:
-        if node.op in gap.ops and home.startswith(gap.device_prefix):
-            return gap.message
+    if (gap := _removed(node, home, removed)) is not None:
+        return gap.message
     for source in node.sources:
         if not source.weight or source.device != node.device[:5]:
             continue
@@ -314,8 +318,7 @@ def judge(graph: Graph, phase: str, log: Log, removed: Sequence[RemovedKernels])
             # only the CPU doing a device's work is a fallback: a device running a CPU layer's op is op offload
             if home is None or node.device == home or node.device != HOST:
                 continue
-            lacking = any(node.op in gap.ops and home.startswith(gap.device_prefix) for gap in removed)
-            if _placed_by_user(node, current, log, chosen, lacking):
+            if _placed_by_user(node, current, log, chosen, _removed(node, home, removed) is not None):
                 chosen.add(node.name)
                 continue
             cause = _cause(node, home, log, removed)

@@ -262,9 +262,11 @@ def energy(
             used, covered, spans, watts = 0.0, 0.0, 0, []
             for start, end in stretches:
                 inside = [(s.at, *_counter(s, pci)) for s in samples if start <= s.at <= end]
-                counted = [(at, e) for at, e in timed if start <= at <= end] or [
-                    (at, e) for at, e, _ in inside if e is not None and not timed
-                ]
+                counted = (
+                    [(at, e) for at, e in timed if start <= at <= end]
+                    if timed
+                    else [(at, e) for at, e, _ in inside if e is not None]
+                )
                 if (span := _span(counted, bool(timed))) is not None:
                     used, covered, spans = used + span[0], covered + span[1], spans + 1
                 watts += [w for at, _, w in inside if w is not None and at >= start + POWER_AVERAGE_S]
