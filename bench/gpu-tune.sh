@@ -11,10 +11,10 @@
 #   - OUT/compare.txt: tune's winner against the grid's best, the device time of each, the winner over fit.
 # Then `-ngl 8` of a 1.7 GB dense model, five arms interleaved three times: llama-bench by hand, by hand with bench's
 # `--progress -v`, bench at engine intervals of 0.1, 1 and 5 s (OUT/ngl-*.json*, ngl.txt, with bench's own CPU time).
-# Part jtune: tune by energy per token (with its server proof) on the 1.7 GB dense model at tune's default -n 256, so
+# Part jtune: tune by energy per token (with its server proof) on the 1.7 GB dense model at tune's energy default -n 320, so
 # each process's joules read from the card's counter (OUT/jtune-*; the progress lines say what each stands on).
 # Knobs: RECIPE (default cuda; a build of it already on the machine is reused), PARTS (default "dense moe ngl"; also
-# jtune),
+# jtune), TUNES (default 1: how many times tune and tune by energy run, each to files of their own: -tune2, …),
 # NGL_ARMS (default "hand verbose bench-0.1 bench-1 bench-5"), NGL_DEPTHS (default 0,1024), MOE_LAYERS, MOE_CARD,
 # WORKLOAD. PAYLOAD as bench/gpu-setup.sh describes. Long: start it with setsid nohup and poll OUT/finished.
 #
@@ -26,6 +26,7 @@ recipe=${RECIPE:-cuda}  # a build of it already made on this machine is reused (
 parts=${PARTS:-dense moe ngl}  # which of the three parts run, in this order
 moe_layers=${MOE_LAYERS:-10}
 moe_card=${MOE_CARD:-6GiB}
+tunes=${TUNES:-1}
 read -r -a workload <<<"${WORKLOAD:--p 128 -n 16 -r 3}"
 read -r -a ngl_arms <<<"${NGL_ARMS:-hand verbose bench-0.1 bench-1 bench-5}"
 ngl_depths=${NGL_DEPTHS:-0,1024}
@@ -73,20 +74,26 @@ for pair in "dense:24GiB" "moe:$moe_card"; do
     start=$(date +%s)
     bm tune "$recipe" "${common[@]}" --grid --no-serve --budget 60 >"$out/$model-grid.json" 2>"$out/$model-grid.txt"
     echo "exit $? wall seconds: $(( $(date +%s) - start ))" >>"$out/$model-grid.txt"
-    log "$model: tune"
-    start=$(date +%s)
-    bm tune "$recipe" "${common[@]}" >"$out/$model-tune.json" 2>"$out/$model-tune.txt"
-    echo "exit $? wall seconds: $(( $(date +%s) - start ))" >>"$out/$model-tune.txt"
-    python3 "$here/tune_vs_grid.py" "$out/$model-grid.json" "$out/$model-tune.json" >>"$out/compare.txt" 2>&1
+    for n in $(seq "$tunes"); do
+        name=$model-tune$([[ $n == 1 ]] || echo "$n")
+        log "$model: tune ($n of $tunes)"
+        start=$(date +%s)
+        bm tune "$recipe" "${common[@]}" >"$out/$name.json" 2>"$out/$name.txt"
+        echo "exit $? wall seconds: $(( $(date +%s) - start ))" >>"$out/$name.txt"
+        python3 "$here/tune_vs_grid.py" "$out/$model-grid.json" "$out/$name.json" >>"$out/compare.txt" 2>&1
+    done
     cp "$XDG_DATA_HOME"/buildmgr/tune/* "$out/" 2>/dev/null
 done
 
 if has jtune; then
-    log "jtune: tune by energy per token"
-    start=$(date +%s)
-    bm tune "$recipe" -m /tmp/small.gguf --objective j_per_token -p 128 -r 3 --json >"$out/jtune-tune.json" \
-        2>"$out/jtune-tune.txt"
-    echo "exit $? wall seconds: $(( $(date +%s) - start ))" >>"$out/jtune-tune.txt"
+    for n in $(seq "$tunes"); do
+        name=jtune-tune$([[ $n == 1 ]] || echo "$n")
+        log "jtune: tune by energy per token ($n of $tunes)"
+        start=$(date +%s)
+        bm tune "$recipe" -m /tmp/small.gguf --objective j_per_token -p 128 -r 3 --json >"$out/$name.json" \
+            2>"$out/$name.txt"
+        echo "exit $? wall seconds: $(( $(date +%s) - start ))" >>"$out/$name.txt"
+    done
     cp "$XDG_DATA_HOME"/buildmgr/tune/* "$out/" 2>/dev/null
 fi
 
