@@ -54,6 +54,14 @@ class Run:
 # --- one run -----------------------------------------------------------------------------------------------------
 
 
+def timed_cards(planned: Planned, request: Request) -> frozenset[str]:
+    """The cards (PCI ids) whose energy counters the sampler reads alone between its samples: the placement's, where
+    the request asks for energy timed so."""
+    if not request.timed_energy:
+        return frozenset()
+    return frozenset(r.pci_bus_id for r in planned.roles if r.pci_bus_id and not r.on_cpu)
+
+
 def run_once(
     planned: Planned,
     request: Request,
@@ -68,8 +76,7 @@ def run_once(
     command += ["--progress", "-v", *planned.config.bench_args()]
     events: list[logs.Event] = []
     arrivals: list[float] = []
-    cards = frozenset(r.pci_bus_id for r in planned.roles if r.pci_bus_id and not r.on_cpu)
-    sampler = Sampler(sources, request.interval, rapl=membw.rapl_files(), counted=cards)
+    sampler = Sampler(sources, request.interval, rapl=membw.rapl_files(), counted=timed_cards(planned, request))
 
     def on_line(stream: str, line: str, at: float) -> None:
         if stream == "stdout":

@@ -14,7 +14,7 @@ from buildmgr.errors import UserError
 from buildmgr.placement.check import Here, model_devices, read_gguf
 from buildmgr.placement.syntax import Placement
 from buildmgr.tune import oracle, space
-from buildmgr.tune.config import HOST_NAMES
+from buildmgr.tune.config import HOST_NAMES, Request
 from buildmgr.tune.result import Entry
 
 if TYPE_CHECKING:
@@ -97,3 +97,26 @@ def fit_tool(build: Build) -> Path:
             f"(buildmgr build {build.receipt.recipe.name}), which now builds it"
         )
     return path
+
+
+def bench_request_of(request: Request) -> bench_config.Request:
+    """The bench request every candidate's processes run under: tune's workload at its one depth, and the cards'
+    energy counters read alone only where energy is the objective."""
+    workload = bench_config.Workload(
+        request.n_prompt,
+        request.n_gen,
+        (request.depth,),
+        pg=False,
+        runs=request.max_runs,
+        repetitions=request.repetitions,
+        warmup=request.warmup,
+    )
+    return bench_config.Request(
+        request.model,
+        (),
+        workload,
+        request.interval,
+        allow_busy=request.allow_busy,
+        allow_pinned=request.allow_pinned,
+        timed_energy=request.objective is space.Objective.J_PER_TOKEN,
+    )

@@ -27,7 +27,7 @@ from buildmgr.hostfacts import usable_cpus
 from buildmgr.placement.cover import Covered
 from buildmgr.tune import measure, oracle, race, serve, space
 from buildmgr.tune.config import Request
-from buildmgr.tune.inputs import cards, config_of, fit_tool, margins, shape
+from buildmgr.tune.inputs import bench_request_of, cards, config_of, fit_tool, margins, shape
 from buildmgr.tune.prune import prune
 from buildmgr.tune.result import Entry, State, Tuned, decide, side_by_side, unmeasured_against_fit
 
@@ -201,23 +201,8 @@ def tune(
         )
     say(f"llama.cpp's own fit at -c {ctx}: {shlex.join(seed_words) or '(its defaults)'}")
     shaped = space.Space(found_cards, model_shape, request.objective, threads)
-    workload = bench_config.Workload(
-        request.n_prompt,
-        request.n_gen,
-        (request.depth,),
-        pg=False,
-        runs=request.max_runs,
-        repetitions=request.repetitions,
-        warmup=request.warmup,
-    )
-    bench_request = bench_config.Request(
-        request.model,
-        (),
-        workload,
-        request.interval,
-        allow_busy=request.allow_busy,
-        allow_pinned=request.allow_pinned,
-    )
+    bench_request = bench_request_of(request)
+    workload = bench_request.workload
     test = workload.tests()[0 if request.objective is space.Objective.PP else 1]
     entries: dict[str, Entry] = {}
     raced: dict[str, tuple[Entry, Planned, Covered]] = {}
