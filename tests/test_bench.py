@@ -1281,8 +1281,9 @@ def test_a_counter_that_moves_in_steps_is_timed_by_its_own_updates_read_between_
         ]
         samples, at = [], 0.0
         while at < 2.0:
-            between = [at - gap + k * COUNTER_INTERVAL for k in range(1, 11)] if alone and at else []
-            counted = tuple(CounterReading(t, H100_PCI, counter(t, phase)) for t in between if t < at)
+            # read alone every 10 ms, through the samples too
+            between = [k * COUNTER_INTERVAL for k in range(round(at / COUNTER_INTERVAL) + 1)] if alone else []
+            counted = tuple(CounterReading(t, H100_PCI, counter(t, phase)) for t in between if at - gap < t <= at)
             samples.append(Sample(at, (reading(at, phase),), None, counters=counted))
             at += gap
         [card] = limit.energy(phases, samples, {"CUDA0": H100_PCI}, {"generation": 100})

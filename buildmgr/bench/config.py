@@ -230,9 +230,9 @@ class Request:
     allow_busy: bool = False
     allow_pinned: bool = False
     remeasure: bool = False  # the CPU's bandwidth measured again, not taken from what is kept
-    # the cards' energy counters read alone every 10 ms (sampling.COUNTER_INTERVAL), so a stretch's energy is timed by
-    # the counter's own updates: only where energy decides (tune by energy), for each read costs the CPU llama.cpp may
-    # compute on (an H100: a third of a core at 100 reads a second, docs/real-runs.md 2026-12-06)
+    # the cards' energy counters read alone around their updates (sampling.CounterClock), so a stretch's energy is
+    # timed by them: only where energy decides (tune by energy), for each read costs the CPU llama.cpp may compute on
+    # (an H100: a third of a core at 100 reads a second, docs/real-runs.md 2026-12-06)
     timed_energy: bool = False
 
 

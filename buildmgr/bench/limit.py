@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from buildmgr.bench.logs import LoadLog, Phase
-from buildmgr.bench.sampling import COUNTER_INTERVAL, Sample
+from buildmgr.bench.sampling import BRACKET, Sample
 
 CPU = "CPU"  # every CPU-side buffer (CPU, CPU_Mapped, CPU_REPACK, CUDA_Host …) and the CPU's energy
 MIB = 1.048576  # MB
@@ -27,9 +27,9 @@ _LOOKUP = re.compile(r"(^|\.|_)(token_embd|position_embd|per_layer_token_embd)\.
 # over one span is off by up to a step: the readings must span this much for a rate within about 20 %. Over several
 # spans the errors add as independent ones do: √spans times this.
 MIN_ENERGY_SECONDS = 0.5
-# Read alone every COUNTER_INTERVAL between the samples, a counter's own updates are timed to within that at each end
-# of a span, whatever its step: a span from its first update to its last this long gives a rate within 5 %.
-MIN_TIMED_SECONDS = 2 * COUNTER_INTERVAL / 0.05
+# Read alone between the samples, a counter's own updates are timed to within BRACKET at each end of a span, whatever
+# its step: a span from its first update timed to its last this long gives a rate within 5 %.
+MIN_TIMED_SECONDS = 2 * BRACKET / 0.05
 # A power reading may be an average over the time before it (vendor libraries document up to the last second; a
 # card whose library also has a counter is read by the counter instead): only a reading this long into a stretch of
 # phases measures the phases alone.
@@ -211,10 +211,12 @@ def _counter(sample: Sample, pci: str | None) -> tuple[float | None, float | Non
 
 def _span(readings: Sequence[tuple[float, float]], timed: bool) -> tuple[float, float] | None:
     """(mJ, seconds) a counter's readings inside one stretch span: read alone often (`timed`), from its first update
-    seen to its last, so the time is the energy's own; else from the first reading to the last, off by up to a step.
-    None where it moved too little, or wrapped."""
+    timed (a change between two reads within BRACKET) to its last, so the time is the energy's own; else from the
+    first reading to the last, off by up to a step. None where it moved too little, or wrapped."""
     if timed:
-        readings = [now for before, now in itertools.pairwise(readings) if now[1] != before[1]]
+        readings = [
+            now for before, now in itertools.pairwise(readings) if now[1] != before[1] and now[0] - before[0] <= BRACKET
+        ]
     if len(readings) < 2 or readings[-1][1] < readings[0][1]:
         return None
     return readings[-1][1] - readings[0][1], readings[-1][0] - readings[0][0]

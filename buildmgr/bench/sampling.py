@@ -26,9 +26,15 @@ class ProcessReading(NamedTuple):
     memory_kib: dict[str, int]  # STATUS_FIELDS present
 
 
-# How often the cards' energy counters are read alone, between samples: a counter that moves in steps (an H100's
-# every 0.1 s) is then timed by its own updates to within this, not to within a step (docs/real-runs.md, 2026-12-06).
+# How often the cards' energy counters are read alone, between samples, while an update is awaited: a counter that
+# moves in steps (an H100's every 0.1 s) is then timed by its own updates to within this, not to within a step
+# (docs/real-runs.md, 2026-12-06).
 COUNTER_INTERVAL = 0.01
+# A change between two reads at most this far apart times the update (a read a little late still brackets it).
+BRACKET = 1.2 * COUNTER_INTERVAL
+# Reading starts this long before an update is due (its period from the last ones): each NVML read costs the CPU (an
+# H100: a third of a core at 100 reads a second, docs/real-runs.md 2026-12-06), and a few a step suffice.
+AHEAD = 1.5 * COUNTER_INTERVAL
 
 
 class CounterReading(NamedTuple):
@@ -37,13 +43,44 @@ class CounterReading(NamedTuple):
     energy_mj: float
 
 
+class CounterClock:
+    """When to read one card's energy counter next: every COUNTER_INTERVAL until two updates are timed (a change
+    between reads within BRACKET), then from AHEAD of the next one due (the last timed update plus the period), every
+    COUNTER_INTERVAL until it comes; a counter that moves faster than that, or is overdue, is read every
+    COUNTER_INTERVAL. Pure: the sampler tells it each reading."""
+
+    def __init__(self) -> None:
+        self.last: tuple[float, float] | None = None  # (at, mJ) of the last read
+        self.timed: float | None = None  # the last update timed, if it was the last one seen
+        self.periods: list[float] = []  # between consecutive timed updates, the latest last
+
+    def seen(self, at: float, mj: float) -> None:
+        if self.last is not None and mj != self.last[1]:
+            timed = at - self.last[0] <= BRACKET
+            if timed and self.timed is not None:
+                self.periods = [*self.periods[-4:], at - self.timed]
+            self.timed = at if timed else None
+        self.last = (at, mj)
+
+    def next_at(self) -> float:
+        if self.last is None:
+            return 0.0
+        poll = self.last[0] + COUNTER_INTERVAL
+        if self.timed is None or not self.periods:
+            return poll
+        period = sorted(self.periods)[len(self.periods) // 2]
+        if period < AHEAD + 2 * COUNTER_INTERVAL:
+            return poll
+        return max(poll, self.timed + period - AHEAD)
+
+
 class Sample(NamedTuple):
     at: float  # time.monotonic()
     engines: tuple[EngineReading, ...]
     process: ProcessReading | None
     cpu_energy_mj: float | None = None  # the CPU packages' RAPL counters, where readable
     read_s: float | None = None  # how long reading it took: the sampler's own cost, beside the run it watches
-    counters: tuple[CounterReading, ...] = ()  # the cards' counters read alone since the sample before, and with it
+    counters: tuple[CounterReading, ...] = ()  # the cards' counters read alone since the sample before
 
 
 def read_process(pid: int, proc: Path = Path("/proc"), ticks: int | None = None) -> ProcessReading | None:
@@ -106,7 +143,7 @@ def _rapl(files: Sequence[Path]) -> float | None:
 @dataclass
 class Sampler:
     """Reads every source and the watched process every `interval` seconds on its own thread, until stopped, and the
-    cards' energy counters alone every COUNTER_INTERVAL between."""
+    cards' energy counters alone between, as each card's CounterClock asks."""
 
     sources: list[EngineSource]
     interval: float
@@ -120,23 +157,27 @@ class Sampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._left: tuple[CounterReading, ...] = ()  # counters read after the loop's last sample
-        self._asked = False
+        self._clocks = {pci: CounterClock() for pci in self.counted}
 
     def read(self, counters: tuple[CounterReading, ...] = ()) -> Sample:
         started = time.monotonic()
-        counters += tuple(self.count())  # read alone here too: no wider gap between two of them at a sample
         engines = tuple(r for source in self.sources for r in source.read())
         energy = _rapl(self.rapl) if self.rapl else None
         process = read_process(self.pid) if self.pid else None
         return Sample(started, engines, process, energy, time.monotonic() - started, counters)
 
-    def count(self) -> list[CounterReading]:
-        if not self.counted:
+    def count(self, now: float) -> list[CounterReading]:
+        """The counters of the cards whose clocks ask for a reading by `now`; a card no library reads a counter of
+        is not asked again."""
+        due = {pci for pci, clock in self._clocks.items() if clock.next_at() <= now}
+        if not due:
             return []
         at = time.monotonic()
-        found = [CounterReading(at, pci, mj) for source in self.sources for pci, mj in source.counters(self.counted)]
-        if not self._asked:  # a card no library reads a counter of is not asked again a hundred times a second
-            self._asked, self.counted = True, frozenset(c.pci_bus_id for c in found)
+        found = [CounterReading(at, pci, mj) for source in self.sources for pci, mj in source.counters(due)]
+        for reading in found:
+            self._clocks[reading.pci_bus_id].seen(reading.at, reading.energy_mj)
+        for pci in due - {c.pci_bus_id for c in found}:
+            del self._clocks[pci]
         return found
 
     def _loop(self) -> None:
@@ -147,10 +188,9 @@ class Sampler:
             if time.monotonic() >= due:
                 self.samples.append(self.read(tuple(counters)))
                 counters, due = [], time.monotonic() + self.interval
-            else:
-                counters += self.count()
-            wait = due - time.monotonic()
-            self._stop.wait(min(wait, COUNTER_INTERVAL) if self.counted else wait)
+            counters += self.count(time.monotonic())
+            wake = min([due, *(clock.next_at() for clock in self._clocks.values())])
+            self._stop.wait(max(wake - time.monotonic(), 0.001))
         self._left = tuple(counters)
 
     def __enter__(self) -> Self:
