@@ -204,3 +204,31 @@ def test_a_change_read_long_after_the_reading_before_it_does_not_time_an_update(
 
     readings = [(0.0, 0.0), (0.01, 45.0), (0.3, 45.0), (0.5, 180.0), (0.51, 225.0), (0.9, 225.0), (1.2, 405.0)]
     assert limit._span(readings, True) == (225.0 - 45.0, 0.51 - 0.01)
+
+
+def test_the_sampler_reads_a_stepping_counter_as_its_clock_asks() -> None:
+    import time
+    from collections.abc import Collection
+
+    from buildmgr.bench import limit
+    from buildmgr.bench.sampling import COUNTER_INTERVAL, Sampler
+
+    card = "0000:00:06.0"
+
+    class Stepping:  # a card whose counter moves every 0.1 s at 450 W
+        reads = 0
+
+        def read(self) -> list[Any]:
+            return []
+
+        def counters(self, cards: Collection[str]) -> list[tuple[str, float]]:
+            self.reads += 1
+            return [(card, 45_000.0 * (time.monotonic() // 0.1))]
+
+    source = Stepping()
+    with Sampler([source], 0.1, counted=frozenset({card})) as sampler:  # type: ignore[list-item]
+        time.sleep(1.5)
+    assert source.reads < 0.6 * 1.5 / COUNTER_INTERVAL  # every 10 ms: 150
+    readings = sorted((c.at, c.energy_mj) for s in sampler.samples or [] for c in s.counters)
+    span = limit._span(readings, True)
+    assert span is not None and span[1] > 0.9 and abs(span[0] / 1000 / span[1] / 450 - 1) < 0.05
