@@ -225,8 +225,9 @@ class EngineSource(Protocol):
     def read(self) -> list[EngineReading]: ...
 
     def counters(self, cards: Collection[str]) -> list[tuple[str, float]]:
-        """The energy counter alone of each of these cards (PCI ids) it has, (PCI id, mJ), where it has one: one cheap
-        call a card, read far more often than `read` (a counter that moves in steps is timed by when it moves)."""
+        """The energy counter alone of each of these cards (PCI ids) it has, (PCI id, mJ), where it has one: one call
+        a card, read around the counter's updates under tune's energy objective (a counter that moves in steps is
+        timed by when it moves; an NVML read costs an H100's host about 3 ms of CPU)."""
         ...
 
     def users(self) -> list[tuple[int, str]]:

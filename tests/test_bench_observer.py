@@ -114,10 +114,43 @@ def test_the_counters_alone_are_one_nvml_call_a_card_read_between_the_samples() 
             before_.at + (before_.read_s or 0) < c.at <= sample.at + (sample.read_s or 0) for c in sample.counters
         )
         assert {c.pci_bus_id for c in sample.counters} == {card}
-    nvml.calls.clear()
-    with Sampler([engines], 0.1, counted=frozenset({"0000:00:07.0"})):  # a card NVML does not have: asked once
+
+
+class _Answers:
+    """A source whose counter reads answer as `answer(n)` says for the n-th (None: nothing, as for a card without a
+    counter or a read that failed), counted."""
+
+    def __init__(self, card: str, answer: Any) -> None:
+        self.card, self.answer, self.asked = card, answer, 0
+
+    def read(self) -> list[Any]:
+        return []
+
+    def counters(self, cards: Any) -> list[tuple[str, float]]:
+        self.asked += 1
+        value = self.answer(self.asked)
+        return [] if value is None else [(self.card, value), ("0000:00:99.0", 1.0)]  # and one it was not asked of
+
+
+def test_a_card_whose_counter_never_answers_is_asked_once_and_one_that_failed_once_is_read_on() -> None:
+    import time
+
+    from buildmgr.bench.sampling import COUNTER_INTERVAL, Sampler
+
+    card = "0000:00:06.0"
+    never = _Answers(card, lambda n: None)
+    with Sampler([never], 0.1, counted=frozenset({card})):  # type: ignore[list-item]
         time.sleep(0.25)
-    assert nvml.calls["nvmlDeviceGetTotalEnergyConsumption"] == nvml.calls["nvmlDeviceGetUtilizationRates"]
+    assert never.asked == 1
+    once = _Answers(card, lambda n: None if n == 3 else float(n))  # the third read fails
+    with Sampler([once], 0.1, counted=frozenset({card})) as sampler:  # type: ignore[list-item]
+        time.sleep(0.25)
+    read = [c for s in sampler.samples or [] for c in s.counters]
+    assert once.asked > 10 and len(read) == once.asked - 1 and {c.pci_bus_id for c in read} == {card}
+    failing = _Answers(card, lambda n: None if n >= 3 else float(n))  # fails from the third read on
+    with Sampler([failing], 0.1, counted=frozenset({card})):  # type: ignore[list-item]
+        time.sleep(0.25)
+    assert failing.asked < 0.25 / COUNTER_INTERVAL * 2  # every 10 ms, not in a loop
 
 
 def test_the_counters_are_read_alone_only_where_energy_decides() -> None:
@@ -172,13 +205,13 @@ def _polled(
 
 def test_a_stepping_counter_is_read_around_its_updates_only_and_still_timed_by_them() -> None:
     """The H100's counter moves every 0.1 s; read every 10 ms it cost a third of a core (docs/real-runs.md,
-    2026-12-06). Once two updates are timed, the schedule reads it just before the next is due and every 10 ms until
+    2026-12-06). Once two updates are timed, the schedule reads it 20 ms before the next is due and every 10 ms until
     it moves: a few reads a step, the energy over a stretch as exact as before."""
     from buildmgr.bench import limit
 
-    for k in range(20):
-        readings = _polled(0.1, k * 0.0047, 5.0, late=0.002, jitter=0.003)
-        assert len([r for r in readings if r[0] > 0.5]) < 35 * 4.5  # ten a step before
+    for k in range(20):  # reads up to 8 ms late: the slack a loaded host needs
+        readings = _polled(0.1, k * 0.0047, 5.0, late=0.008, jitter=0.003)
+        assert len([r for r in readings if r[0] > 0.5]) < 40 * 4.5  # ten a step before
         for start in (0.6, 1.37, 2.9):
             inside = [r for r in readings if start <= r[0] <= start + 0.62]
             span = limit._span(inside, True)
@@ -228,7 +261,37 @@ def test_the_sampler_reads_a_stepping_counter_as_its_clock_asks() -> None:
     source = Stepping()
     with Sampler([source], 0.1, counted=frozenset({card})) as sampler:  # type: ignore[list-item]
         time.sleep(1.5)
-    assert source.reads < 0.6 * 1.5 / COUNTER_INTERVAL  # every 10 ms: 150
+    assert source.reads < 0.7 * 1.5 / COUNTER_INTERVAL  # every 10 ms: 150
     readings = sorted((c.at, c.energy_mj) for s in sampler.samples or [] for c in s.counters)
     span = limit._span(readings, True)
-    assert span is not None and span[1] > 0.9 and abs(span[0] / 1000 / span[1] / 450 - 1) < 0.05
+    assert span is not None and span[1] > 0.5 and abs(span[0] / 1000 / span[1] / 450 - 1) < 0.05
+
+
+def test_a_card_read_alone_whose_updates_were_never_timed_falls_back_to_the_samples_and_says_so() -> None:
+    """Reads alone that all came too late to time an update (a loaded host): the samples' own readings of the counter
+    still give the energy, within a step, under the basis that says so, not an unknown that asks for a longer -n."""
+    from buildmgr.backends import EngineReading
+    from buildmgr.bench import limit, logs
+    from buildmgr.bench.sampling import CounterReading, Sample
+
+    card = "0000:00:06.0"
+
+    def counter(at: float) -> float:  # 450 W in 0.1 s steps
+        return 45_000.0 * (at // 0.1)
+
+    samples = [
+        Sample(
+            t / 10,
+            (EngineReading(card, 90.0, 1000, 1980, None, (), counter(t / 10)),),
+            None,
+            counters=(CounterReading(t / 10 - 0.05, card, counter(t / 10 - 0.05)),),  # 0.1 s apart: none timed
+        )
+        for t in range(1, 40)
+    ]
+    phases = [logs.Phase(1, "generation", 0.5, 3.5)]
+    [found] = limit.energy(phases, samples, {"CUDA0": card}, {"generation": 100})
+    assert found.basis == "energy counter" and found.joules is not None and abs(found.joules / 3.0 / 450 - 1) < 0.1
+    around = [CounterReading(at, card, counter(at)) for s in samples for at in (s.at - 0.004, s.at + 0.004)]
+    timed = [s._replace(counters=(*s.counters, *(c for c in around if s.at - 0.1 < c.at <= s.at))) for s in samples]
+    [again] = limit.energy(phases, timed, {"CUDA0": card}, {"generation": 100})
+    assert again.basis == limit.TIMED and again.joules is not None

@@ -27,9 +27,10 @@ _LOOKUP = re.compile(r"(^|\.|_)(token_embd|position_embd|per_layer_token_embd)\.
 # over one span is off by up to a step: the readings must span this much for a rate within about 20 %. Over several
 # spans the errors add as independent ones do: √spans times this.
 MIN_ENERGY_SECONDS = 0.5
-# Read alone between the samples, a counter's own updates are timed to within BRACKET at each end of a span, whatever
-# its step: a span from its first update timed to its last this long gives a rate within 5 %.
-MIN_TIMED_SECONDS = 2 * BRACKET / 0.05
+# Read alone between the samples, a counter's own updates are timed to within half a BRACKET at each end of a span,
+# whatever its step: a span from its first update timed to its last this long gives a rate within 5 %.
+MIN_TIMED_SECONDS = 2 * (BRACKET / 2) / 0.05
+TIMED = "energy counter, timed by its updates"  # the basis of a card's energy read alone around its updates
 # A power reading may be an average over the time before it (vendor libraries document up to the last second; a
 # card whose library also has a counter is read by the counter instead): only a reading this long into a stretch of
 # phases measures the phases alone.
@@ -210,16 +211,29 @@ def _counter(sample: Sample, pci: str | None) -> tuple[float | None, float | Non
 
 
 def _span(readings: Sequence[tuple[float, float]], timed: bool) -> tuple[float, float] | None:
-    """(mJ, seconds) a counter's readings inside one stretch span: read alone often (`timed`), from its first update
-    timed (a change between two reads within BRACKET) to its last, so the time is the energy's own; else from the
-    first reading to the last, off by up to a step. None where it moved too little, or wrapped."""
+    """(mJ, seconds) a counter's readings inside one stretch span: read alone (`timed`), from its first update timed
+    (a change between two reads within BRACKET, at their midpoint) to its last, so the time is the energy's own; else
+    from the first reading to the last, off by up to a step. None where it moved too little, or wrapped."""
     if timed:
         readings = [
-            now for before, now in itertools.pairwise(readings) if now[1] != before[1] and now[0] - before[0] <= BRACKET
+            ((before[0] + now[0]) / 2, now[1])
+            for before, now in itertools.pairwise(readings)
+            if now[1] != before[1] and now[0] - before[0] <= BRACKET
         ]
     if len(readings) < 2 or readings[-1][1] < readings[0][1]:
         return None
     return readings[-1][1] - readings[0][1], readings[-1][0] - readings[0][0]
+
+
+def _spans(
+    readings: Sequence[tuple[float, float]], stretches: Sequence[tuple[float, float]], alone: bool
+) -> tuple[float, float, int]:
+    """(mJ, seconds, spans) a counter's readings span over the stretches, each stretch on its own."""
+    used, covered, spans = 0.0, 0.0, 0
+    for start, end in stretches:
+        if (span := _span([(at, e) for at, e in readings if start <= at <= end], alone)) is not None:
+            used, covered, spans = used + span[0], covered + span[1], spans + 1
+    return used, covered, spans
 
 
 def _stretches(phases: Sequence[Phase]) -> list[tuple[float, float]]:
@@ -238,7 +252,8 @@ def energy(
     phases: Sequence[Phase], samples: Sequence[Sample], devices: Mapping[str, str | None], tokens: Mapping[str, int]
 ) -> tuple[Energy, ...]:
     """Per card and kind of phase: the mean power over the readings inside the phases (the counter's difference
-    across each stretch of them, or, for a card no sample read a counter of, the power readings' mean) times the
+    across each stretch of them, timed by its updates where it was read alone around them and enough of them were
+    timed, else at the samples; or, for a card no sample read a counter of, the power readings' mean) times the
     phases' time, per token. The devices of one card (a backend's virtual devices, or the card under two backends'
     names) read one counter: one entry names them all, "+"-joined, so the card's joules are counted once."""
     cards: dict[str, list[str]] = {}  # by PCI id; a device without one by its name
@@ -255,31 +270,36 @@ def energy(
         timed = sorted((c.at, c.energy_mj) for s in samples for c in s.counters if c.pci_bus_id == pci)
         has_counter = bool(timed) or any(e is not None for e, _ in read)
         has_power = any(w is not None for _, w in read)
-        floor = MIN_TIMED_SECONDS if timed else MIN_ENERGY_SECONDS
         counter_basis = "RAPL package counters" if pci is None else "energy counter"
+        sampled = [(s.at, e) for s, (e, _) in zip(samples, read, strict=True) if e is not None]
         for kind in _kinds(phases):
             mine = [p for p in phases if p.kind == kind]
             total = sum(p.end - p.start for p in mine)
             stretches = _stretches(mine)
-            used, covered, spans, watts = 0.0, 0.0, 0, []
-            for start, end in stretches:
-                inside = [(s.at, *_counter(s, pci)) for s in samples if start <= s.at <= end]
-                counted = (
-                    [(at, e) for at, e in timed if start <= at <= end]
-                    if timed
-                    else [(at, e) for at, e, _ in inside if e is not None]
-                )
-                if (span := _span(counted, bool(timed))) is not None:
-                    used, covered, spans = used + span[0], covered + span[1], spans + 1
-                watts += [w for at, _, w in inside if w is not None and at >= start + POWER_AVERAGE_S]
+            watts = [
+                w
+                for start, end in stretches
+                for s in samples
+                if start + POWER_AVERAGE_S <= s.at <= end and (w := _counter(s, pci)[1]) is not None
+            ]
+            # read alone around its updates where it was, else (or where no update was timed) at the samples
+            tries = [(timed, True, MIN_TIMED_SECONDS, TIMED)] if timed else []
+            tries.append((sampled, False, MIN_ENERGY_SECONDS, counter_basis))
+            measured = [(_spans(readings, stretches, alone), floor, basis) for readings, alone, floor, basis in tries]
+            passed = [(m, b) for m, floor, b in measured if m[2] and m[1] >= floor * math.sqrt(m[2])]
             count = tokens.get(kind, 0) * len(mine)
-            if has_counter and spans and covered >= floor * math.sqrt(spans):
-                joules, seconds, basis = used / 1000 / covered * total, covered, counter_basis
+            if has_counter and passed:
+                (used, covered, _), basis = passed[0]
+                joules, seconds = used / 1000 / covered * total, covered
             elif not has_counter and len(watts) >= 2:  # no counter here: the power readings a stretch alone made
                 settled = sum(max(end - start - POWER_AVERAGE_S, 0.0) for start, end in stretches)
                 joules, seconds, basis = sum(watts) / len(watts) * total, settled, "power readings × time"
             else:
-                basis = "power readings × time" if has_power and not has_counter else counter_basis
+                # why: from the readings that came nearest their floor
+                (_, covered, spans), floor, basis = max(
+                    measured, key=lambda m: m[0][1] / (m[1] * math.sqrt(m[0][2] or 1))
+                )
+                basis = "power readings × time" if has_power and not has_counter else basis
                 why = _unread(kind, has_counter, has_power, covered, total, spans, stretches, floor)
                 found.append(Energy(device, kind, basis, None, round(covered, 3), None, why, has_counter or has_power))
                 continue

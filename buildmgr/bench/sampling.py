@@ -27,14 +27,17 @@ class ProcessReading(NamedTuple):
 
 
 # How often the cards' energy counters are read alone, between samples, while an update is awaited: a counter that
-# moves in steps (an H100's every 0.1 s) is then timed by its own updates to within this, not to within a step
-# (docs/real-runs.md, 2026-12-06).
+# moves in steps (an H100's every 0.1 s) is then timed by its own updates, not to within a step (docs/real-runs.md,
+# 2026-12-06).
 COUNTER_INTERVAL = 0.01
-# A change between two reads at most this far apart times the update (a read a little late still brackets it).
-BRACKET = 1.2 * COUNTER_INTERVAL
-# Reading starts this long before an update is due (its period from the last ones): each NVML read costs the CPU (an
-# H100: a third of a core at 100 reads a second, docs/real-runs.md 2026-12-06), and a few a step suffice.
-AHEAD = 1.5 * COUNTER_INTERVAL
+# A change between two reads at most this far apart times the update: at their midpoint, to within half of this (a
+# loaded host's reads come late; each NVML read also takes time, an H100's about 3 ms).
+BRACKET = 2 * COUNTER_INTERVAL
+# Reading starts this long before an update is due (the last timed one plus the period): each NVML read costs the CPU
+# (an H100: a third of a core at 100 reads a second, docs/real-runs.md 2026-12-06), and a few a step suffice. It covers
+# a timed update's own half-bracket and a read's interval (simulated with reads up to 8 ms late and updates up to 3 ms:
+# 27-33 reads a second of an H100's counter, every 0.62 s span within 3 %).
+AHEAD = BRACKET / 2 + COUNTER_INTERVAL
 
 
 class CounterReading(NamedTuple):
@@ -44,27 +47,37 @@ class CounterReading(NamedTuple):
 
 
 class CounterClock:
-    """When to read one card's energy counter next: every COUNTER_INTERVAL until two updates are timed (a change
-    between reads within BRACKET), then from AHEAD of the next one due (the last timed update plus the period), every
-    COUNTER_INTERVAL until it comes; a counter that moves faster than that, or is overdue, is read every
-    COUNTER_INTERVAL. Pure: the sampler tells it each reading."""
+    """When to read one card's energy counter next: every COUNTER_INTERVAL until two updates in a row are timed (a
+    change between reads within BRACKET), then from AHEAD of the next one due (the last timed update plus the median
+    of the last periods) every COUNTER_INTERVAL until it comes. A change not timed (the read came too late) starts
+    over, so a counter that moves faster than it was, or irregularly, is read every COUNTER_INTERVAL, as is one that
+    moves faster than a read's window. Pure: the sampler tells it each reading."""
 
     def __init__(self) -> None:
-        self.last: tuple[float, float] | None = None  # (at, mJ) of the last read
-        self.timed: float | None = None  # the last update timed, if it was the last one seen
-        self.periods: list[float] = []  # between consecutive timed updates, the latest last
+        self.last: tuple[float, float] | None = None  # (at, mJ) of the last read, None after one that failed
+        self.timed: float | None = None  # the last update, where it was timed
+        self.periods: list[float] = []  # between timed updates in a row, the latest last
+        self.read = False  # whether a read ever answered
+        self.resume = 0.0  # when to read again after a read that failed
+
+    def missed(self, at: float) -> None:
+        """A read that failed: the next is COUNTER_INTERVAL on, and timing starts over."""
+        self.last, self.timed, self.periods, self.resume = None, None, [], at + COUNTER_INTERVAL
 
     def seen(self, at: float, mj: float) -> None:
         if self.last is not None and mj != self.last[1]:
-            timed = at - self.last[0] <= BRACKET
-            if timed and self.timed is not None:
-                self.periods = [*self.periods[-4:], at - self.timed]
-            self.timed = at if timed else None
-        self.last = (at, mj)
+            if at - self.last[0] <= BRACKET:
+                update = (self.last[0] + at) / 2
+                if self.timed is not None:
+                    self.periods = [*self.periods[-4:], update - self.timed]
+                self.timed = update
+            else:
+                self.timed, self.periods = None, []
+        self.last, self.read = (at, mj), True
 
     def next_at(self) -> float:
         if self.last is None:
-            return 0.0
+            return self.resume
         poll = self.last[0] + COUNTER_INTERVAL
         if self.timed is None or not self.periods:
             return poll
@@ -167,17 +180,23 @@ class Sampler:
         return Sample(started, engines, process, energy, time.monotonic() - started, counters)
 
     def count(self, now: float) -> list[CounterReading]:
-        """The counters of the cards whose clocks ask for a reading by `now`; a card no library reads a counter of
-        is not asked again."""
-        due = {pci for pci, clock in self._clocks.items() if clock.next_at() <= now}
-        if not due:
-            return []
-        at = time.monotonic()
-        found = [CounterReading(at, pci, mj) for source in self.sources for pci, mj in source.counters(due)]
-        for reading in found:
-            self._clocks[reading.pci_bus_id].seen(reading.at, reading.energy_mj)
-        for pci in due - {c.pci_bus_id for c in found}:
-            del self._clocks[pci]
+        """The counters of the cards whose clocks ask for a reading by `now`, each card read on its own and stamped
+        at the middle of its call (an NVML read takes milliseconds); a card never read (no library reads a counter
+        of it) is not asked again."""
+        found = []
+        for pci, clock in list(self._clocks.items()):
+            if clock.next_at() > now:
+                continue
+            began = time.monotonic()
+            values = [mj for source in self.sources for card, mj in source.counters({pci}) if card == pci]
+            at = (began + time.monotonic()) / 2
+            if values:
+                clock.seen(at, values[0])
+                found.append(CounterReading(at, pci, values[0]))
+            elif clock.read:
+                clock.missed(at)
+            else:
+                del self._clocks[pci]
         return found
 
     def _loop(self) -> None:

@@ -143,7 +143,7 @@ class NvmlEngines:
                 energy = self._try(self.nvml.nvmlDeviceGetTotalEnergyConsumption, handle)
                 if isinstance(energy, (int, float)):
                     found.append((pci, float(energy)))
-                else:  # a card without the counter (before Volta): not asked a hundred times a second
+                else:  # a card without the counter (before Volta): not asked again, several times a step
                     self.uncounted.add(pci)
         return found
 

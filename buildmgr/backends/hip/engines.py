@@ -55,7 +55,7 @@ class SysfsEngines:
         self.root = sys_root
         cards = sorted(c for c in (sys_root / "class" / "drm").glob("card*") if re.fullmatch(r"card\d+", c.name))
         self.devices = [c / "device" for c in cards if read_file(c / "device" / "vendor") == AMD_VENDOR]
-        # found once: the counters are read every few ms
+        # found once: the counters are read around their updates, several times a step
         self.energy_files = {
             _pci(d): files[0] for d in self.devices if (files := sorted(d.glob("hwmon/hwmon*/energy1_input")))
         }
