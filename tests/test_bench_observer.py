@@ -295,3 +295,22 @@ def test_a_card_read_alone_whose_updates_were_never_timed_falls_back_to_the_samp
     timed = [s._replace(counters=(*s.counters, *(c for c in around if s.at - 0.1 < c.at <= s.at))) for s in samples]
     [again] = limit.energy(phases, timed, {"CUDA0": card}, {"generation": 100})
     assert again.basis == limit.TIMED and again.joules is not None
+
+
+def test_the_share_is_kept_in_the_row_where_it_slows_llama_cpp_s_threads() -> None:
+    from buildmgr.bench.aggregate import observer_share
+
+    runs = [_run(0.2, 10.0, 16), _run(0.6, 10.0, 16)]
+    assert observer_share(runs, {"n_threads": 16}, True) == 0.04
+    assert observer_share(runs, {"n_threads": 8}, True) is None  # llama.cpp leaves CPUs free
+    assert observer_share(runs, {"n_threads": 16}, False) is None  # every layer on a GPU
+
+
+def test_tune_says_where_bench_s_own_sampling_took_a_tenth_of_a_cpu_or_more_beside_llama_cpp() -> None:
+    """The H100's MoE grid (2026-12-06): bench's sampler took 31-34 % of a CPU beside 16 threads on 16 CPUs and every
+    `-t 8` read as fast as `-t 16`; the plan said nothing of it."""
+    from buildmgr.tune.result import sampler_load
+
+    note = sampler_load([("fit", 0.311), ("CUDA0 ncmoe5", 0.34), ("fit t8", None)])
+    assert note is not None and "34.0%" in note and "CUDA0 ncmoe5" in note
+    assert sampler_load([("fit", 0.049), ("fit t8", None)]) is None

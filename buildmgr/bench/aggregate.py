@@ -176,6 +176,7 @@ def rows_of(
         layers = partial(load)
         cpu_works = cpu_computes(planned, load)
         notes = [n for n in (*apart, observer_note(runs_kept, template, cpu_works, request.interval)) if n]
+        sampling = observer_share(runs_kept, template, cpu_works)
         if layers:
             shown = next((h for h in held if h.device != limit.CPU), None)
             if shown is not None:
@@ -232,6 +233,7 @@ def rows_of(
             notes=tuple(notes),
             coverage=covered.summary() if covered is not None else None,
             partial=line,
+            observer_share=sampling,
         )
         made.append(rows.Row(fields, meta))
     return made
@@ -264,17 +266,26 @@ def energy_per_token(
     return energy, limit.per_token(energy, phases, per_kind, cpu_works)
 
 
-def observer_note(runs: Sequence[Run], row: Mapping[str, Any] | None, cpu_works: bool, interval: float) -> str | None:
-    """Said where the CPU computes with a thread on every CPU this process may use: buildmgr's own sampling then
-    takes turns with llama.cpp's threads, which wait for each other at every op (docs/real-runs.md, issue #48)."""
+def observer_share(runs: Sequence[Run], row: Mapping[str, Any] | None, cpu_works: bool) -> float | None:
+    """buildmgr's own CPU over the runs' time, where the CPU computes with a thread on every CPU this process may use:
+    its sampling then takes turns with llama.cpp's threads, which wait for each other at every op (docs/real-runs.md,
+    issue #48); None elsewhere."""
     spent = [(r.observer_cpu_s, r.ran.seconds) for r in runs if r.observer_cpu_s is not None and r.ran.seconds > 0]
     cpus = min((r.cpus for r in runs if r.cpus), default=None)
     threads = row.get("n_threads") if row is not None else None
     if not cpu_works or not spent or cpus is None or not isinstance(threads, int) or threads < cpus:
         return None
-    share = sum(c for c, _ in spent) / sum(s for _, s in spent)
+    return round(sum(c for c, _ in spent) / sum(s for _, s in spent), 4)
+
+
+def observer_note(runs: Sequence[Run], row: Mapping[str, Any] | None, cpu_works: bool, interval: float) -> str | None:
+    """Said where observer_share is known."""
+    share = observer_share(runs, row, cpu_works)
+    if share is None or row is None:
+        return None
+    cpus = min(r.cpus for r in runs if r.cpus)
     return (
-        f"buildmgr's sampling used {share:.1%} of a CPU beside llama.cpp's {threads} threads on {cpus} CPUs: "
+        f"buildmgr's sampling used {share:.1%} of a CPU beside llama.cpp's {row['n_threads']} threads on {cpus} CPUs: "
         f"the CPU's part may read slower than alone (a larger --interval than {interval:g} s samples less)"
     )
 

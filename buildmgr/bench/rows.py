@@ -156,6 +156,8 @@ class Meta:
     # layers' device; its `partial` line where the CPU ran some
     coverage: dict[str, Any] | None = field(default=None, metadata=OMIT_IF_NONE)
     partial: str | None = field(default=None, metadata=OMIT_IF_NONE)  # what of its test's graph the CPU ran
+    # buildmgr's own CPU over its runs' time, where the CPU computes with a thread on every CPU (aggregate.observer_share)
+    observer_share: float | None = field(default=None, metadata=OMIT_IF_NONE)
 
 
 @dataclass(frozen=True)

@@ -167,6 +167,24 @@ def side_by_side(base: Entry, other: Entry) -> Ratio | None:
     return ratio([base.by_round[r] for r in shared], [other.by_round[r] for r in shared])
 
 
+# bench's own CPU beside llama.cpp's threads on every CPU from which the plan says so: 4.9 % was an H100 run's at 10
+# samples a second, 31-34 % its run whose counter reads slowed every `-t 16` placement (docs/real-runs.md 2026-12-06)
+SAMPLER_NOTABLE = 0.10
+
+
+def sampler_load(shares: Sequence[tuple[str, float | None]]) -> str | None:
+    """Where bench's own sampling took SAMPLER_NOTABLE of a CPU or more beside a candidate whose CPU computes with a
+    thread on every CPU (its rows' observer_share), the plan says so: those candidates may have read slower than
+    they run alone."""
+    known = [(label, share) for label, share in shares if share is not None]
+    if not known or (worst := max(known, key=lambda k: k[1]))[1] < SAMPLER_NOTABLE:
+        return None
+    return (
+        f"bench's own sampling took up to {worst[1]:.1%} of a CPU ({worst[0]}) beside llama.cpp's threads on every "
+        "CPU: where the CPU computes, those candidates may have read slower than they run alone"
+    )
+
+
 def unmeasured_against_fit(seed: Entry, winner: Entry) -> str | None:
     """Where llama.cpp's fit never ran (left out before the race, or failed), the winner beats nothing measured:
     said, with why."""

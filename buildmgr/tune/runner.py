@@ -29,7 +29,7 @@ from buildmgr.tune import measure, oracle, race, serve, space
 from buildmgr.tune.config import Request
 from buildmgr.tune.inputs import bench_request_of, cards, config_of, fit_tool, margins, shape
 from buildmgr.tune.prune import prune
-from buildmgr.tune.result import Entry, State, Tuned, decide, side_by_side, unmeasured_against_fit
+from buildmgr.tune.result import Entry, State, Tuned, decide, sampler_load, side_by_side, unmeasured_against_fit
 
 if TYPE_CHECKING:
     from buildmgr.config import Dirs
@@ -294,6 +294,11 @@ def tune(
         if runs.get(label)
         for row in rows_of(p, runs[label], bench_request, environ, host_notes, host, covered)
     ]
+    if loaded := sampler_load(
+        [(r.config, r.meta.observer_share) for r in made if r.meta and test_key(r.fields) == test]
+    ):
+        notes.append(loaded)
+        say(f"note: {loaded}")
     winner_row = None
     commands: dict[str, str] = {}
     served = None
