@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from buildmgr.backends.cuda.engines import NvmlEngines
-from buildmgr.bench.aggregate import observer_note
+from buildmgr.bench.aggregate import observer_note, observer_share
 
 
 def _run(observer: float | None, seconds: float, cpus: int | None) -> Any:
@@ -17,15 +17,23 @@ def _run(observer: float | None, seconds: float, cpus: int | None) -> Any:
 
 def test_said_where_the_cpu_computes_on_every_cpu() -> None:
     runs = [_run(0.2, 10.0, 16), _run(0.6, 10.0, 16)]
-    note = observer_note(runs, {"n_threads": 16}, True, 0.1)
+    row = {"n_threads": 16}
+    note = observer_note(observer_share(runs, row, True), runs, row, 0.1)
     assert note is not None and "4.0% of a CPU" in note and "16 threads on 16 CPUs" in note
 
 
 def test_not_said_where_cpus_are_left_or_the_cpu_does_not_compute() -> None:
     runs = [_run(0.2, 10.0, 16)]
-    assert observer_note(runs, {"n_threads": 8}, True, 0.1) is None  # llama.cpp leaves CPUs free
-    assert observer_note(runs, {"n_threads": 16}, False, 0.1) is None  # every layer on a GPU
-    assert observer_note([_run(None, 10.0, 16)], {"n_threads": 16}, True, 0.1) is None  # rows of an older buildmgr
+    assert (
+        observer_note(observer_share(runs, {"n_threads": 8}, True), runs, {"n_threads": 8}, 0.1) is None
+    )  # llama.cpp leaves CPUs free
+    assert (
+        observer_note(observer_share(runs, {"n_threads": 16}, False), runs, {"n_threads": 16}, 0.1) is None
+    )  # every layer on a GPU
+    old = [_run(None, 10.0, 16)]
+    assert (
+        observer_note(observer_share(old, {"n_threads": 16}, True), old, {"n_threads": 16}, 0.1) is None
+    )  # rows of an older buildmgr
 
 
 class _Nvml:

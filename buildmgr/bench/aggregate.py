@@ -175,8 +175,8 @@ def rows_of(
         )
         layers = partial(load)
         cpu_works = cpu_computes(planned, load)
-        notes = [n for n in (*apart, observer_note(runs_kept, template, cpu_works, request.interval)) if n]
         sampling = observer_share(runs_kept, template, cpu_works)
+        notes = [n for n in (*apart, observer_note(sampling, runs_kept, template, request.interval)) if n]
         if layers:
             shown = next((h for h in held if h.device != limit.CPU), None)
             if shown is not None:
@@ -278,9 +278,10 @@ def observer_share(runs: Sequence[Run], row: Mapping[str, Any] | None, cpu_works
     return round(sum(c for c, _ in spent) / sum(s for _, s in spent), 4)
 
 
-def observer_note(runs: Sequence[Run], row: Mapping[str, Any] | None, cpu_works: bool, interval: float) -> str | None:
+def observer_note(
+    share: float | None, runs: Sequence[Run], row: Mapping[str, Any] | None, interval: float
+) -> str | None:
     """Said where observer_share is known."""
-    share = observer_share(runs, row, cpu_works)
     if share is None or row is None:
         return None
     cpus = min(r.cpus for r in runs if r.cpus)

@@ -279,8 +279,8 @@ def energy(
             watts = [
                 w
                 for start, end in stretches
-                for s in samples
-                if start + POWER_AVERAGE_S <= s.at <= end and (w := _counter(s, pci)[1]) is not None
+                for s, (_, w) in zip(samples, read, strict=True)
+                if start + POWER_AVERAGE_S <= s.at <= end and w is not None
             ]
             # read alone around its updates where it was, else (or where no update was timed) at the samples
             tries = [(timed, True, MIN_TIMED_SECONDS, TIMED)] if timed else []
