@@ -165,7 +165,7 @@ def _recorded(config: str, samples_file: Path = H200 / "samples.jsonl.gz"):
                 s["t"],
                 tuple(EngineReading(**(e | {"slowdowns": tuple(e["slowdowns"])})) for e in s["engines"]),
                 ProcessReading(**s["process"]) if s["process"] else None,
-                counters=tuple(CounterReading(*c) for c in s.get("counters", ())),  # written since 2026-12-06
+                counters=tuple(CounterReading(*c[:3]) for c in s.get("counters", ())),  # written since 2026-12-06
             )
             for s in run["samples"]
         ]
@@ -1312,7 +1312,8 @@ def test_the_samples_file_keeps_the_counters_read_alone_and_they_replay_to_the_s
     run = SimpleNamespace(round=1, started=started, spans={}, phases=[phase], samples=samples)
     record = json.loads(json.dumps(_samples_json(SimpleNamespace(config=SimpleNamespace(label="x")), run)))
     replayed = [
-        Sample(s["t"], (), None, counters=tuple(CounterReading(*c) for c in s["counters"])) for s in record["samples"]
+        Sample(s["t"], (), None, counters=tuple(CounterReading(*c[:3]) for c in s["counters"]))
+        for s in record["samples"]
     ]
     shifted = phase._replace(start=0.25, end=1.75)
     [live] = limit.energy([phase], samples, {"CUDA0": H100_PCI}, {"generation": 10})

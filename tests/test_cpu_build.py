@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import platform
 import re
@@ -853,6 +854,16 @@ def test_tune_runs_nothing_llama_cpp_estimates_will_not_fit_the_memory_given(env
             assert candidate["state"] == "not run" and candidate["reason"].startswith("does not fit: Host needs")
     assert fitting and fitting != {c["label"] for c in plan["candidates"]}
     assert plan["winner"]["label"] in fitting and plan["winner"]["memory_mib"]["Host"]["may_hold"] == limit
+    # every process's samples beside the rows, as bench keeps them: what its sampler read, and when
+    with gzip.open(plan["samples"], "rt") as f:
+        kept = [json.loads(line) for line in f]
+    ran = {
+        (row["buildmgr"]["config"], t["round"])
+        for row in map(json.loads, open(plan["rows"]))
+        for t in row["buildmgr"]["timing"]
+    }
+    assert ran and ran <= {(k["config"], k["round"]) for k in kept}
+    assert all(k["samples"] and k["phases"] for k in kept if k["round"])
 
 
 def test_install_from_a_repository_holding_the_build_made_here_downloads_nothing(env, first_build, tmp_path):

@@ -321,3 +321,16 @@ def test_a_winner_never_raced_against_llama_cpp_s_fit_says_so_and_why():
     assert unmeasured_against_fit(failed, winner) is not None
     raced = Entry(Candidate("fit", (), seed=True), State.RACED_OUT, "beaten by CUDA0 ncmoe3 in stage 1")
     assert unmeasured_against_fit(raced, winner) is None and unmeasured_against_fit(left_out, left_out) is None
+
+
+def test_the_fit_that_wins_the_last_stage_after_leaving_an_earlier_one_carries_no_ratio_against_a_winner():
+    """The H100's tune by energy (2026-12-06, tune49e): `fit fa0` put the fit out of stage 2 (0.98× [0.96, 1.00]),
+    then lost the side-by-side stage; the fit won, its plan entry still 'versus_winner' 0.98, not within noise."""
+    from buildmgr.tune.result import Entry, State, decide
+
+    fit = Entry(Candidate("fit", (), seed=True), State.FINALIST, stage_units=(1.80, 1.80, 1.77, 1.76))
+    fa0 = Entry(Candidate("fit fa0", ("-fa", "0")), State.FINALIST, stage_units=(1.86, 1.77, 1.83, 1.85))
+    fit.versus_best = race.ratio((1.82, 1.80, 1.83, 1.79), (1.78, 1.77, 1.76, 1.79))  # from stage 2
+    assert decide([fit, fa0], "j_per_token", fit) is fit
+    assert fit.state is State.WINNER and fit.to_json()["versus_winner"] is None
+    assert fa0.to_json()["versus_winner"]["within_noise"]

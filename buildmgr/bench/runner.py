@@ -85,6 +85,14 @@ def writable(path: Path, fix: str = "set XDG_DATA_HOME") -> None:
         raise UserError(f"cannot write under {path} ({existing} is not a writable directory); {fix}")
 
 
+def write_samples(path: Path, executed: Sequence[tuple[Planned, Run]]) -> None:
+    """Every process's samples and phases, one line each in the order they ran, gzip (no time in its header)."""
+    from buildmgr.fsutil import atomic_write_bytes
+
+    text = "".join(json.dumps(_samples_json(p, r)) + "\n" for p, r in executed)
+    atomic_write_bytes(path, gzip.compress(text.encode(), mtime=0))
+
+
 def _samples_json(planned: Planned, run: Run) -> dict[str, Any]:
     return {
         "config": planned.config.label,
@@ -105,7 +113,11 @@ def _samples_json(planned: Planned, run: Run) -> dict[str, Any]:
                 "read_ms": round(s.read_s * 1000, 3) if s.read_s is not None else None,
                 "engines": [r._asdict() for r in s.engines],
                 "process": s.process._asdict() if s.process else None,
-                "counters": [[round(c.at - run.started, 4), c.pci_bus_id, c.energy_mj] for c in s.counters],
+                "counters": [
+                    [round(c.at - run.started, 4), c.pci_bus_id, c.energy_mj]
+                    + ([round(c.read_s * 1000, 3)] if c.read_s is not None else [])
+                    for c in s.counters
+                ],
             }
             for s in run.samples
         ],
@@ -148,7 +160,7 @@ def bench(
     on_event: Callable[[str, int, logs.Event], None] = lambda label, round_, event: None,
 ) -> Result:
     """Plan, refuse a busy host, run every round of every CONFIG interleaved, and write the rows and samples."""
-    from buildmgr.fsutil import atomic_write_bytes, atomic_write_text
+    from buildmgr.fsutil import atomic_write_text
 
     notes = list(notes)  # the caller's stay as they were; this call's are added to its own
     planned = plan(dirs, request, environ)
@@ -212,7 +224,6 @@ def bench(
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     path = dirs.bench / f"{stamp}-{os.getpid()}.jsonl"
     samples_path = path.with_suffix(".samples.jsonl.gz")  # not matched by the rows' *.jsonl
-    text = "".join(json.dumps(_samples_json(p, r)) + "\n" for p, r in executed)
-    atomic_write_bytes(samples_path, gzip.compress(text.encode(), mtime=0))
+    write_samples(samples_path, executed)
     atomic_write_text(path, "".join(json.dumps(r.to_json()) + "\n" for r in made))
     return Result(made, verdicts(made, devices_of), notes, path, samples_path)

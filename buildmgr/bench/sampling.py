@@ -41,9 +41,10 @@ AHEAD = BRACKET / 2 + COUNTER_INTERVAL
 
 
 class CounterReading(NamedTuple):
-    at: float  # time.monotonic()
+    at: float  # time.monotonic(), the middle of the call
     pci_bus_id: str
     energy_mj: float
+    read_s: float | None = None  # how long the call took: what each read costs the sampler on this host
 
 
 class CounterClock:
@@ -189,10 +190,11 @@ class Sampler:
                 continue
             began = time.monotonic()
             values = [mj for source in self.sources for card, mj in source.counters({pci}) if card == pci]
-            at = (began + time.monotonic()) / 2
+            ended = time.monotonic()
+            at = (began + ended) / 2
             if values:
                 clock.seen(at, values[0])
-                found.append(CounterReading(at, pci, values[0]))
+                found.append(CounterReading(at, pci, values[0], ended - began))
             elif clock.read:
                 clock.missed(at)
             else:

@@ -82,6 +82,7 @@ class Tuned:
     capacity_mib: dict[str, int | None]
     winner: Entry | None
     rows_path: Path
+    samples_path: Path  # every process's samples, as bench keeps them
     plan_path: Path
     commands: dict[str, str]
     winner_row: rows.Row | None
@@ -133,6 +134,7 @@ class Tuned:
             "run_seconds": round(self.run_seconds, 1),
             "notes": list(self.notes),
             "rows": str(self.rows_path),
+            "samples": str(self.samples_path),
             "plan": str(self.plan_path),
             "exit_code": self.exit_code,
         }
@@ -202,7 +204,7 @@ def decide(raced: Sequence[Entry], objective: str, incumbent: Entry) -> Entry | 
     standings = [race.Standing(label, e.stage_units, e is incumbent) for label, e in finalists.items()]
     chosen, over_seed = race.winner(standings)
     winner = finalists[chosen.label]
-    winner.state = State.WINNER
+    winner.state, winner.versus_best = State.WINNER, None  # a ratio from a stage it left is not against a winner
     lead = race.best(standings)
     if chosen is lead:
         winner.reason = f"best by {objective} over {len(winner.stage_units)} processes"

@@ -20,7 +20,7 @@ from buildmgr.bench.aggregate import rows_of
 from buildmgr.bench.judge import Validity
 from buildmgr.bench.prepare import Planned, bandwidths, model_context, plan
 from buildmgr.bench.process import Run, run_once, test_key
-from buildmgr.bench.runner import open_host, writable
+from buildmgr.bench.runner import open_host, writable, write_samples
 from buildmgr.bench.stats import ratio
 from buildmgr.errors import UserError
 from buildmgr.hostfacts import usable_cpus
@@ -340,12 +340,15 @@ def tune(
         capacity,
         winner,
         rows_path,
+        rows_path.with_suffix(".samples.jsonl.gz"),
         plan_path,
         commands,
         winner_row,
         served,
         versus,
     )
+    executed = [(p, run) for label, (_, p, _) in raced.items() for run in runs.get(label, [])]
+    write_samples(tuned.samples_path, sorted(executed, key=lambda done: done[1].started))
     atomic_write_text(rows_path, "".join(json.dumps(r.to_json()) + "\n" for r in made))
     atomic_write_text(plan_path, json.dumps(tuned.to_json(), indent=2) + "\n")
     return tuned
