@@ -12,7 +12,8 @@
 # Then `-ngl 8` of a 1.7 GB dense model, five arms interleaved three times: llama-bench by hand, by hand with bench's
 # `--progress -v`, bench at engine intervals of 0.1, 1 and 5 s (OUT/ngl-*.json*, ngl.txt, with bench's own CPU time).
 # Part jtune: tune by energy per token (with its server proof) on the 1.7 GB dense model at tune's energy default -n 320, so
-# each process's joules read from the card's counter (OUT/jtune-*; the progress lines say what each stands on).
+# each process's joules read from the card's counter (OUT/jtune-*; the progress lines say what each stands on;
+# OUT/jtune-*-counter.txt: bench/counter_reads.py on its samples).
 # Knobs: RECIPE (default cuda; a build of it already on the machine is reused), PARTS (default "dense moe ngl"; also
 # jtune), TUNES (default 1: how many times tune and tune by energy run, each to files of their own: -tune2, …),
 # NGL_ARMS (default "hand verbose bench-0.1 bench-1 bench-5"), NGL_DEPTHS (default 0,1024), MOE_LAYERS, MOE_CARD,
@@ -93,6 +94,9 @@ if has jtune; then
         bm tune "$recipe" -m /tmp/small.gguf --objective j_per_token -p 128 -r 3 --json >"$out/$name.json" \
             2>"$out/$name.txt"
         echo "exit $? wall seconds: $(( $(date +%s) - start ))" >>"$out/$name.txt"
+        # the counter's reads: how many, what each call took, its update period
+        python3 "$here/counter_reads.py" "$(python3 -c 'import json, sys; print(json.load(sys.stdin)["samples"])' \
+            <"$out/$name.json")" >"$out/$name-counter.txt" 2>&1
     done
     cp "$XDG_DATA_HOME"/buildmgr/tune/* "$out/" 2>/dev/null
 fi
