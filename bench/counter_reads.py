@@ -1,6 +1,6 @@
 """The cards' energy counters as bench's sampler read them alone (tune by energy), from a samples file: per process,
-reads a second, what each read's call took (files since 2026-12-06's evening), and the counter's update period where
-two reads at most sampling.BRACKET apart saw it move (timed at their midpoint, as limit does).
+reads a second, what each read's call took (files since 2026-12-06's evening), and the counter's update period from
+the updates its reads timed, as bench's energy takes them (limit.timed_updates).
 
     python bench/counter_reads.py FILE.samples.jsonl.gz…
 """
@@ -16,11 +16,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from buildmgr.bench.sampling import BRACKET
+from buildmgr.bench.limit import timed_updates
 
 
 def main() -> None:
     for name in sys.argv[1:]:
+        told = False
         with gzip.open(name, "rt") as f:
             for line in f:
                 process = json.loads(line)
@@ -28,12 +29,17 @@ def main() -> None:
                 span = process["samples"][-1]["t"] - process["samples"][0]["t"] if process["samples"] else 0.0
                 if not reads or span <= 0:
                     continue
+                told = True
                 for card in sorted({c[1] for c in reads}):
                     mine = sorted((c for c in reads if c[1] == card), key=lambda c: c[0])
                     took = [c[3] for c in mine if len(c) > 3]
-                    updates = [(a[0] + b[0]) / 2 for a, b in pairwise(mine) if b[2] != a[2] and b[0] - a[0] <= BRACKET]
+                    updates = [at for at, _ in timed_updates([(c[0], c[2]) for c in mine])]
                     periods = [b - a for a, b in pairwise(updates)]
-                    cost = f", a read {statistics.median(took):.2f} ms (max {max(took):.2f})" if took else ""
+                    cost = (
+                        f", a read {statistics.median(took):.2f} ms (max {max(took):.2f})"
+                        if took
+                        else ", no call times (a file from before they were kept)"
+                    )
                     period = (
                         f", updates every {statistics.median(periods) * 1000:.0f} ms "
                         f"({min(periods) * 1000:.0f}-{max(periods) * 1000:.0f}, {len(updates)} timed)"
@@ -44,6 +50,8 @@ def main() -> None:
                         f"{process['config']} round {process['round']} {card}: {len(mine) / span:.0f} reads/s over "
                         f"{span:.1f} s{cost}{period}"
                     )
+        if not told:
+            print(f"{name}: no counter read alone (only tune by energy reads the counters alone)")
 
 
 if __name__ == "__main__":

@@ -859,7 +859,7 @@ def test_tune_runs_nothing_llama_cpp_estimates_will_not_fit_the_memory_given(env
         kept = [json.loads(line) for line in f]
     ran = {
         (row["buildmgr"]["config"], t["round"])
-        for row in map(json.loads, open(plan["rows"]))
+        for row in map(json.loads, Path(plan["rows"]).read_text().splitlines())
         for t in row["buildmgr"]["timing"]
     }
     assert ran and ran <= {(k["config"], k["round"]) for k in kept}

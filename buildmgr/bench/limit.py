@@ -210,16 +210,22 @@ def _counter(sample: Sample, pci: str | None) -> tuple[float | None, float | Non
     return (reading.energy_mj, reading.power_w) if reading else (None, None)
 
 
+def timed_updates(readings: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """A counter's updates timed by reads alone: each change between two (time, mJ) reads at most BRACKET apart, at
+    their midpoint, with the value after it."""
+    return [
+        ((before[0] + now[0]) / 2, now[1])
+        for before, now in itertools.pairwise(readings)
+        if now[1] != before[1] and now[0] - before[0] <= BRACKET
+    ]
+
+
 def _span(readings: Sequence[tuple[float, float]], timed: bool) -> tuple[float, float] | None:
     """(mJ, seconds) a counter's readings inside one stretch span: read alone (`timed`), from its first update timed
-    (a change between two reads within BRACKET, at their midpoint) to its last, so the time is the energy's own; else
-    from the first reading to the last, off by up to a step. None where it moved too little, or wrapped."""
+    to its last (timed_updates), so the time is the energy's own; else from the first reading to the last, off by up
+    to a step. None where it moved too little, or wrapped."""
     if timed:
-        readings = [
-            ((before[0] + now[0]) / 2, now[1])
-            for before, now in itertools.pairwise(readings)
-            if now[1] != before[1] and now[0] - before[0] <= BRACKET
-        ]
+        readings = timed_updates(readings)
     if len(readings) < 2 or readings[-1][1] < readings[0][1]:
         return None
     return readings[-1][1] - readings[0][1], readings[-1][0] - readings[0][0]

@@ -85,12 +85,15 @@ def writable(path: Path, fix: str = "set XDG_DATA_HOME") -> None:
         raise UserError(f"cannot write under {path} ({existing} is not a writable directory); {fix}")
 
 
-def write_samples(path: Path, executed: Sequence[tuple[Planned, Run]]) -> None:
-    """Every process's samples and phases, one line each in the order they ran, gzip (no time in its header)."""
+def write_samples(rows_path: Path, executed: Sequence[tuple[Planned, Run]]) -> Path:
+    """Every process's samples and phases, one line each in the order they ran, gzip (no time in its header), beside
+    the rows; its path."""
     from buildmgr.fsutil import atomic_write_bytes
 
+    path = rows_path.with_suffix(".samples.jsonl.gz")  # not matched by the rows' *.jsonl
     text = "".join(json.dumps(_samples_json(p, r)) + "\n" for p, r in executed)
     atomic_write_bytes(path, gzip.compress(text.encode(), mtime=0))
+    return path
 
 
 def _samples_json(planned: Planned, run: Run) -> dict[str, Any]:
@@ -223,7 +226,6 @@ def bench(
     devices_of = {p.config.label: len(p.roles) for p in planned}
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     path = dirs.bench / f"{stamp}-{os.getpid()}.jsonl"
-    samples_path = path.with_suffix(".samples.jsonl.gz")  # not matched by the rows' *.jsonl
-    write_samples(samples_path, executed)
+    samples_path = write_samples(path, executed)
     atomic_write_text(path, "".join(json.dumps(r.to_json()) + "\n" for r in made))
     return Result(made, verdicts(made, devices_of), notes, path, samples_path)

@@ -328,6 +328,8 @@ def tune(
                 environ,
                 rows_path.with_suffix(".server.log"),
             )
+    executed = [(p, run) for label, (_, p, _) in raced.items() for run in runs.get(label, [])]
+    samples_path = write_samples(rows_path, sorted(executed, key=lambda done: done[1].started))
     tuned = Tuned(
         request,
         build.id,
@@ -340,15 +342,13 @@ def tune(
         capacity,
         winner,
         rows_path,
-        rows_path.with_suffix(".samples.jsonl.gz"),
+        samples_path,
         plan_path,
         commands,
         winner_row,
         served,
         versus,
     )
-    executed = [(p, run) for label, (_, p, _) in raced.items() for run in runs.get(label, [])]
-    write_samples(tuned.samples_path, sorted(executed, key=lambda done: done[1].started))
     atomic_write_text(rows_path, "".join(json.dumps(r.to_json()) + "\n" for r in made))
     atomic_write_text(plan_path, json.dumps(tuned.to_json(), indent=2) + "\n")
     return tuned
