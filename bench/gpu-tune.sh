@@ -6,8 +6,8 @@
 # 8 used, MOE_LAYERS layers of 805 MB of experts each), then for each (the dense one first: its grid is small), at
 # depth 0 with short tests (WORKLOAD, default -p 128 -n 16 -r 3: where the CPU computes the experts a grid at bench's
 # default shape took 31 min on an H100, docs/real-runs.md):
-#   - llama-fit-params by hand at the emulated card's margin (what --fit gives a user);
-#   - `tune --grid` (every candidate bench's own runs: the grid), then `tune` (the race), both --json;
+#   - `tune --grid` (every candidate bench's own runs: the grid), then llama-fit-params by hand at the emulated
+#     card's margin and the grid's context (what --fit gives a user), then `tune` (the race), tune --json;
 #   - OUT/compare.txt: tune's winner against the grid's best, the device time of each, the winner over fit.
 # Then `-ngl 8` of a 1.7 GB dense model, five arms interleaved three times: llama-bench by hand, by hand with bench's
 # `--progress -v`, bench at engine intervals of 0.1, 1 and 5 s (OUT/ngl-*.json*, ngl.txt, with bench's own CPU time).
@@ -66,15 +66,17 @@ for pair in "dense:24GiB" "moe:$moe_card"; do
     model=${pair%%:*} card=${pair#*:}
     has "$model" || continue
     common=(-m "/tmp/tune-$model.gguf" --memory "CUDA0=$card" "${workload[@]}" --json)
-    log "$model: fit by hand (CUDA0=$card)"
-    free=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits | head -1)
-    want=$(python3 -c "import sys; from buildmgr.tune.config import parse_size; print(parse_size(sys.argv[1], 'x'))" "$card")
-    "$prefix/bin/llama-fit-params" -m "/tmp/tune-$model.gguf" -c 768 -fitt $(( free - want + 1024 )) \
-        >"$out/$model-fit.txt" 2>"$out/$model-fit.log"
     log "$model: grid"
     start=$(date +%s)
     bm tune "$recipe" "${common[@]}" --grid --no-serve --budget 60 >"$out/$model-grid.json" 2>"$out/$model-grid.txt"
     echo "exit $? wall seconds: $(( $(date +%s) - start ))" >>"$out/$model-grid.txt"
+    # by hand at the context tune serves (its plan's ctx): the fit's overrides move with the context
+    log "$model: fit by hand (CUDA0=$card)"
+    ctx=$(python3 -c 'import json, sys; print(json.load(sys.stdin)["ctx"])' <"$out/$model-grid.json")
+    free=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits | head -1)
+    want=$(python3 -c "import sys; from buildmgr.tune.config import parse_size; print(parse_size(sys.argv[1], 'x'))" "$card")
+    "$prefix/bin/llama-fit-params" -m "/tmp/tune-$model.gguf" -c "$ctx" -fitt $(( free - want + 1024 )) \
+        >"$out/$model-fit.txt" 2>"$out/$model-fit.log"
     for n in $(seq "$tunes"); do
         name=$model-tune$([[ $n == 1 ]] || echo "$n")
         log "$model: tune ($n of $tunes)"
