@@ -334,3 +334,67 @@ def test_the_fit_that_wins_the_last_stage_after_leaving_an_earlier_one_carries_n
     assert decide([fit, fa0], "j_per_token", fit) is fit
     assert fit.state is State.WINNER and fit.to_json()["versus_winner"] is None
     assert fa0.to_json()["versus_winner"]["within_noise"]
+
+
+def test_an_incumbent_stands_on_its_processes_as_the_incumbent_and_a_winner_chosen_by_a_race_runs_again(monkeypatch):
+    """The H100's MoE (2026-12-06, tune49e): stage 2 ran the fit 4 more times beside `fit fa0`, though its 4 processes
+    of stage 1, where it stayed whatever it read, favour nothing; a winner chosen from several does run again."""
+    from types import SimpleNamespace
+
+    from buildmgr.tune import runner
+    from buildmgr.tune.measure import Figure
+    from buildmgr.tune.result import Entry, State
+
+    reads = {
+        "fit": iter([30.0, 31.0, 29.0, 30.0]),
+        "slow": iter([20.0, 21.0]),
+        "fit fa0": iter([30.5, 29.5, 31.0, 30.0]),
+        "fast": iter([40.0, 41.0, 39.0, 40.0, 40.5, 39.5, 40.0, 40.0]),
+        "fast t8": iter([30.0, 31.0, 30.5, 30.0]),
+    }
+    ran: list[tuple[str, int]] = []
+
+    def run_once(p, bench_request, environ, sources, round_, bandwidth=None):  # type: ignore[no-untyped-def]
+        ran.append((p, round_))
+        return SimpleNamespace(p=p, failure=None, ran=SimpleNamespace(seconds=1.0), judgements={})
+
+    monkeypatch.setattr(runner, "run_once", run_once)
+    monkeypatch.setattr(runner, "bandwidths", lambda p, host: None)
+    monkeypatch.setattr(runner, "leader_share", lambda *args: None)
+    monkeypatch.setattr(runner.measure, "units", lambda run, p, test, objective: Figure(next(reads[run.p])))
+    bench_request = SimpleNamespace(workload=SimpleNamespace(tests=lambda: [(128, 0, 0), (0, 16, 0)]))
+    request = SimpleNamespace(objective=Objective.TG, warmup=0, max_runs=4, grid=False, budget_s=1e9, n_gen=16)
+    entries = {label: Entry(Candidate(label, (), seed=label == "fit")) for label in reads}
+    runs: dict[str, list[object]] = {}
+
+    def stage(labels: list[str], first: int, carry: bool) -> int:
+        live = {label: (entries[label], label, None) for label in labels}
+        rounds, _ = runner.race_all(
+            live,
+            entries[labels[0]],
+            bench_request,
+            request,
+            {},
+            [],
+            None,
+            0.0,
+            print,
+            [],
+            runs,
+            first,
+            carry=carry,  # type: ignore[arg-type]
+        )
+        return rounds
+
+    last = stage(["fit", "slow"], 1, carry=True)  # stage 1: the fit is the incumbent
+    assert entries["fit"].held_units == (30.0, 31.0) and entries["slow"].state is State.RACED_OUT
+    ran.clear()
+    last = stage(["fit", "fit fa0"], last + 1, carry=True)  # its processes stand: fa0 alone runs, to a tie
+    assert ran == [("fit fa0", r) for r in range(last - 3, last + 1)], ran
+    assert entries["fit"].stage_units == (30.0, 31.0) and entries["fit"].state is State.FINALIST
+    ran.clear()
+    stage(["fit", "fast"], last + 1, carry=False)  # the last stage against the fit: side by side, both run
+    assert {p for p, _ in ran} == {"fit", "fast"} and len(ran) == 4
+    ran.clear()
+    stage(["fast", "fast t8"], 99, carry=True)  # chosen by a race, not an incumbent yet: it runs beside its variation
+    assert ran[:2] == [("fast", 99), ("fast t8", 99)], ran

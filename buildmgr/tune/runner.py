@@ -21,7 +21,7 @@ from buildmgr.bench.judge import Validity
 from buildmgr.bench.prepare import Planned, bandwidths, model_context, plan
 from buildmgr.bench.process import Run, run_once, test_key
 from buildmgr.bench.runner import open_host, writable, write_samples
-from buildmgr.bench.stats import ratio
+from buildmgr.bench.stats import geomean, ratio
 from buildmgr.errors import UserError
 from buildmgr.hostfacts import usable_cpus
 from buildmgr.placement.cover import Covered
@@ -70,17 +70,26 @@ def race_all(
     notes: list[str],
     runs: dict[str, list[Run]],
     first_round: int,
+    carry: bool = False,
 ) -> tuple[int, bool]:
     """Rounds of one llama-bench process per candidate still in, until one is left, the most processes ran, the
     leader reached its bandwidth limit, or the next round would pass the budget; every run kept in `runs`, by
     candidate. The rounds are numbered on from `first_round` (a stage follows another); the last one is returned, and
-    whether the budget ended the race."""
+    whether the budget ended the race. With `carry`, an incumbent that holds two or more processes as an earlier
+    stage's incumbent stands on them and runs no more: only its variations run."""
     tests = bench_request.workload.tests()
     test = tests[0 if request.objective is space.Objective.PP else 1]
     unit = request.objective.unit
     for label, (entry, _, _) in live.items():
         runs.setdefault(label, [])
         entry.stage_units = ()
+    standing = carry and len(incumbent.held_units) >= 2
+    if standing:
+        incumbent.stage_units, incumbent.state = incumbent.held_units, State.FINALIST
+        say(
+            f"  {incumbent.candidate.label}: its {len(incumbent.held_units)} processes as the incumbent stand "
+            f"({race.speed(geomean(incumbent.held_units))} {unit}); not run again"
+        )
     in_race = dict(live)
     for label, (entry, p, _) in list(in_race.items()) if request.warmup else []:  # round 0, kept apart
         run = run_once(p, bench_request, environ, sources, 0, bandwidth=bandwidths(p, host))
@@ -93,7 +102,11 @@ def race_all(
     while in_race and rounds - first_round + 1 < request.max_runs:
         rounds += 1
         round_started = time.monotonic()
+        ran = 0
         for label, (entry, p, _) in list(in_race.items()):
+            if standing and entry is incumbent:
+                continue
+            ran += 1
             run = run_once(p, bench_request, environ, sources, rounds, bandwidth=bandwidths(p, host))
             runs[label].append(run)
             judged = run.judgements.get(tests.index(test) + 1)
@@ -109,6 +122,8 @@ def race_all(
             else:
                 entry.by_round[rounds] = value
                 entry.stage_units += (value,)
+                if entry is incumbent:
+                    entry.held_units += (value,)
                 entry.state = State.FINALIST
                 source = f"; {figure.basis}" if figure.basis else ""  # energy: which reading it stands on
                 say(f"  round {rounds}: {label}: {race.speed(value)} {unit} ({run.ran.seconds:.1f} s{source})")
@@ -138,8 +153,9 @@ def race_all(
             )
             say(f"note: {notes[-1]}")
             break
-        per = (time.monotonic() - round_started) / max(len(standings), 1)
-        if rounds - first_round + 1 < request.max_runs and elapsed + per * len(in_race) > request.budget_s:
+        per = (time.monotonic() - round_started) / max(ran, 1)
+        to_run = len(in_race) - (standing and incumbent.candidate.label in in_race)
+        if rounds - first_round + 1 < request.max_runs and elapsed + per * to_run > request.budget_s:
             notes.append(f"the budget ended the race after round {rounds}")
             say(f"note: {notes[-1]}")
             return rounds, True
@@ -255,6 +271,7 @@ def tune(
                     notes,
                     runs,
                     first_round,
+                    carry=True,
                 )
                 found = decide([e for e, _, _ in live.values()], request.objective.value, incumbent)
             if found is not None and winner is not None and found is not winner:
