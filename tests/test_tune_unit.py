@@ -346,7 +346,7 @@ def test_an_incumbent_stands_on_its_processes_as_the_incumbent_and_a_winner_chos
     from buildmgr.tune.result import Entry, State
 
     reads = {
-        "fit": iter([30.0, 31.0, 29.0, 30.0]),
+        "fit": iter([30.0, 31.0, 30.5, 29.0, 30.0]),
         "slow": iter([20.0, 21.0]),
         "fit fa0": iter([30.5, 29.5, 31.0, 30.0]),
         "fast": iter([40.0, 41.0, 39.0, 40.0, 40.5, 39.5, 40.0, 40.0]),
@@ -389,12 +389,31 @@ def test_an_incumbent_stands_on_its_processes_as_the_incumbent_and_a_winner_chos
     last = stage(["fit", "slow"], 1, carry=True)  # stage 1: the fit is the incumbent
     assert entries["fit"].held_units == (30.0, 31.0) and entries["slow"].state is State.RACED_OUT
     ran.clear()
-    last = stage(["fit", "fit fa0"], last + 1, carry=True)  # its processes stand: fa0 alone runs, to a tie
-    assert ran == [("fit fa0", r) for r in range(last - 3, last + 1)], ran
-    assert entries["fit"].stage_units == (30.0, 31.0) and entries["fit"].state is State.FINALIST
+    first = last + 1
+    last = stage(["fit", "fit fa0"], first, carry=True)  # its processes stand: one more, then fa0 alone, to a tie
+    assert ran == [("fit", first), *(("fit fa0", r) for r in range(first, last + 1))], ran
+    assert entries["fit"].stage_units == (30.0, 31.0, 30.5) and entries["fit"].state is State.FINALIST
     ran.clear()
     stage(["fit", "fast"], last + 1, carry=False)  # the last stage against the fit: side by side, both run
     assert {p for p, _ in ran} == {"fit", "fast"} and len(ran) == 4
     ran.clear()
     stage(["fast", "fast t8"], 99, carry=True)  # chosen by a race, not an incumbent yet: it runs beside its variation
     assert ran[:2] == [("fast", 99), ("fast t8", 99)], ran
+    # the host moved: the incumbent's fresh process is outside what its earlier ones predict, so it races every round
+    # on its fresh processes alone
+    reads |= {"held": iter([30.0, 31.0, 15.0, 15.2, 14.9, 15.1]), "held ub": iter([15.1, 15.0, 14.8, 15.2])}
+    entries |= {label: Entry(Candidate(label, ())) for label in ("held", "held ub")}
+    entries["held"].held_units, entries["held"].state = (30.0, 31.0), State.WINNER
+    next(reads["held"]), next(reads["held"])
+    ran.clear()
+    last = stage(["held", "held ub"], 200, carry=True)
+    assert [p for p, _ in ran] == ["held", "held ub"] * (last - 199), ran
+    assert entries["held"].stage_units == (15.0, 15.2, 14.9, 15.1)[: last - 199]
+
+
+def test_a_fresh_process_holds_where_its_earlier_ones_would_have_read_it_and_not_on_a_host_slowed_to_half():
+    """The H100 (2026-12-06, tune49f): between two calls the host halved the fit's speed (60.7 to 31.1 t/s)."""
+    fast = (57.5, 56.0, 72.4, 58.3)  # the fit's stage-1 processes in run 1
+    assert race.holds(fast, 64.8) and race.holds(fast, 50.3)
+    assert not race.holds(fast, 31.5) and not race.holds(fast, 120.0)
+    assert not race.holds((30.0,), 30.0)  # one process predicts nothing

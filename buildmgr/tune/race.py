@@ -8,10 +8,11 @@ is seen to be faster, so every change from it is measured. Pure."""
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from buildmgr.bench.stats import Ratio, geomean, ratio
+from buildmgr.bench.stats import Ratio, geomean, ratio, t975
 
 FINALISTS = 3  # below this many, no one leaves but by an interval
 # Successive halving's rate (η): a third stays after each screening round, Hyperband's default; the incumbent besides.
@@ -48,6 +49,16 @@ class Out:
 def speed(value: float) -> str:
     """A figure as tables show it: whole above 100, three figures below."""
     return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def holds(units: Sequence[float], fresh: float) -> bool:
+    """Whether a fresh process reads as a candidate's earlier ones predict: inside their 95 % prediction interval on
+    the log scale (a host whose speed moved between them is not)."""
+    if len(units) < 2:
+        return False
+    logs = [math.log(u) for u in units]
+    half = t975(len(logs) - 1) * statistics.stdev(logs) * math.sqrt(1 + 1 / len(logs))
+    return abs(math.log(fresh) - statistics.fmean(logs)) <= half
 
 
 def best(standings: Sequence[Standing]) -> Standing:

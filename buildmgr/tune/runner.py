@@ -76,20 +76,19 @@ def race_all(
     leader reached its bandwidth limit, or the next round would pass the budget; every run kept in `runs`, by
     candidate. The rounds are numbered on from `first_round` (a stage follows another); the last one is returned, and
     whether the budget ended the race. With `carry`, an incumbent that holds two or more processes as an earlier
-    stage's incumbent stands on them and runs no more: only its variations run."""
+    stage's incumbent runs once more, in the first round; where that process reads as they predict it stands on all of
+    them and runs no more (only its variations run), and where not (the host moved) it races every round on its fresh
+    processes alone."""
     tests = bench_request.workload.tests()
     test = tests[0 if request.objective is space.Objective.PP else 1]
     unit = request.objective.unit
     for label, (entry, _, _) in live.items():
         runs.setdefault(label, [])
         entry.stage_units = ()
-    standing = carry and len(incumbent.held_units) >= 2
+    held = incumbent.held_units if carry and len(incumbent.held_units) >= 2 else ()
+    standing = bool(held)
     if standing:
-        incumbent.stage_units, incumbent.state = incumbent.held_units, State.FINALIST
-        say(
-            f"  {incumbent.candidate.label}: its {len(incumbent.held_units)} processes as the incumbent stand "
-            f"({race.speed(geomean(incumbent.held_units))} {unit}); not run again"
-        )
+        incumbent.stage_units = held
     in_race = dict(live)
     for label, (entry, p, _) in list(in_race.items()) if request.warmup else []:  # round 0, kept apart
         run = run_once(p, bench_request, environ, sources, 0, bandwidth=bandwidths(p, host))
@@ -104,7 +103,7 @@ def race_all(
         round_started = time.monotonic()
         ran = 0
         for label, (entry, p, _) in list(in_race.items()):
-            if standing and entry is incumbent:
+            if standing and entry is incumbent and rounds > first_round:
                 continue
             ran += 1
             run = run_once(p, bench_request, environ, sources, rounds, bandwidth=bandwidths(p, host))
@@ -130,6 +129,22 @@ def race_all(
                 continue
             del in_race[label]
             say(f"  round {rounds}: {label}: {entry.reason}")
+        fresh = incumbent.by_round.get(rounds)
+        if standing and rounds == first_round and fresh is not None:  # its one process beside its variations
+            name, before = incumbent.candidate.label, f"{race.speed(geomean(held))} {unit} over {len(held)}"
+            if race.holds(held, fresh):
+                say(
+                    f"  {name}: {race.speed(fresh)} {unit} reads as its processes as the incumbent ({before}): it "
+                    "stands on them and runs no more"
+                )
+            else:
+                standing = False
+                incumbent.stage_units = incumbent.held_units = (fresh,)
+                notes.append(
+                    f"the host moved: {name} read {race.speed(fresh)} {unit} in round {rounds}, outside what its "
+                    f"processes as the incumbent predict ({before}); it raced again beside its variations"
+                )
+                say(f"note: {notes[-1]}")
         standings = [race.Standing(label, e.stage_units, e is incumbent) for label, (e, _, _) in in_race.items()]
         for out in [] if request.grid else race.after_round(standings, rounds - first_round + 1, unit):
             entry = in_race.pop(out.label)[0]
