@@ -37,7 +37,7 @@ class Entry:
     # each process's figure (the objective's unit) by the round it ran in, over all the stages it raced in
     by_round: dict[int, float] = field(default_factory=dict)
     stage_units: tuple[float, ...] = ()  # those of the stage it races in now: a stage compares only these
-    # those it ran as a stage's incumbent, which stays whatever it reads: chosen by no race, so they favour nothing
+    # those it ran as a stage's incumbent, which stays whatever it reads: chosen by no race, not the best of several
     held_units: tuple[float, ...] = ()
     versus_best: Ratio | None = None
 
