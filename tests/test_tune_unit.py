@@ -115,6 +115,10 @@ def test_an_interval_that_excludes_a_candidate_takes_it_out_and_noise_keeps_it_i
     out = race.after_round(field, 3)
     assert [o.label for o in out] == ["slow"]
     assert out[0].ratio is not None and out[0].ratio.high is not None and out[0].ratio.high < 1
+    assert out[0].reason.endswith(" over 3 processes")
+    # a standing incumbent's ratio is over all its processes, not the stage's rounds (the cpu tune: "fit t1 … over 2")
+    [out] = race.after_round([standing("fit", 100, 102, 98, 101, 99, seed=True), standing("fit t1", 66, 67)], 2)
+    assert out.reason.endswith(" over 5 and 2 processes"), out.reason
 
 
 def test_the_seed_wins_unless_an_interval_shows_something_faster():

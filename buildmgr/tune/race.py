@@ -78,7 +78,9 @@ def after_round(standings: Sequence[Standing], round_: int, unit: str = "t/s") -
         found = ratio(lead.units, other.units)
         if found is not None and found.high is not None and found.high < 1.0:
             behind = "slower than" if unit == "t/s" else "behind"
-            out.append(Out(other.label, f"{behind} {lead.label}: {found.text()} over {round_} processes", found))
+            n, m = len(lead.units), len(other.units)  # unequal where an incumbent stands on earlier processes
+            over = f"{n}" if n == m else f"{n} and {m}"
+            out.append(Out(other.label, f"{behind} {lead.label}: {found.text()} over {over} processes", found))
     left = [s for s in measured if s.label not in {o.label for o in out}]
     if len(left) > FINALISTS:
         ranked = sorted(left, key=lambda s: s.value, reverse=True)
