@@ -129,8 +129,8 @@ def race_all(
                 continue
             del in_race[label]
             say(f"  round {rounds}: {label}: {entry.reason}")
-        fresh = incumbent.by_round.get(rounds)
-        if standing and rounds == first_round and fresh is not None:  # its one process beside its variations
+        # its one process beside its variations
+        if standing and rounds == first_round and (fresh := incumbent.by_round.get(rounds)) is not None:
             name, before = incumbent.candidate.label, f"{race.speed(geomean(held))} {unit} over {len(held)}"
             if race.holds(held, fresh):
                 say(
