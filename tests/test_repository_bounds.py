@@ -21,7 +21,7 @@ from test_repository import artifact, downloaded, keyed, nothing_installed, publ
 from buildmgr import signing, store
 from buildmgr.artifacts import archive as archives
 from buildmgr.artifacts import deliver, index
-from buildmgr.artifacts import repo as repos
+from buildmgr.artifacts.repo import directory as repos
 from buildmgr.artifacts.repo import open_repo
 from buildmgr.config import Dirs
 from buildmgr.errors import RepositoryFault

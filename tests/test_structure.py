@@ -18,6 +18,7 @@ def modules() -> set[str]:
         name = path.stem
         if path.is_dir() and name in split:
             found |= {f"{name}.{p.stem}" for p in path.glob("*.py") if p.stem != "__init__"}
+            found |= {f"{name}.{p.name}" for p in path.iterdir() if (p / "__init__.py").is_file()}
         elif (path.is_dir() and (path / "__init__.py").is_file()) or (path.suffix == ".py" and name != "__init__"):
             found.add(name)
     return found

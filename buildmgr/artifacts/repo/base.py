@@ -1,0 +1,161 @@
+"""The interface every kind of repository has (`Repo`), and what reading one is bounded by: small files read whole
+up to `METADATA_MAX`, an archive read up to its signed size and no further."""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from buildmgr import signing
+from buildmgr.artifacts import index
+from buildmgr.artifacts.archive import Artifact
+from buildmgr.artifacts.repo.net import transport_errors
+from buildmgr.errors import RepositoryFault, UserError
+from buildmgr.jsonshape import NewerSchema, ShapeError
+
+_BLOCK = 1 << 20
+# An index, a signature, a manifest or an entry is read whole into memory before any check: past this, none is what a
+# repository should serve (an index of a thousand archives is well under 1 MiB), and reading on is what a hostile
+# server wants. Archives are read by their signed size instead.
+METADATA_MAX = 16 << 20
+
+Progress = Callable[[int, int], None]  # (bytes so far, bytes in all)
+RepoError = RepositoryFault
+
+
+@dataclass(frozen=True)
+class Published:
+    entry: index.Entry
+    already: bool  # the repository held this archive (by digest) before
+    signature_added: str | None = None  # the key whose signature this publish wrote (None: no signature written)
+    written: index.Index | None = None  # the index this publish wrote (None: it changed nothing)
+
+
+@dataclass(frozen=True)
+class IndexFiles:
+    """An index's bytes as the repository serves them, and its .minisig (None: unsigned)."""
+
+    data: bytes
+    minisig: bytes | None
+
+
+class Larger(Exception):
+    """The source had more bytes than the index's size (`Repo.fetch` says which archive)."""
+
+
+def append(response: IO[bytes], part: Path, mode: str, have: int, size: int, progress: Progress | None) -> None:
+    """Append what `response` sends up to `size` bytes in all, and no further: an endless source (a link to
+    /dev/zero, a body that never ends) fills neither the cache nor the time. One byte past it raises `Larger`."""
+    if progress:
+        progress(have, size)  # where it starts: a resumed download says what it kept
+    # read1: what has arrived, up to a block (read would wait for a whole block: no progress on a slow link, and
+    # nothing kept of a download cut short inside one)
+    read = getattr(response, "read1", response.read)
+    with open(part, mode) as out:
+        while have < size and (block := read(min(_BLOCK, size - have))):
+            out.write(block)
+            out.flush()  # what arrived is kept if the process is killed: the next try resumes after it
+            have += len(block)
+            if progress:
+                progress(have, size)
+    if have >= size and read(1):
+        raise Larger
+
+
+def capped(read: Callable[[int], bytes], where: str) -> bytes:
+    """What `read(n)` gives, refused past METADATA_MAX: never more than one byte over is read."""
+    data = read(METADATA_MAX + 1)
+    if len(data) > METADATA_MAX:
+        raise RepoError(
+            f"{where} is larger than {METADATA_MAX >> 20} MiB, which no index, signature or manifest is: refused "
+            "unread (is this a buildmgr repository?)"
+        )
+    return data
+
+
+def parse_index(text: str, data: bytes | None) -> index.Index:
+    if data is None:
+        raise UserError(f"{text}: no {index.INDEX} here (not a buildmgr repository, or nothing published)")
+    try:
+        return index.Index.from_text(data)
+    except NewerSchema as err:
+        raise RepoError(f"{text}/{index.INDEX}: {err}: upgrade buildmgr") from None
+    except ShapeError as err:
+        raise RepoError(f"{text}/{index.INDEX} is not a buildmgr index ({err})") from None
+
+
+class Repo(ABC):
+    """Where a repository is, and how its index, archives and signature files are read (and, where it can be,
+    written)."""
+
+    text: str
+
+    @abstractmethod
+    def listing(self) -> index.Index: ...
+
+    @property
+    @abstractmethod
+    def identity(self) -> str:
+        """The repository as a pin names it (`key trust FILE --for REPO`): a directory by its absolute path
+        (normalized, links not followed), whether given as a path, relative or not, or as file://; a URL with its
+        trailing /; oci://HOST[:PORT]/NAME."""
+
+    @abstractmethod
+    def index_files(self, key_id: str | None = None) -> IndexFiles | None:
+        """The index and its .minisig as served (None: there is none): the newest, or the last one `key_id` signed."""
+
+    @abstractmethod
+    def signatures(self, entry: index.Entry, key_id: str | None = None) -> dict[str, bytes]:
+        """The `.minisig` and attestation of the entry by `key_id` (None: its first signer's) that are there, by
+        suffix."""
+
+    @abstractmethod
+    def _download(self, entry: index.Entry, part: Path, have: int, progress: Progress | None) -> None:
+        """Append the archive's bytes from `have` on to `part` (or rewrite it from the start)."""
+
+    @abstractmethod
+    def publish(
+        self, artifact: Artifact, key: signing.SecretKey | None, builder: str, days: int = index.EXPIRES_DAYS
+    ) -> Published:
+        """The archive, its checksum and (with `key`) its signature files put in, then the index one version more."""
+
+    @abstractmethod
+    def sign_index(self, key: signing.SecretKey, days: int = index.EXPIRES_DAYS) -> index.Index:
+        """The index written again, one version more, signed by `key` with a new expiry (`publish` without an
+        archive): a repository nothing is published to stays valid."""
+
+    def fetch(self, entry: index.Entry, dest: Path, progress: Progress | None = None) -> None:
+        """The archive into `dest`, resuming a `dest.part` an earlier try left; `dest` appears only complete."""
+        part = dest.with_name(dest.name + ".part")
+        part.parent.mkdir(parents=True, exist_ok=True)
+        have = part.stat().st_size if part.exists() else 0
+        if have > entry.size:
+            part.unlink()
+            have = 0
+        try:
+            self._download(entry, part, have, progress)
+        except Larger:
+            part.unlink(missing_ok=True)  # bytes from a source that lies about its size are not kept
+            raise RepoError(
+                f"{self.text}: {entry.name} is larger than its index says ({entry.size} bytes); reading stopped there "
+                "and what came was deleted"
+            ) from None
+        except FileNotFoundError:
+            raise RepoError(f"{self.text}: {entry.name} is in the index but not in the repository") from None
+        except transport_errors() as err:
+            raise RepoError(
+                f"reading {entry.name} from {self.text} failed ({getattr(err, 'reason', None) or err}); "
+                f"{part.stat().st_size if part.exists() else 0} of {entry.size} bytes are kept and the next try resumes"
+            ) from None
+        got = part.stat().st_size if part.exists() else 0
+        if got < entry.size:
+            raise RepoError(
+                f"reading {entry.name} from {self.text} stopped after {got} of {entry.size} bytes; they are kept and "
+                "the next try resumes"
+            )
+        # not flushed: after a power loss a torn file fails its digest, which every use checks, and is fetched again
+        os.replace(part, dest)

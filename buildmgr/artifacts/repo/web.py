@@ -1,0 +1,66 @@
+"""A directory repository read over http(s), as any static web server serves it: read-only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from buildmgr import signing
+from buildmgr.artifacts import index
+from buildmgr.artifacts.archive import Artifact
+from buildmgr.artifacts.repo.base import Progress, Published, RepoError, append, capped
+from buildmgr.artifacts.repo.directory import Layout
+from buildmgr.artifacts.repo.net import TIMEOUT_S, unreachable
+from buildmgr.errors import UserError
+
+
+@dataclass(frozen=True)
+class HttpRepo(Layout):
+    text: str
+    url: str
+
+    @property
+    def identity(self) -> str:
+        return self.url
+
+    def publish(
+        self, artifact: Artifact, key: signing.SecretKey | None, builder: str, days: int = index.EXPIRES_DAYS
+    ) -> Published:
+        raise UserError(f"{self.text}: an http(s) repository is read-only; publish to its directory")
+
+    def sign_index(self, key: signing.SecretKey, days: int = index.EXPIRES_DAYS) -> index.Index:
+        raise UserError(f"{self.text}: an http(s) repository is read-only; sign the index in its directory")
+
+    def read(self, relative: str) -> bytes | None:
+        import http.client  # here: a directory repository needs no HTTP client (10 ms of an install)
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(self.url + relative, timeout=TIMEOUT_S) as response:
+                return capped(response.read, self.url + relative)
+        except urllib.error.HTTPError as err:
+            if err.code == 404:
+                return None
+            raise RepoError(f"{self.url + relative}: HTTP {err.code} {err.reason}") from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
+            why = unreachable(err) or str(getattr(err, "reason", err))
+            raise RepoError(f"cannot reach {self.url + relative}: {why}") from None
+
+    def _download(self, entry: index.Entry, part: Path, have: int, progress: Progress | None) -> None:
+        import urllib.error
+        import urllib.request
+
+        headers = {"Range": f"bytes={have}-"} if have else {}
+        request = urllib.request.Request(self.url + entry.path, headers=headers)
+        try:
+            response = urllib.request.urlopen(request, timeout=TIMEOUT_S)
+        except urllib.error.HTTPError as err:
+            if err.code == 404:
+                raise FileNotFoundError(entry.path) from None
+            if err.code == 416 and have == entry.size:  # everything is here already
+                return
+            raise
+        with response:  # a server that ignores Range sends it all again (200): start over
+            resumed = response.status == 206
+            append(response, part, "ab" if resumed else "wb", have if resumed else 0, entry.size, progress)
