@@ -425,6 +425,9 @@ class Backend(NamedTuple):
     # (Ollama's `library=oneapi` for its SYCL runner; its `cuda`, `ROCm` … are the prefix already)
     library_names: tuple[str, ...] = ()
     kits: tuple[Kit, ...] = ()  # toolchains `buildmgr toolchain add` assembles for it
+    # the instruction-set defines of a build that lists its CPU's features (GGML_NATIVE=OFF), and the /proc/cpuinfo
+    # flags a CPU must have for each: what an artifact of them needs of a host
+    cpu_features: Mapping[str, tuple[str, ...]] = MappingProxyType({})
 
     @property
     def name(self) -> str:

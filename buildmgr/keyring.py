@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from buildmgr import jsonshape, signing
+from buildmgr import repo_location as location
 from buildmgr.config import Dirs
 from buildmgr.errors import UserError
 from buildmgr.fsutil import atomic_write_text, locked
@@ -122,7 +123,7 @@ def pinned_dir(dirs: Dirs) -> Path:
 @dataclass(frozen=True)
 class Pins(jsonshape.Record):
     """`trusted/pins.json`: each pinned repository (as `install --from` names it, made canonical) and the only keys
-    that vouch for it."""
+    that vouch for it (none: its keys were taken back)."""
 
     VERSION = 1
 
@@ -145,13 +146,18 @@ class Trust:
     pins: dict[str, tuple[str, ...]]
 
     def for_repo(self, repo: str) -> dict[str, signing.PublicKey]:
-        """The keys that vouch for an artifact of `repo`: the ones it is pinned to, else those trusted anywhere."""
+        """The keys that vouch for an artifact of `repo`: the ones it is pinned to (none, where they were all taken
+        back), else those trusted anywhere."""
         if repo in self.pins:
             return {i: self.keys[i].key for i in self.pins[repo] if i in self.keys}
         return {i: t.key for i, t in self.keys.items() if t.anywhere}
 
     def pinned_to(self, key_id: str) -> list[str]:
         return sorted(repo for repo, ids in self.pins.items() if key_id in ids)
+
+    def pinned_to_none(self) -> list[str]:
+        """Repositories whose pinned keys were all taken back: they take no key until one is pinned again."""
+        return sorted(repo for repo, ids in self.pins.items() if not ids)
 
 
 def _checked(path: Path, kind: str, found: os.stat_result | None = None) -> None:
@@ -204,11 +210,16 @@ def _pins(dirs: Dirs) -> dict[str, tuple[str, ...]]:
     if text is None:
         return {}
     try:
-        return Pins.from_text(text).pins
+        found = Pins.from_text(text).pins
     except jsonshape.ShapeError as err:
         raise UserError(
             f"{path} is not buildmgr's ({err}): remove it and pin again with 'key trust FILE --for REPO'"
         ) from None
+    pins: dict[str, tuple[str, ...]] = {}
+    for repo, ids in found.items():  # written by an earlier buildmgr: in today's spelling, two spellings as one
+        known = pins.get(location.canonical(repo), ())
+        pins[location.canonical(repo)] = (*known, *(i for i in ids if i not in known))
+    return pins
 
 
 def load(dirs: Dirs) -> Trust:
@@ -240,7 +251,7 @@ def _write_key(path: Path, key: signing.PublicKey) -> None:
 
 def _write_pins(dirs: Dirs, pins: Mapping[str, tuple[str, ...]]) -> None:
     path = trusted_dir(dirs) / PINS
-    atomic_write_text(path, Pins(Pins.VERSION, {repo: ids for repo, ids in sorted(pins.items()) if ids}).to_text())
+    atomic_write_text(path, Pins(Pins.VERSION, dict(sorted(pins.items()))).to_text())
     os.chmod(path, 0o644)
 
 
@@ -273,12 +284,14 @@ def trust(dirs: Dirs, key: signing.PublicKey, repo: str | None = None) -> tuple[
 class TakenBack:
     key_id: str
     path: Path
-    unpinned: tuple[str, ...]  # repositories whose last pinned key it was: they take the keys trusted anywhere now
+    # repositories whose last pinned key it was: they stay pinned, to no key, and take none until one is pinned again
+    pinned_to_none: tuple[str, ...]
 
 
 def untrust(dirs: Dirs, value: str) -> TakenBack:
     """Take back the trust in a key (its id, its .pub file or its line): its file is removed and no repository is
-    pinned to it any more. This host's trust only: another host that trusts it still does."""
+    pinned to it any more; one pinned to it alone stays pinned, to no key (taking back a pin's key never widens
+    what the repository takes). This host's trust only: another host that trusts it still does."""
     listed = ", ".join(load(dirs).keys) or "none"
     if _KEY_ID.fullmatch(value.upper()):
         key_id = value.upper()
@@ -301,5 +314,5 @@ def untrust(dirs: Dirs, value: str) -> TakenBack:
             _write_pins(dirs, pins)
         for path in (trusted_dir(dirs) / f"{key_id}.pub", pinned_dir(dirs) / f"{key_id}.pub"):
             path.unlink(missing_ok=True)
-        unpinned = tuple(repo for repo, ids in pins.items() if not ids)
-        return TakenBack(key_id, known.path, unpinned)
+        emptied = tuple(repo for repo, ids in pins.items() if not ids and current.pins[repo])
+        return TakenBack(key_id, known.path, emptied)

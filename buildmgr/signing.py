@@ -231,7 +231,7 @@ def open_envelope(data: dict[str, Any], keys: Mapping[str, PublicKey]) -> tuple[
             raise SignatureError(f"the attestation's signature by key {key_id} does not match its payload") from None
         try:
             statement = json.loads(payload)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise SignatureError("the attestation's payload is not JSON") from None
         if not isinstance(statement, dict):
             raise SignatureError("the attestation's payload is not an in-toto Statement")

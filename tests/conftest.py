@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from nethosts import test_host  # noqa: F401  (a fixture: a host of its own in a network namespace)
 
 # One compile cache for every run of the suite on this machine: repeated runs are fast,
 # and the first run on a fresh machine proves the cold path.

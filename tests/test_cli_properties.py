@@ -31,7 +31,7 @@ OPTIONS = [
     "--", "--archive", "--check", "--cold", "--cpu-arch", "--format", "--gfx", "--jobs", "--json", "--os",
     "--output", "--parse", "--prefer", "--rebuild", "--refresh", "--source", "--sm", "-D", "-j", "-o", "sync", "cpu",
     "cuda+vulkan", "universal+vulkan", "llama-cli", "--configure-only", "--vulkaninfo", "--help", "--to", "--sign",
-    "--from", "--dry-run", "--allow-unsigned", "generate", "trust", "untrust", "--for", "list",
+    "--from", "--dry-run", "--allow-unsigned", "generate", "trust", "untrust", "--for", "list", "forget",
 ]  # fmt: skip
 
 

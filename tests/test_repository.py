@@ -106,6 +106,7 @@ def test_a_generated_key_is_0600_printed_never_and_its_public_half_is_the_last_l
     assert json.loads(buildmgr(env, "key", "list", "--json").stdout) == {
         "own": [{"name": "ci", "id": public.id, "secret_key": str(keys / "ci.key")}],
         "trusted": [],  # a host trusts no key until told, its own included
+        "pins": {},
     }
 
 
@@ -341,18 +342,22 @@ def refused(host: dict[str, str], repo: Path | str, *fragments: str, extra: tupl
 
 def test_unsigned_and_untrusted_artifacts_are_refused_before_any_download(tmp_path):
     repo, _, host = published(tmp_path / "u", sign=False)
-    refused(host, repo, "its index.json is unsigned; --allow-unsigned reads it anyway")  # issue #50 item 1
+    refused(host, repo, "its index.json is unsigned; nothing was installed")  # issue #50 item 1
     assert downloaded(host) == []
     # its index signed since (publish --sign, no archive): the archive it lists is still unsigned, and refused
     publisher = make_env(tmp_path / "u" / "publisher-ci")
     assert buildmgr(publisher, "publish", "--to", str(repo), "--sign", "ci").returncode == 0
     pub = Path(publisher["XDG_CONFIG_HOME"]) / "buildmgr" / "keys" / "ci.pub"
     assert buildmgr(host, "key", "trust", str(pub)).returncode == 0
-    refused(host, repo, "unsigned: --allow-unsigned installs it anyway")
+    refused(host, repo, "unsigned: no key vouches for it")
     assert downloaded(host) == []
     signed, _, _ = published(tmp_path / "s")
     stranger = make_env(tmp_path / "stranger")
-    refused(stranger, signed, "which this host does not trust ('buildmgr key trust FILE')")
+    refused(
+        stranger,
+        signed,
+        f"which this host does not trust (if it is the publisher's key: 'buildmgr key trust FILE --for {signed}'",
+    )
     assert downloaded(stranger) == []
 
 
@@ -411,14 +416,18 @@ def test_an_index_that_lies_about_the_receipt_is_refused(tmp_path):
 
 @pytest.mark.parametrize("build_id", ["../../../../victim", "*"])
 def test_an_index_whose_build_id_is_a_path_or_a_pattern_is_refused_before_anything(tmp_path, build_id):
-    """The id in the index (unsigned: the signature covers the archive) names the lock and the staging folder
-    before the archive's receipt is read: `..` or a glob there would lock, stage and clean up outside the store."""
-    repo, _, host = published(tmp_path)
+    """The id in the index names the lock and the staging folder before the archive's receipt is read: `..` or a
+    glob there would lock, stage and clean up outside the store. Signed by the publisher's key (a changed index is
+    refused before it is parsed), it is refused as the index is read."""
+    repo, pub, host = published(tmp_path)
+    assert pub is not None
     victim = tmp_path / "victim.keep"
     victim.mkdir()
     data = json.loads((repo / index.INDEX).read_text())
     data["artifacts"][0]["summary"]["id"] = build_id
-    (repo / index.INDEX).write_text(json.dumps(data))
+    text = json.dumps(data).encode()
+    (repo / index.INDEX).write_bytes(text)
+    (repo / index.INDEX_SIGNATURE).write_text(signing.read_secret(pub.with_suffix(".key").read_text()).sign(text, "x"))
     result = buildmgr(host, "install", "--from", str(repo))
     assert result.returncode != 0 and "not a safe build id" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and nothing_installed(host) and victim.is_dir()

@@ -189,8 +189,13 @@ class Artifact:
     receipt_sha256: str  # of the receipt's bytes in the archive: what a signature's provenance names
 
 
-def _bad(path: Path, why: str, refusing: str = "install") -> UserError:
-    return UserError(f"{path.name}: {why}; refusing to {refusing} it")
+class BadArchive(UserError):
+    """An archive whose own content is refused (an unsafe entry, a manifest or receipt that does not match, bytes
+    that are no .tar.gz): the user's file for install-artifact, a repository's fault for install --from."""
+
+
+def _bad(path: Path, why: str, refusing: str = "install") -> BadArchive:
+    return BadArchive(f"{path.name}: {why}; refusing to {refusing} it")
 
 
 def _read_checksum(path: Path) -> str:

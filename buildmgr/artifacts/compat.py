@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from buildmgr import backends, kits
+from buildmgr import backends, hostfacts, kits
 from buildmgr.artifacts.index import Summary, summary_of
 from buildmgr.artifacts.names import cpu_arch_of
 from buildmgr.config import Dirs
@@ -33,9 +33,10 @@ def summary_findings(
     machine: str,
     dirs: Dirs,
     targets: Mapping[str, list[str]] | None = None,
+    cpu_flags: frozenset[str] | None = None,
 ) -> list[Finding]:
     """`host_findings` from an artifact's summary, as a repository's index holds it; `targets`: the GPUs here
-    (`backends.gpu_targets`), read once by a caller that judges many artifacts."""
+    (`backends.gpu_targets`), and `cpu_flags` this CPU's, read once by a caller that judges many artifacts."""
     from packaging.version import Version
 
     from buildmgr import runtime
@@ -95,16 +96,43 @@ def summary_findings(
         findings += backends.kernel_findings(needs.device_code, environ)
     else:
         findings += [f for found in backends.code_fits(needs.device_code, targets).values() for f in found]
-    if summary.native_cpu:
-        findings.append(
-            Finding(
-                Severity.WARNING,
-                "",
-                "built with GGML_NATIVE=ON: it may use CPU instructions this CPU lacks (the smoke run will tell); "
-                "the universal recipe builds every CPU variant",
-            )
-        )
+    findings += _cpu_findings(summary, cpu_flags if cpu_flags is not None else hostfacts.read().cpu_flags)
     return findings
+
+
+def _cpu_findings(summary: Summary, cpu_flags: frozenset[str]) -> list[Finding]:
+    """What the build needs of this CPU, worded from its real defines: the instruction sets it lists (a build of
+    GGML_NATIVE=OFF with its build host's features), each checked against this CPU's flags; or -march=native, whose
+    instructions only the smoke run can tell."""
+    if summary.cpu_features:
+        lacking = backends.cpu_features_lacking(summary.cpu_features, cpu_flags)
+        if lacking:
+            return [
+                Finding(
+                    Severity.ERROR,
+                    "",
+                    f"built for CPU features this CPU lacks: {', '.join(lacking)} (GGML_NATIVE=OFF, its build host's "
+                    "features listed): its tools would stop on an illegal instruction",
+                    "the universal recipe builds every CPU variant",
+                )
+            ]
+        listed = ", ".join(d.removeprefix("GGML_") for d in summary.cpu_features)
+        return [
+            Finding(Severity.NOTE, "", f"built for its build host's CPU features ({listed}): this CPU has them all")
+        ]
+    if not summary.native_cpu:
+        return []
+    how = (
+        "GGML_NATIVE=ON" if summary.cpu_features is not None else "GGML_NATIVE=ON, or its build host's features listed"
+    )
+    return [
+        Finding(
+            Severity.WARNING,
+            "",
+            f"built for its build host's CPU ({how}): it may use CPU instructions this CPU lacks (the smoke run will "
+            "tell); the universal recipe builds every CPU variant",
+        )
+    ]
 
 
 def require_runnable(findings: list[Finding], artifact_name: str) -> None:

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from buildmgr import jsonshape
+from buildmgr import backends, jsonshape
 from buildmgr.jsonshape import OMIT_IF_EMPTY, OMIT_IF_NONE
 from buildmgr.receipt import Receipt, RuntimeNeeds, ToolchainRef, safe_id
 
@@ -50,10 +50,15 @@ class Summary:
     native_cpu: bool  # GGML_NATIVE=ON: it may use CPU instructions of its build host only
     receipt_sha256: str
     toolchains: tuple[ToolchainRef, ...] = field(default=(), metadata=OMIT_IF_EMPTY)
+    # the instruction-set defines a build of GGML_NATIVE=OFF lists as ON (a fix's list of its build host's features):
+    # what it needs of a CPU (None: an index from before they were said)
+    cpu_features: tuple[str, ...] | None = field(default=None, metadata=OMIT_IF_NONE)
 
 
 def summary_of(receipt: Receipt, receipt_sha256: str) -> Summary:
     assert receipt.runtime is not None, "an artifact's receipt has its runtime needs (checked when it was opened)"
+    listed = receipt.recipe.define("GGML_NATIVE") != "ON"
+    features = tuple(sorted(d for d in backends.cpu_features() if listed and receipt.recipe.define(d) == "ON"))
     return Summary(
         receipt.id,
         receipt.recipe.name,
@@ -70,7 +75,15 @@ def summary_of(receipt: Receipt, receipt_sha256: str) -> Summary:
         receipt.recipe.define("GGML_NATIVE") == "ON" or any("GGML_NATIVE" in fix.defines for fix in receipt.fixes),
         receipt_sha256,
         receipt.toolchains,
+        features,
     )
+
+
+def summary_as_indexed(receipt: Receipt, receipt_sha256: str, said: Summary) -> Summary:
+    """The receipt's summary as the index that says `said` holds it: a field an index written before it lacks is
+    left out, so the archive an older buildmgr published still matches its entry."""
+    found = summary_of(receipt, receipt_sha256)
+    return dataclasses.replace(found, cpu_features=None) if said.cpu_features is None else found
 
 
 @dataclass(frozen=True)
@@ -130,6 +143,9 @@ class Index(jsonshape.Record):
     artifacts: tuple[Entry, ...] = ()
     version: int = 0  # 0: written before indexes had versions
     expires: str | None = field(default=None, metadata=OMIT_IF_NONE)  # ISO 8601; None: unsigned
+    # the repository's name, made at its first write and kept at every one: a host keys the versions it saw by it,
+    # so an older index under another spelling of its URL is still older (None: written before indexes named it)
+    repository: str | None = field(default=None, metadata=OMIT_IF_NONE)
 
     @classmethod
     def from_json(cls, data: object) -> Index:
@@ -161,13 +177,17 @@ def signature_comment(written: Index) -> str:
 
 @dataclass(frozen=True)
 class Seen(jsonshape.Record):
-    """`<data>/repositories.json`: the highest version of a signed index this host took from each repository (by its
-    identity, as pins name it); an older one is a rollback."""
+    """`<data>/repositories.json`: the highest version of a signed index this host took from each location (by its
+    identity, as pins name it), the repository each location's index named, and the highest version taken of each
+    repository by name, wherever it was read: an older one is a rollback, one that names another repository than its
+    location's did is another repository served in its place."""
 
     VERSION = 1
 
     schema: int
     repositories: dict[str, int]
+    names: dict[str, str] = field(default_factory=dict)  # a location's identity → the repository its index named
+    named: dict[str, int] = field(default_factory=dict)  # a repository's name → the highest version taken of it
 
 
 def statement(name: str, sha256: str, receipt: Receipt, receipt_sha256: str, builder: str) -> dict[str, Any]:

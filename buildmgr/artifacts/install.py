@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildmgr import store
-from buildmgr.artifacts.archive import Artifact, prefix_for, unpack
+from buildmgr.artifacts.archive import Artifact, BadArchive, prefix_for, unpack
 from buildmgr.config import Dirs
 from buildmgr.errors import UserError
 from buildmgr.findings import Finding, warnings
@@ -58,7 +58,7 @@ def install(
                 artifact = unpack(archive, sha256, staging)
             receipt = artifact.receipt
             if receipt.id != build_id:  # the lock held is another build's
-                raise UserError(f"{archive.name} holds build {receipt.id}, not {build_id}; nothing was installed")
+                raise BadArchive(f"{archive.name} holds build {receipt.id}, not {build_id}; nothing was installed")
             said = tuple(finding.text() for finding in warnings(vouch(artifact)))
             prefix = prefix_for(dirs.builds, receipt)
             existing = store.load_receipt(prefix)

@@ -161,6 +161,22 @@ def kernel_findings(device_code: Mapping[str, Sequence[str]], environ: Mapping[s
     ]
 
 
+def cpu_features() -> dict[str, tuple[str, ...]]:
+    """Every backend's instruction-set defines (a build that lists its CPU's features) and the CPU flags each needs."""
+    return {define: flags for known in all_backends() for define, flags in known.cpu_features.items()}
+
+
+def cpu_features_lacking(defines: Sequence[str], cpu_flags: frozenset[str]) -> list[str]:
+    """Those of `defines` whose CPU flags `cpu_flags` (/proc/cpuinfo's) lack, each with the flags it lacks."""
+    known = cpu_features()
+    lacking = []
+    for define in defines:
+        missing = [flag for flag in known.get(define, ()) if flag not in cpu_flags]
+        if missing:
+            lacking.append(f"{define} ({', '.join(missing)})")
+    return lacking
+
+
 def build_failures() -> tuple[Signature, ...]:
     return tuple(s for b in all_backends() for s in b.build_failures)
 

@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 from buildmgr.cli import command, render
 from buildmgr.config import Context, Dirs, ensure_writable
-from buildmgr.errors import CannotRunHere, UserError
+from buildmgr.errors import CannotRunHere, RepositoryFault, UserError
 
 if TYPE_CHECKING:
     from buildmgr.artifacts.deliver import Attempt
     from buildmgr.artifacts.index import Entry
+    from buildmgr.artifacts.repo import Repo
     from buildmgr.artifacts.select import Candidate
     from buildmgr.cli import Subparsers
     from buildmgr.store import Build
@@ -99,10 +100,18 @@ def register(sub: Subparsers, name: str) -> None:
             "what a binary repository holds",
             json=True,
             about="'list' shows every artifact a binary repository holds (a directory, an http(s):// URL serving "
-            "one, or oci://): its build, recipe, OS and architecture, what it needs of a host, and who signed it.",
-            example="buildmgr repo list /srv/llama-builds\nbuildmgr repo list oci://registry.example.org/ml/llama --json",
+            "one, or oci://): its build, recipe, OS and architecture, what it needs of a host, who signed it, and "
+            "whether a key this host trusts for the repository vouches for it (its index's signature checked). "
+            "'forget' drops what this host remembers of a repository's location (the index version it took, the "
+            "repository its index named): its next install is a first contact, as for a repository made anew.",
+            example="buildmgr repo list /srv/llama-builds\nbuildmgr repo list oci://registry.example.org/ml/llama --json\n"
+            "buildmgr repo forget https://llama.example/",
         )
-        p.add_argument("action", choices=("list",), help="list: its artifacts, what each needs, who signed it")
+        p.add_argument(
+            "action",
+            choices=("list", "forget"),
+            help="list: its artifacts, what each needs, who signed it; forget: what this host saw of it",
+        )
         p.add_argument("repo", metavar="REPO", help="a directory, an http(s):// URL serving one, or oci://…")
     elif name == "install":
         help = "install the artifact of a repository that fits this host best, and prove it sees its device"
@@ -119,10 +128,27 @@ def register(sub: Subparsers, name: str) -> None:
         )
         p.add_argument("--from", dest="source", required=True, metavar="REPO", help="a directory, http(s):// or oci://")
         p.add_argument("--dry-run", action="store_true", help="print the table of candidates and stop")
-        p.add_argument("--allow-unsigned", action="store_true", help="accept artifacts no trusted key signed")
+        p.add_argument(
+            "--allow-unsigned",
+            action="store_true",
+            help="also take what no key trusted for REPO signed: an index unsigned or signed by another key (its "
+            "version is then neither checked nor remembered: no rollback protection; a pin is not enforced; its "
+            "expiry is not checked) and archives unsigned or signed by another key; an archive's signature files, "
+            "where it has them, are still checked against the keys trusted for REPO",
+        )
 
 
 SHORT_DIGEST = 12  # of a sha256 in a table: enough to tell two archives of one name apart
+
+
+def _open(text: str, ctx: Context) -> Repo:
+    """The repository `text` names, held to this user's network limits (the setting read only for a URL)."""
+    from buildmgr import repo_location as location
+    from buildmgr.artifacts import repo
+
+    if location.kind_of(text) is location.Kind.DIRECTORY:
+        return repo.open_repo(text)
+    return repo.open_repo(text, repo.Limits.parse(ctx.settings.network_timeout))
 
 
 # --- key ----------------------------------------------------------------------------------------------------------
@@ -139,6 +165,7 @@ def key(args: argparse.Namespace, ctx: Context) -> int:
             print(json.dumps({"name": made.name, "id": made.public.id, "secret_key": str(made.path),
                               "public_key": str(made.path.with_suffix(".pub")), "key": made.public.line()}, indent=2))  # fmt: skip
             return 0
+        render.say(f"key {made.public.id}: 'key untrust', pins and every signature name it so")
         render.say(f"secret key {made.path} (mode 0600: keep it there, or in CI's secrets)")
         render.say(f"public key {made.path.with_suffix('.pub')}: on each host, 'buildmgr key trust' it")
         render.say(f"minisign checks a signature without buildmgr: minisign -Vm FILE -P {made.public.line()}")
@@ -158,7 +185,7 @@ def key(args: argparse.Namespace, ctx: Context) -> int:
         trusted = [{"id": i, "key": t.key.line(), "path": str(t.path), "anywhere": t.anywhere,
                     "pinned": trust.pinned_to(i)} for i, t in trust.keys.items()]  # fmt: skip
         print(json.dumps({"own": [{"name": k.name, "id": k.public.id, "secret_key": str(k.path)} for k in own],
-                          "trusted": trusted}, indent=2))  # fmt: skip
+                          "trusted": trusted, "pins": {r: list(ids) for r, ids in trust.pins.items()}}, indent=2))  # fmt: skip
         return 0
     for k in own:
         render.result(f"own      {k.public.id}  {k.name} ({k.path})")
@@ -167,19 +194,20 @@ def key(args: argparse.Namespace, ctx: Context) -> int:
         scope = "any repository that is not pinned" if t.anywhere else "only " + ", ".join(pinned)
         pins = f"; pinned: {', '.join(pinned)}" if t.anywhere and pinned else ""
         render.result(f"trusted  {i}  {t.path}  for {scope}{pins}")
-    if not own and not trust.keys:
+    for repo in trust.pinned_to_none():
+        render.result(f"pinned   {repo} to no key: 'buildmgr key trust FILE --for {repo}' pins its publisher's")
+    if not own and not trust.keys and not trust.pins:
         render.say("no keys: 'buildmgr key generate' makes one, 'buildmgr key trust FILE' trusts a publisher's")
     return 0
 
 
 def _trust(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr import keyring
-    from buildmgr.artifacts import repo
 
     if not args.what:
         raise UserError("key trust needs a .pub FILE or its KEY line, e.g. buildmgr key trust ci.pub")
     public = keyring.read_key_argument(ctx.dirs, args.what)
-    pinned = repo.open_repo(args.for_repo).identity if args.for_repo is not None else None
+    pinned = _open(args.for_repo, ctx).identity if args.for_repo is not None else None
     ensure_writable(ctx.dirs.config, "set XDG_CONFIG_HOME to a writable directory")
     path, new = keyring.trust(ctx.dirs, public, pinned)
     if args.json:
@@ -202,12 +230,15 @@ def _untrust(args: argparse.Namespace, ctx: Context) -> int:
     taken = keyring.untrust(ctx.dirs, args.what)
     builds = _installed_on_word_of(ctx, taken.key_id)
     if args.json:
-        print(json.dumps({"id": taken.key_id, "path": str(taken.path), "unpinned": list(taken.unpinned),
+        print(json.dumps({"id": taken.key_id, "path": str(taken.path), "pinned_to_none": list(taken.pinned_to_none),
                           "installed_on_its_word": builds}, indent=2))  # fmt: skip
         return 0
     render.say(f"no longer trusting key {taken.key_id} (removed {taken.path})")
-    for pinned in taken.unpinned:
-        render.say(f"{pinned} was pinned to it alone: it takes the keys trusted for any repository now")
+    for pinned in taken.pinned_to_none:
+        render.say(
+            f"{pinned} was pinned to it alone: it stays pinned, to no key, and nothing of it installs until "
+            f"'buildmgr key trust FILE --for {pinned}' pins its publisher's key"
+        )
     if builds:
         render.say(
             f"installed on its word: {', '.join(builds)} ('buildmgr remove ID' removes one; 'list' and 'devices' "
@@ -255,7 +286,7 @@ def publish(args: argparse.Namespace, ctx: Context) -> int:
     import socket
 
     from buildmgr import keyring
-    from buildmgr.artifacts import archive, index, repo
+    from buildmgr.artifacts import archive, index
 
     if not args.files and not args.sign:
         raise UserError("publish needs an ARTIFACT (or, with --sign NAME and none, signs the index again)")
@@ -264,7 +295,7 @@ def publish(args: argparse.Namespace, ctx: Context) -> int:
     days = index.EXPIRES_DAYS if args.expires is None else args.expires
     if not 1 <= days <= 3650:
         raise UserError(f"--expires {days}: the days hosts take the signed index, 1 to 3650")
-    target = repo.open_repo(args.to)
+    target = _open(args.to, ctx)
     secret = keyring.own(ctx.dirs, args.sign) if args.sign else None
     opened = [
         archive.open_artifact(path, refusing="publish") for path in args.files
@@ -322,18 +353,23 @@ def _entry_json(entry: Entry) -> dict[str, Any]:
 
 
 def repo_list(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr.artifacts import repo
+    from buildmgr.artifacts import deliver
 
-    entries = repo.open_repo(args.repo).listing().artifacts
+    source = _open(args.repo, ctx)
+    if args.action == "forget":
+        return _forget(source, args, ctx)
+    examined = deliver.examine(source, ctx.dirs)
+    entries = examined.index.artifacts
+    verified = examined.vouched_by is not None
     if args.json:
-        print(json.dumps([_entry_json(e) for e in entries], indent=2))
+        print(json.dumps([_entry_json(e) | {"verified": verified} for e in entries], indent=2))
         return 0
     if not entries:
         render.say(f"{args.repo} holds nothing yet")
         return 0
     # two builds of a recipe share an archive name (upstream's): the build id and digest tell their rows apart
     table = render.table(
-        "artifact", "build", "id", "sha256", "finished", "backends", "GPU code", "glibc", "MB", "signed by"
+        "artifact", "build", "id", "sha256", "finished", "backends", "GPU code", "glibc", "MB", "signed by", "verified"
     )
     table.columns[0].overflow = "fold"  # a name cut short names another archive: fold it, at any width
     for e in entries:
@@ -342,8 +378,34 @@ def repo_list(args: argparse.Namespace, ctx: Context) -> int:
         table.add_row(
             render.escape(e.name), f"b{s.build_number}", render.escape(s.id), e.sha256[:SHORT_DIGEST], s.finished[:16],
             "+".join(s.backends), code, s.runtime.glibc or "—", f"{e.size / 1e6:.1f}", ", ".join(e.signers) or "unsigned",
+            "yes" if verified else "no",
         )  # fmt: skip
     render.show(table)
+    if verified:
+        render.say(f"index.json {examined.state}, a key trusted here for {source.identity}: each row is vouched for")
+    else:
+        ctx.warn(
+            f"note: nothing listed is verified: its index.json {'is ' if examined.state == 'unsigned' else ''}{examined.state}"
+        )
+    return 0
+
+
+def _forget(source: Repo, args: argparse.Namespace, ctx: Context) -> int:
+    from buildmgr.artifacts import deliver
+
+    if ctx.dirs.data.is_dir():  # else there is nothing to forget, which forget says
+        ensure_writable(ctx.dirs.data, "set XDG_DATA_HOME to a writable directory")
+    gone = deliver.forget(ctx.dirs, source)
+    if args.json:
+        print(json.dumps({"repository": gone.identity, "version": gone.version, "name": gone.name}, indent=2))
+        return 0
+    if gone.version is None and gone.name is None:
+        render.say(f"this host remembered nothing of {gone.identity}")
+    else:
+        render.say(
+            f"forgot {gone.identity}: index version {gone.version}, repository {gone.name or 'unnamed'}; its next "
+            "install takes what it finds there as a first contact"
+        )
     return 0
 
 
@@ -399,10 +461,10 @@ def _show(ranked: list[Candidate], dirs: Dirs) -> None:
 
 def install_from(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr import hostfacts
-    from buildmgr.artifacts import deliver, repo
+    from buildmgr.artifacts import deliver
     from buildmgr.progress import Reporter
 
-    source = repo.open_repo(args.source)
+    source = _open(args.source, ctx)
     machine = hostfacts.read().machine
     listing = deliver.read_index(source, ctx.dirs, args.allow_unsigned)
     if listing.note is not None:
@@ -446,7 +508,7 @@ def install_from(args: argparse.Namespace, ctx: Context) -> int:
             progress.update,
         )
     for attempt in attempts:
-        if attempt.installed is None:
+        if attempt.kind is deliver.Outcome.CANNOT_RUN:
             ctx.warn(f"passed over {attempt.candidate.entry.name}: {attempt.outcome}")
     last = attempts[-1] if attempts else None
     if args.json:
@@ -457,6 +519,12 @@ def install_from(args: argparse.Namespace, ctx: Context) -> int:
                 indent=2,
             )
         )  # fmt: skip
+    if last is not None and last.kind is deliver.Outcome.FAULT:
+        entry = last.candidate.entry
+        raise RepositoryFault(
+            f"{entry.name} ({entry.summary.id}) from {args.source}: {last.outcome}; the install stops here (no "
+            "other candidate is installed in place of one its repository failed to deliver); nothing was installed"
+        )
     if last is None or last.installed is None:
         raise CannotRunHere(
             f"no artifact of {args.source} installed and proved itself here (each is named above with why); "

@@ -5,16 +5,22 @@ try stopped), check its digest, signature and provenance (`fetching`), install i
 prove the choice: the installed build must see a device of the backend it was picked for, or it is removed again and
 the next candidate is tried. An archive installed here before is not fetched again."""
 
-from buildmgr.artifacts.deliver.choose import Attempt, candidates, install_best
+from buildmgr.artifacts.deliver.choose import Attempt, Outcome, candidates, install_best
 from buildmgr.artifacts.deliver.fetching import downloads, fetch, installed_here
-from buildmgr.artifacts.deliver.freshness import Listing, read_index, remember
+from buildmgr.artifacts.deliver.freshness import Examined, Listing, examine, read_index, remember
+from buildmgr.artifacts.deliver.seen import Forgotten, forget
 
 __all__ = [
     "Attempt",
+    "Examined",
+    "Forgotten",
     "Listing",
+    "Outcome",
     "candidates",
     "downloads",
+    "examine",
     "fetch",
+    "forget",
     "install_best",
     "installed_here",
     "read_index",

@@ -4,13 +4,15 @@ verified, installed and proven; the next fitting one is tried where this one can
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from buildmgr import backends, keyring, store
+from buildmgr import backends, hostfacts, keyring, store
 from buildmgr.artifacts import compat, index, select
-from buildmgr.artifacts.deliver.fetching import discard, fetch, installed_before, verify, vouched
+from buildmgr.artifacts.archive import BadArchive
+from buildmgr.artifacts.deliver.fetching import discard_held, fetch_held, held, installed_before, verify, vouched
 from buildmgr.artifacts.deliver.trust import untrusted, vouched_line
 from buildmgr.artifacts.install import Installed, install
 from buildmgr.artifacts.repo import Progress, Repo, RepoError
@@ -34,12 +36,13 @@ def candidates(
     ranked; nothing downloaded. A fitting one says which key vouched for it."""
     entries = select.wanted(listing.artifacts, what)
     targets = backends.gpu_targets(environ)
+    cpu_flags = hostfacts.read().cpu_flags
     trust = keyring.load(dirs)
     judged = []
     for entry in entries:
         judge = select.judge(
             entry,
-            compat.summary_findings(entry.summary, environ, machine, dirs, targets),
+            compat.summary_findings(entry.summary, environ, machine, dirs, targets, cpu_flags),
             targets,
             untrusted(entry, trust, repo.identity, allow_unsigned),
         )
@@ -50,10 +53,18 @@ def candidates(
     return select.rank(judged)
 
 
+class Outcome(enum.Enum):
+    INSTALLED = "installed"
+    ALREADY = "already installed"
+    CANNOT_RUN = "cannot run here"  # its smoke run failed, or it sees no device it was picked for: the next is tried
+    FAULT = "repository fault"  # the repository did not deliver what its index says: the install ends here
+
+
 @dataclass(frozen=True)
 class Attempt:
     candidate: select.Candidate
-    outcome: str  # "installed", "already installed", or why it was passed over after download
+    kind: Outcome
+    outcome: str  # what happened, in words: "installed", "already installed", or why not
     installed: Installed | None = None
     signed_by: str | None = None
     devices: tuple[str, ...] = ()
@@ -69,61 +80,56 @@ def install_best(
     probe: Callable[[Installed], list[tuple[str, str]]],  # the build's devices as (name, backend)
     progress: Progress | None = None,
 ) -> list[Attempt]:
-    """Try the fitting candidates best first until one installs and sees what it was picked for. A candidate
-    whose bytes, signature or receipt fail, or whose smoke run fails here, is passed over with why (an Attempt):
-    one bad entry does not keep the next fitting one out. The installed receipt keeps which key vouched."""
+    """Try the fitting candidates best first until one installs and sees what it was picked for. Only a candidate
+    this host cannot run (its smoke run fails here, or it sees no device of the backend it was picked for) is
+    passed over for the next: where the repository does not deliver the chosen one (a download that fails, bytes,
+    a signature or a receipt that do not match, an unsafe archive) the install ends there, with that attempt last
+    (kind FAULT), so that whoever controls the network cannot pick an older build by failing the newer one. The
+    installed receipt keeps which key vouched."""
     attempts: list[Attempt] = []
     trusted = keyring.load(dirs).for_repo(repo.identity)
     for candidate in (c for c in ranked if c.fits):
         entry = candidate.entry
         signed_by: str | None = None
-        fetched = False
-        try:
-            before = installed_before(repo, dirs, entry)
-            if before is not None:
-                done, signed_by = before, verify(repo, entry, None, trusted, allow_unsigned)
-            else:
-                fetched = True
-                got = fetch(repo, entry, dirs, progress)
-                signed_by = verify(repo, entry, got.blake2b, trusted, allow_unsigned)
-                done = install(
-                    dirs,
-                    got.archive,
-                    entry.sha256,
-                    entry.summary.id,
-                    vouched(repo, candidate),
-                    reporter,
-                    environ,
-                    signed_by,
+        with held(dirs, entry):  # through the install: a second install of it waits, then finds it installed
+            try:
+                before = installed_before(repo, dirs, entry)
+                if before is not None:
+                    done, signed_by = before, verify(repo, entry, None, trusted, allow_unsigned)
+                else:
+                    got = fetch_held(repo, entry, dirs, progress)
+                    signed_by = verify(repo, entry, got.blake2b, trusted, allow_unsigned)
+                    done = install(
+                        dirs, got.archive, entry.sha256, entry.summary.id, vouched(repo, candidate), reporter, environ,
+                        signed_by,
+                    )  # fmt: skip
+                    discard_held(dirs, entry)  # installed (or already, as the same build): the receipt keeps its sha256
+            except BuildFailed as err:  # the smoke run failed here: the next candidate may run
+                discard_held(dirs, entry)
+                attempts.append(
+                    Attempt(candidate, Outcome.CANNOT_RUN, f"its smoke run failed here ({err})", None, signed_by)
                 )
-                discard(dirs, entry)  # installed (or already, as the same build): the receipt keeps its sha256
-        except BuildFailed as err:  # the smoke run failed here: the next candidate may run
-            if fetched:
-                discard(dirs, entry)
-            attempts.append(Attempt(candidate, f"its smoke run failed here ({err})", None, signed_by))
-            continue
-        except RepoError as err:  # this entry's bytes, signature or receipt: the next one may be sound
-            if fetched:
-                discard(dirs, entry)  # bytes that failed verification are never kept (a .part cut short is)
-            attempts.append(Attempt(candidate, str(err), None, signed_by))
-            continue
+                continue
+            except RepoError as err:
+                discard_held(dirs, entry)  # bytes that failed verification are never kept (a .part cut short is)
+                attempts.append(Attempt(candidate, Outcome.FAULT, str(err), None, signed_by))
+                return attempts
+            except BadArchive as err:  # the repository's archive, not the user's file
+                discard_held(dirs, entry)
+                fault = f"{err} (from {repo.text}; its download was deleted)"
+                attempts.append(Attempt(candidate, Outcome.FAULT, fault, None, signed_by))
+                return attempts
         seen = probe(done)
         missing = [b for b in candidate.proves if not any(backend == b for _, backend in seen)]
+        devices = tuple(name for name, _ in seen)
         if missing:
             if not done.already:
                 store.remove(dirs, done.build)
             fate = "it was installed before, so it stays" if done.already else "removed again"
-            attempts.append(
-                Attempt(
-                    candidate,
-                    f"installed, but it sees no {', '.join(missing)} device here: {fate}",
-                    None,
-                    signed_by,
-                    tuple(name for name, _ in seen),
-                )
-            )
+            said = f"installed, but it sees no {', '.join(missing)} device here: {fate}"
+            attempts.append(Attempt(candidate, Outcome.CANNOT_RUN, said, None, signed_by, devices))
             continue
-        outcome = "already installed" if done.already else "installed"
-        attempts.append(Attempt(candidate, outcome, done, signed_by, tuple(name for name, _ in seen)))
+        kind = Outcome.ALREADY if done.already else Outcome.INSTALLED
+        attempts.append(Attempt(candidate, kind, kind.value, done, signed_by, devices))
         return attempts
     return attempts

@@ -3,13 +3,14 @@ keys that vouch here, its receipt against the index; or known without a download
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from buildmgr import signing, store
+from buildmgr import jsonshape, signing, store
 from buildmgr.artifacts import index, select
 from buildmgr.artifacts.archive import Artifact
 from buildmgr.artifacts.deliver.trust import voucher
@@ -18,6 +19,7 @@ from buildmgr.artifacts.repo import Progress, Repo, RepoError
 from buildmgr.config import Dirs
 from buildmgr.findings import Finding
 from buildmgr.fsutil import atomic_write_text, file_digests, locked, sha256_file
+from buildmgr.jsonshape import ShapeError
 from buildmgr.receipt import FILE_NAME as RECEIPT
 
 
@@ -31,23 +33,34 @@ class Fetched:
     blake2b: bytes  # BLAKE2b-512 of it, read with its sha256: what its prehashed .minisig is over
 
 
+def held(dirs: Dirs, entry: index.Entry) -> contextlib.AbstractContextManager[bool]:
+    """The lock of an archive's download folder: held from its fetch through its install and the download's
+    deletion, so a second install of the same archive waits, then finds it installed (`installed_before`)."""
+    return locked(downloads(dirs) / entry.sha256 / ".lock")
+
+
 def fetch(repo: Repo, entry: index.Entry, dirs: Dirs, progress: Progress | None = None) -> Fetched:
-    """The archive in `<cache>/downloads/<sha256>/`, its digest checked (a wrong one is deleted, never kept)."""
-    folder = downloads(dirs) / entry.sha256
-    archive = folder / entry.name
-    with locked(folder / ".lock"):
-        sha256, blake2b = file_digests(archive, "sha256", "blake2b") if archive.is_file() else (None, None)
-        if sha256 is None or blake2b is None or sha256.hexdigest() != entry.sha256:
-            archive.unlink(missing_ok=True)
-            repo.fetch(entry, archive, progress)
-            sha256, blake2b = file_digests(archive, "sha256", "blake2b")
-            if sha256.hexdigest() != entry.sha256:
-                archive.unlink()
-                raise RepoError(
-                    f"{entry.name} from {repo.text} has sha256 {sha256.hexdigest()[:12]}…, and the index says "
-                    f"{entry.sha256[:12]}…: it was changed after it was published; nothing was installed"
-                )
-        atomic_write_text(archive.with_name(archive.name + ".sha256"), f"{entry.sha256}  {entry.name}\n")
+    """`fetch_held` under the download folder's lock."""
+    with held(dirs, entry):
+        return fetch_held(repo, entry, dirs, progress)
+
+
+def fetch_held(repo: Repo, entry: index.Entry, dirs: Dirs, progress: Progress | None = None) -> Fetched:
+    """The archive in `<cache>/downloads/<sha256>/`, its digest checked (a wrong one is deleted, never kept); the
+    caller holds the folder's lock (`held`)."""
+    archive = downloads(dirs) / entry.sha256 / entry.name
+    sha256, blake2b = file_digests(archive, "sha256", "blake2b") if archive.is_file() else (None, None)
+    if sha256 is None or blake2b is None or sha256.hexdigest() != entry.sha256:
+        archive.unlink(missing_ok=True)
+        repo.fetch(entry, archive, progress)
+        sha256, blake2b = file_digests(archive, "sha256", "blake2b")
+        if sha256.hexdigest() != entry.sha256:
+            archive.unlink()
+            raise RepoError(
+                f"{entry.name} from {repo.text} has sha256 {sha256.hexdigest()[:12]}…, and the index says "
+                f"{entry.sha256[:12]}…: it was changed after it was published; nothing was installed"
+            )
+    atomic_write_text(archive.with_name(archive.name + ".sha256"), f"{entry.sha256}  {entry.name}\n")
     return Fetched(archive, blake2b.digest())
 
 
@@ -77,7 +90,7 @@ def verify(
         signed = (
             signing.verify(None, minisig.decode("utf-8", "replace"), trusted, blake2b) if blake2b is not None else None
         )
-        key_id, statement = signing.open_envelope(json.loads(attestation), trusted)
+        key_id, statement = signing.open_envelope(_envelope(entry, attestation), trusted)
     except signing.Untrusted as err:
         if allow_unsigned:
             return None
@@ -102,13 +115,23 @@ def verify(
     return key_id
 
 
+def _envelope(entry: index.Entry, attestation: bytes) -> dict[str, Any]:
+    try:
+        found = jsonshape.parse(attestation)
+    except ShapeError as err:
+        raise RepoError(f"{entry.name}: its attestation is {err}; nothing was installed") from None
+    if not isinstance(found, dict):
+        raise RepoError(f"{entry.name}: its attestation is not a DSSE envelope (a JSON object); nothing was installed")
+    return found
+
+
 def vouched(repo: Repo, candidate: select.Candidate) -> Callable[[Artifact], list[Finding]]:
     """What `install` asks of the extracted archive: its receipt must be the one the index described (so the host's
     findings the candidate was judged by, before any download, are this receipt's)."""
 
     def vouch(artifact: Artifact) -> list[Finding]:
         entry = candidate.entry
-        found = index.summary_of(artifact.receipt, artifact.receipt_sha256)
+        found = index.summary_as_indexed(artifact.receipt, artifact.receipt_sha256, entry.summary)
         if found != entry.summary:
             raise RepoError(
                 f"{entry.name}: its receipt is not what {repo.text}'s index says of it ({_differing(found, entry.summary)}); "
@@ -151,7 +174,7 @@ def installed_before(repo: Repo, dirs: Dirs, entry: index.Entry) -> Installed | 
         origin = build.receipt.installed_from
         these_bytes = origin is not None and origin.sha256 == entry.sha256
         if build.id == entry.summary.id and (these_bytes or _receipt_sha256(build) == entry.summary.receipt_sha256):
-            found = index.summary_of(build.receipt, entry.summary.receipt_sha256)
+            found = index.summary_as_indexed(build.receipt, entry.summary.receipt_sha256, entry.summary)
             if found != entry.summary:
                 raise RepoError(
                     f"{entry.name}: the build installed from it is not what {repo.text}'s index says of it "
@@ -168,11 +191,10 @@ def _receipt_sha256(build: store.Build) -> str | None:
         return None
 
 
-def discard(dirs: Dirs, entry: index.Entry) -> None:
-    """The download of an archive a build was installed and proven from: not needed again (that build's receipt
-    keeps its sha256, by which `install` knows it), and a host that installs every release would keep them all.
-    Under the folder's lock, so a fetch of the same archive waits and then downloads it afresh."""
+def discard_held(dirs: Dirs, entry: index.Entry) -> None:
+    """The download of an archive a build was installed from (not needed again: that build's receipt keeps its
+    sha256, by which `install` knows it, and a host that installs every release would keep them all), or that failed
+    its checks; the caller holds the folder's lock (`held`)."""
     folder = downloads(dirs) / entry.sha256
-    with locked(folder / ".lock"):
-        for name in (entry.name, f"{entry.name}.sha256"):
-            (folder / name).unlink(missing_ok=True)
+    for name in (entry.name, f"{entry.name}.sha256"):
+        (folder / name).unlink(missing_ok=True)

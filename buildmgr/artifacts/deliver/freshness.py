@@ -1,5 +1,7 @@
-"""The index a host judges a repository by: signed by a key that vouches for the repository here, not older than
-one this host took from it before, not expired; and the version it takes, remembered."""
+"""The index a host judges a repository by: its signature checked over the bytes before a byte of them is parsed,
+by a key that vouches for the repository here; not expired; not older than one this host took of the repository,
+nor naming another (`seen`). `examine` is the same reading for `repo list`, which refuses nothing and says what
+vouches for the rows."""
 
 from __future__ import annotations
 
@@ -10,12 +12,13 @@ from datetime import UTC, datetime
 
 from buildmgr import keyring, signing
 from buildmgr.artifacts import index
+from buildmgr.artifacts.deliver import seen
 from buildmgr.artifacts.deliver.trust import not_vouching
 from buildmgr.artifacts.repo import IndexFiles, Repo, RepoError
 from buildmgr.config import Dirs
-from buildmgr.errors import UserError
-from buildmgr.fsutil import atomic_write_text, locked
-from buildmgr.jsonshape import ShapeError
+from buildmgr.jsonshape import NewerSchema, ShapeError
+
+_OLD = "not signed (an index from before indexes were: 'buildmgr publish --to REPO --sign NAME' signs it)"
 
 
 @dataclass(frozen=True)
@@ -28,10 +31,14 @@ class Listing:
 
 
 def _parsed(repo: Repo, data: bytes, where: str = index.INDEX) -> index.Index:
-    """Read before its signature is checked: a name, digest or id that would become a path is refused as such."""
+    """Parsed once its signature was checked (or where nothing vouches for it, for --allow-unsigned and `repo
+    list`): a name, digest or id that would become a path is refused as such; bytes that are no JSON, or nested
+    deeper than any index, are one line."""
     try:
         return index.Index.from_text(data)
-    except ShapeError as err:  # NewerSchema included
+    except NewerSchema as err:
+        raise RepoError(f"{repo.text}/{where}: {err}: upgrade buildmgr") from None
+    except ShapeError as err:
         raise RepoError(f"{repo.text}/{where} is not a buildmgr index this buildmgr reads ({err})") from None
 
 
@@ -42,52 +49,59 @@ def _signer(minisig: bytes) -> str:
         return "no key (its .minisig is not one)"
 
 
-def _newest(repo: Repo, keys: Mapping[str, signing.PublicKey]) -> tuple[IndexFiles, index.Index, str | None] | None:
-    """index.json, read, with the key of its signature where that key vouches here (None: unsigned, or by another
-    key). A signature that does not match is a changed index, refused, unless reading both again makes them agree
-    (a publish came between the two reads)."""
+@dataclass(frozen=True)
+class Signed:
+    """index.json as served, and what its signature says of it (checked over the bytes, unparsed)."""
+
+    files: IndexFiles
+    signed_by: str | None  # the key that vouches for the repository here whose signature verified (None: no such)
+    state: str  # where none: why, as "unsigned", "signed by ID, which …", "does not match its signature by ID: …"
+    changed: bool = False  # its signature does not match it: changed after it was signed
+
+
+def _signed(repo: Repo, keys: Mapping[str, signing.PublicKey], trust: keyring.Trust) -> Signed | None:
+    """index.json and its signature by a key that vouches here (None: there is no index.json). A signature that does
+    not match is a changed index, unless reading both again makes them agree (a publish came between the reads)."""
     files = repo.index_files()
     for again in (True, True, False):
         if files is None:
             return None
-        read = _parsed(repo, files.data)
         if files.minisig is None:
-            return files, read, None
+            return Signed(files, None, "unsigned")
         try:
-            return files, read, signing.verify(files.data, files.minisig.decode("utf-8", "replace"), keys).key_id
+            key_id = signing.verify(files.data, files.minisig.decode("utf-8", "replace"), keys).key_id
+            return Signed(files, key_id, f"signed by {key_id}")
         except signing.Untrusted:
-            return files, read, None
+            return Signed(files, None, not_vouching([_signer(files.minisig)], trust, repo.identity))
         except signing.SignatureError:
             if not again:
-                raise RepoError(
-                    f"{repo.text}: its {index.INDEX} does not match its signature by {_signer(files.minisig)}: it was "
-                    "changed after it was signed; nothing was installed"
-                ) from None
+                why = f"does not match its signature by {_signer(files.minisig)}: it was changed after it was signed"
+                return Signed(files, None, why, changed=True)
             files = repo.index_files()
     raise AssertionError("unreachable")
 
 
 def read_index(repo: Repo, dirs: Dirs, allow_unsigned: bool) -> Listing:
     """The index to judge by: index.json where a key that vouches for the repository here signed it (a pinned
-    repository: only its pinned keys), not older than the version this host took from it before (`remember`), nor
-    expired. Signed by no such key, --allow-unsigned reads it as it is (nothing vouches for it, and no version of
-    it is remembered), as it takes an archive no such key signed; without it, the newest of the last indexes such
-    keys signed is read instead (a later signer, or an unsigned publish, signed index.json last), checked alike;
-    none: refused."""
+    repository: only its pinned keys), not expired, nor older than a version this host took of it (`seen`).
+    Signed by no such key, --allow-unsigned reads it as it is (nothing vouches for it, and no version of it is
+    remembered), as it takes an archive no such key signed; without it, the newest of the last indexes such keys
+    signed is read instead (a later signer, or an unsigned publish, signed index.json last), checked alike; none:
+    refused."""
     trust = keyring.load(dirs)
     keys = trust.for_repo(repo.identity)
-    newest = _newest(repo, keys)
-    if newest is not None and newest[2] is not None:
-        return _fresh(repo, dirs, Listing(newest[1], newest[2]))
-    # a repository published to before its index was signed (OCI: its tags) is read as unsigned
-    current = newest[1] if newest is not None else repo.listing()
-    if newest is None:
-        state = "not signed (an index from before indexes were: 'buildmgr publish --to REPO --sign NAME' signs it)"
-    elif newest[0].minisig is None:
-        state = "unsigned"
-    else:
-        state = not_vouching([_signer(newest[0].minisig)], trust, repo.identity)
+    newest = _signed(repo, keys, trust)
+    if newest is not None and newest.signed_by is not None:
+        return _fresh(repo, dirs, Listing(_parsed(repo, newest.files.data), newest.signed_by))
+    if newest is not None and newest.changed:
+        raise RepoError(f"{repo.text}: its {index.INDEX} {newest.state}; nothing was installed")
+    # none: a directory without index.json or a registry without the repository is a user error; a registry
+    # published to before indexes were lists its tags, read as unsigned
+    legacy = repo.listing() if newest is None else None
+    state = newest.state if newest is not None else _OLD
     if allow_unsigned:
+        current = _parsed(repo, newest.files.data) if newest is not None else legacy
+        assert current is not None
         note = f"{repo.text}: its {index.INDEX} is {state}: read as it is (--allow-unsigned), no version remembered"
         return Listing(current, None, note)
     found = []
@@ -108,27 +122,13 @@ def read_index(repo: Repo, dirs: Dirs, allow_unsigned: bool) -> Listing:
         )
         return _fresh(repo, dirs, dataclasses.replace(chosen, note=note))
     raise RepoError(
-        f"{repo.text}: no index here is signed by a key trusted for it: its {index.INDEX} is {state}; "
-        "--allow-unsigned reads it anyway; nothing was installed"
+        f"{repo.text}: no index here is signed by a key trusted for it: its {index.INDEX} is {state}; nothing was "
+        "installed"
     )
 
 
-def _seen(dirs: Dirs) -> dict[str, int]:
-    path = dirs.seen_indexes
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return {}
-    try:
-        return index.Seen.from_text(text).repositories
-    except ShapeError as err:
-        raise UserError(
-            f"{path} is not buildmgr's ({err}): remove it (the index versions this host saw are forgotten then)"
-        ) from None
-
-
 def _fresh(repo: Repo, dirs: Dirs, listing: Listing) -> Listing:
-    """A signed index, refused where it expired or is older than one this host took from the repository."""
+    """A signed index, refused where it expired, is older than one this host took, or names another repository."""
     written = listing.index
     try:
         expires = datetime.fromisoformat(written.expires or "")
@@ -143,23 +143,30 @@ def _fresh(repo: Repo, dirs: Dirs, listing: Listing) -> Listing:
             "old copy is being served; its publisher signs it again with 'buildmgr publish --to REPO --sign NAME'; "
             "nothing was installed"
         )
-    seen = _seen(dirs).get(repo.identity, 0)
-    if written.version < seen:
-        raise RepoError(
-            f"{repo.text}: its index is version {written.version}, older than version {seen} this host saw before: "
-            "an old copy of the repository is being served (a rollback); nothing was installed"
-        )
+    seen.check(repo, dirs, written)
     return listing
 
 
 def remember(dirs: Dirs, repo: Repo, listing: Listing) -> None:
-    """The version of a signed index this host takes, kept under a lock (two installs at once keep the higher):
-    an older one is refused from now on. An index read unsigned proves nothing, and is not remembered."""
-    if listing.signed_by is None:
-        return
-    path = dirs.seen_indexes
-    with locked(path.with_name(path.name + ".lock")):
-        seen = _seen(dirs)
-        if seen.get(repo.identity, 0) < listing.index.version:
-            seen[repo.identity] = listing.index.version
-            atomic_write_text(path, index.Seen(index.Seen.VERSION, dict(sorted(seen.items()))).to_text())
+    """The version of a signed index this host takes (`seen.remember`): an older one of its repository is refused
+    from now on. An index read unsigned proves nothing, and is not remembered."""
+    if listing.signed_by is not None:
+        seen.remember(dirs, repo, listing.index)
+
+
+@dataclass(frozen=True)
+class Examined:
+    """A repository's index as `repo list` shows it: parsed whatever vouches for it, and whether a key that vouches
+    for the repository here signed it."""
+
+    index: index.Index
+    vouched_by: str | None  # that key (None: nothing listed is verified)
+    state: str  # what its signature says, in the words of the refusals ("unsigned", "signed by ID, which …", …)
+
+
+def examine(repo: Repo, dirs: Dirs) -> Examined:
+    trust = keyring.load(dirs)
+    newest = _signed(repo, trust.for_repo(repo.identity), trust)
+    if newest is None:  # none: a directory without one says so; a registry published to before indexes lists its tags
+        return Examined(repo.listing(), None, _OLD)
+    return Examined(_parsed(repo, newest.files.data), newest.signed_by, newest.state)

@@ -19,13 +19,19 @@ def untrusted(entry: index.Entry, trust: keyring.Trust, repo: str, allow_unsigne
     if allow_unsigned or voucher(entry, trust.for_repo(repo)) is not None:
         return None
     if not entry.signers:
-        return "unsigned: --allow-unsigned installs it anyway"
+        return "unsigned: no key vouches for it"
     return not_vouching(entry.signers, trust, repo)
 
 
 def not_vouching(signer_ids: Sequence[str], trust: keyring.Trust, repo: str) -> str:
-    """Why none of the keys `signer_ids` vouches for `repo` here, as "signed by ID, which …"."""
+    """Why none of the keys `signer_ids` vouches for `repo` here, as "signed by ID, which …", with how to trust it:
+    at a first contact, the key's id and the command that pins the repository to it."""
     signers = ", ".join(signer_ids)
+    if repo in trust.pins and not trust.pins[repo]:
+        return (
+            f"signed by {signers}, and {repo} is pinned to no key (its keys were taken back): "
+            f"'buildmgr key trust FILE --for {repo}' pins it to its publisher's key again"
+        )
     if repo in trust.pins:
         return (
             f"signed by {signers}, and {repo} is pinned to {', '.join(trust.pins[repo])} "
@@ -36,7 +42,10 @@ def not_vouching(signer_ids: Sequence[str], trust: keyring.Trust, repo: str) -> 
             f"signed by {signers}, which this host trusts only for {', '.join(trust.pinned_to(scoped[0]))} "
             "('buildmgr key trust FILE' trusts it for any repository)"
         )
-    return f"signed by {signers}, which this host does not trust ('buildmgr key trust FILE')"
+    return (
+        f"signed by {signers}, which this host does not trust (if it is the publisher's key: 'buildmgr key trust "
+        f"FILE --for {repo}' trusts it for this repository)"
+    )
 
 
 def vouched_line(entry: index.Entry, trust: keyring.Trust, repo: str) -> tuple[str | None, str]:

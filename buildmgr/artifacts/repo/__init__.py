@@ -13,33 +13,29 @@ manifests and blobs, and `oci_index`, its index rebuilt without a lock)."""
 
 from __future__ import annotations
 
-import urllib.parse
 from pathlib import Path
 
+from buildmgr import repo_location as location
 from buildmgr.artifacts.repo.base import IndexFiles, Progress, Published, Repo, RepoError
 from buildmgr.artifacts.repo.directory import DirRepo
-from buildmgr.artifacts.repo.net import on_this_machine
+from buildmgr.artifacts.repo.net import NO_LIMITS_GIVEN, PLAIN_HTTP, Limits, plain_http_refused
 from buildmgr.artifacts.repo.oci import OciRepo
 from buildmgr.artifacts.repo.web import HttpRepo
 from buildmgr.errors import UserError
+from buildmgr.repo_location import Kind
 
-__all__ = ["IndexFiles", "Progress", "Published", "Repo", "RepoError", "open_repo"]
+__all__ = ["IndexFiles", "Limits", "Progress", "Published", "Repo", "RepoError", "open_repo"]
 
 
-def open_repo(text: str) -> Repo:
-    """A directory, `file://`, `http(s)://` (read-only) or `oci://HOST[:PORT]/NAMESPACE/NAME`."""
-    parts = urllib.parse.urlsplit(text)
-    if parts.scheme == "http" and not on_this_machine(parts.hostname or ""):
-        # anyone on the way could serve an old index, or drop entries, and read what a host asks for
-        raise UserError(
-            f"{text}: plain http:// only for a repository on this machine (127.0.0.0/8, ::1, localhost): use https://"
-        )
-    if parts.scheme in ("http", "https"):
-        return HttpRepo(text, text if text.endswith("/") else text + "/")
-    if parts.scheme == "oci":
-        return OciRepo.parse(text)
-    if parts.scheme == "file":
-        return DirRepo(text, Path(urllib.parse.unquote(parts.path)))
-    if parts.scheme and len(parts.scheme) > 1:
-        raise UserError(f"{text}: a repository is a directory, an http(s):// URL or oci://HOST/NAMESPACE/NAME")
-    return DirRepo(text, Path(text))
+def open_repo(text: str, limits: Limits = NO_LIMITS_GIVEN) -> Repo:
+    """A directory, `file://`, `http(s)://` (read-only) or `oci://HOST[:PORT]/NAMESPACE/NAME`; `limits`: how long a
+    server may take."""
+    kind = location.kind_of(text)
+    if kind is Kind.HTTP:
+        if plain_http_refused(text):
+            # anyone on the way could serve an old index, or drop entries, and read what a host asks for
+            raise UserError(f"{text}: {PLAIN_HTTP}: use https://")
+        return HttpRepo(text, location.url_identity(text), limits)
+    if kind is Kind.OCI:
+        return OciRepo.parse(text, limits)
+    return DirRepo(text, Path(location.directory_identity(text)))

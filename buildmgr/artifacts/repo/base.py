@@ -13,7 +13,7 @@ from typing import IO
 from buildmgr import signing
 from buildmgr.artifacts import index
 from buildmgr.artifacts.archive import Artifact
-from buildmgr.artifacts.repo.net import transport_errors
+from buildmgr.artifacts.repo.net import MIN_RATE, SETTING, Limits, Pace, TooSlow, read_small, transport_errors
 from buildmgr.errors import RepositoryFault, UserError
 from buildmgr.jsonshape import NewerSchema, ShapeError
 
@@ -47,9 +47,38 @@ class Larger(Exception):
     """The source had more bytes than the index's size (`Repo.fetch` says which archive)."""
 
 
-def append(response: IO[bytes], part: Path, mode: str, have: int, size: int, progress: Progress | None) -> None:
+class Other(Exception):
+    """The source says its file is of another size than the index's: another file (`Repo.fetch` says which)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+def declared(size: int, total: int | None) -> None:
+    """The archive's size as its source says it (a file's, an http body's whole length), against the index's:
+    larger raises `Larger` before a byte is read, smaller `Other` (not the archive cut short: another one)."""
+    if total is not None and total > size:
+        raise Larger
+    if total is not None and total < size:
+        raise Other(total)
+
+
+def http_total(status: int, header: Callable[[str], str | None]) -> int | None:
+    """The whole file's length an http answer declares (`header`: its headers' get): a 200's Content-Length, a
+    206's Content-Range total (None: not said, or said of an encoded body)."""
+    if header("Content-Encoding") not in (None, "identity"):
+        return None
+    said = (header("Content-Range") or "").rpartition("/")[2] if status == 206 else header("Content-Length")
+    return int(said) if said is not None and said.isdigit() else None
+
+
+def append(
+    response: IO[bytes], part: Path, mode: str, have: int, size: int, progress: Progress | None, pace: Pace | None
+) -> None:
     """Append what `response` sends up to `size` bytes in all, and no further: an endless source (a link to
-    /dev/zero, a body that never ends) fills neither the cache nor the time. One byte past it raises `Larger`."""
+    /dev/zero, a body that never ends) fills neither the cache nor the time. One byte past it raises `Larger`; a
+    source slower than `pace` allows raises `TooSlow`."""
     if progress:
         progress(have, size)  # where it starts: a resumed download says what it kept
     # read1: what has arrived, up to a block (read would wait for a whole block: no progress on a slow link, and
@@ -62,19 +91,16 @@ def append(response: IO[bytes], part: Path, mode: str, have: int, size: int, pro
             have += len(block)
             if progress:
                 progress(have, size)
+            if pace is not None:
+                pace.arrived(len(block))
     if have >= size and read(1):
         raise Larger
 
 
-def capped(read: Callable[[int], bytes], where: str) -> bytes:
-    """What `read(n)` gives, refused past METADATA_MAX: never more than one byte over is read."""
-    data = read(METADATA_MAX + 1)
-    if len(data) > METADATA_MAX:
-        raise RepoError(
-            f"{where} is larger than {METADATA_MAX >> 20} MiB, which no index, signature or manifest is: refused "
-            "unread (is this a buildmgr repository?)"
-        )
-    return data
+def capped(read: Callable[[int], bytes], where: str, limits: Limits | None) -> bytes:
+    """A small file (an index, a signature, a manifest) read whole, refused past METADATA_MAX and, over the network
+    (`limits`), where it is not whole in time."""
+    return read_small(read, where, METADATA_MAX, limits)
 
 
 def parse_index(text: str, data: bytes | None) -> index.Index:
@@ -143,6 +169,18 @@ class Repo(ABC):
             raise RepoError(
                 f"{self.text}: {entry.name} is larger than its index says ({entry.size} bytes); reading stopped there "
                 "and what came was deleted"
+            ) from None
+        except Other as err:
+            part.unlink(missing_ok=True)
+            raise RepoError(
+                f"{self.text}: {entry.name} is {err.size} bytes there, and its index says {entry.size}: not the "
+                "archive that was published; what came was deleted"
+            ) from None
+        except TooSlow as err:
+            raise RepoError(
+                f"reading {entry.name} from {self.text}: it came at {err.rate / 1024:.1f} KiB/s over {err.window_s:.0f} "
+                f"s, slower than {MIN_RATE >> 10} KiB/s (a server that dribbles, or a link that slow: {SETTING} "
+                f"widens the window); {part.stat().st_size} of {entry.size} bytes are kept and the next try resumes"
             ) from None
         except FileNotFoundError:
             raise RepoError(f"{self.text}: {entry.name} is in the index but not in the repository") from None

@@ -4,19 +4,31 @@ half written (a blob copied to a temporary name, checked and renamed, the index 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import os
 import stat
 from abc import abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 from buildmgr import signing
 from buildmgr.artifacts import index
 from buildmgr.artifacts.archive import Artifact
 from buildmgr.artifacts.repo import policy
-from buildmgr.artifacts.repo.base import IndexFiles, Progress, Published, Repo, RepoError, append, capped, parse_index
+from buildmgr.artifacts.repo.base import (
+    IndexFiles,
+    Progress,
+    Published,
+    Repo,
+    RepoError,
+    append,
+    capped,
+    declared,
+    parse_index,
+)
 from buildmgr.errors import UserError
 from buildmgr.fsutil import atomic_write_bytes, atomic_write_text, fsync_file, locked, sha256_file
 
@@ -44,7 +56,7 @@ class Layout(Repo):
         return {suffix: data for suffix, data in found.items() if data is not None}
 
 
-def open_regular(path: Path) -> BinaryIO:
+def open_regular(path: Path) -> io.BufferedReader:
     """A directory repository's file opened for reading, refused unless it is a regular file: a FIFO would wait for
     a writer for ever, a device (a link to /dev/zero) never ends. O_NONBLOCK so that opening a FIFO does not wait;
     the check is on what was opened, so nothing swapped in after it is read."""
@@ -68,12 +80,12 @@ class DirRepo(Layout):
 
     @property
     def identity(self) -> str:
-        return os.path.abspath(self.path)  # not resolved: no file system access, which a pin made before it has not
+        return str(self.path)  # absolute and normalized (`location.directory_identity`), links not followed
 
     def read(self, relative: str) -> bytes | None:
         try:
             with open_regular(self.path / relative) as handle:
-                return capped(handle.read, str(self.path / relative))
+                return capped(handle.read1, str(self.path / relative), None)
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as err:
@@ -81,8 +93,9 @@ class DirRepo(Layout):
 
     def _download(self, entry: index.Entry, part: Path, have: int, progress: Progress | None) -> None:
         with open_regular(self.path / entry.path) as src:
+            declared(entry.size, os.fstat(src.fileno()).st_size)
             src.seek(have)
-            append(src, part, "ab", have, entry.size, progress)
+            append(src, part, "ab", have, entry.size, progress, None)
 
     def publish(
         self, artifact: Artifact, key: signing.SecretKey | None, builder: str, days: int = index.EXPIRES_DAYS
@@ -94,7 +107,7 @@ class DirRepo(Layout):
             raise UserError(f"--to {self.text}: not a directory")
         root.mkdir(parents=True, exist_ok=True)
         name, digest = artifact.path.name, artifact.sha256
-        with locked(root / LOCK):
+        with _writing(root):
             current = self.listing() if (root / index.INDEX).exists() else index.EMPTY
             known = current.find(digest)
             if policy.is_known(known, artifact, key):
@@ -123,15 +136,26 @@ class DirRepo(Layout):
         root = self.path
         if not (root / index.INDEX).is_file():
             raise UserError(f"{self.text}: no {index.INDEX} here to sign (publish an archive to it first)")
-        with locked(root / LOCK):
+        with _writing(root):
             return _write_index(root, self.listing(), key, days)
+
+
+@contextlib.contextmanager
+def _writing(root: Path) -> Iterator[None]:
+    """The repository's lock, held while it is written and removed before it is let go (`locked` takes the file that
+    is there then): a static web server that serves the directory never serves a lock file."""
+    with locked(root / LOCK):
+        try:
+            yield
+        finally:
+            (root / LOCK).unlink(missing_ok=True)
 
 
 def _write_index(root: Path, current: index.Index, key: signing.SecretKey | None, days: int) -> index.Index:
     """The next version of the index in place (under the repository's lock), signed with `key` and kept as the last
     one that key signed too. A reader never pairs new bytes with an old signature: the signature goes first, and
     comes back after the bytes (a reader in between finds the key's own copy, whole)."""
-    written = current.next(policy.expiry(days) if key is not None else None)
+    written = policy.named(current).next(policy.expiry(days) if key is not None else None)
     data = written.to_text().encode()
     signature = None
     if key is not None:

@@ -1,27 +1,167 @@
-"""What crosses the network to a repository: the rule a URL must pass (https, or plain http on this machine only),
-and a network fault said in the same words whichever library met it (urllib, requests through oras)."""
+"""What crosses the network to a repository: the rule every URL passes, the first and each redirect alike (https, or
+plain http from and to this machine only); how long a server may take (`Limits`: no answer, a small file not whole,
+an archive slower than `MIN_RATE`); and a network fault said in the same words whichever library met it (urllib,
+requests through oras)."""
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 import sys
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from buildmgr.config import where_set
+from buildmgr.errors import RepositoryFault, UserError
+from buildmgr.repo_location import on_this_machine
+
+if TYPE_CHECKING:
+    import urllib.request
+
+    import requests
 
 TIMEOUT_S = 30.0
+MIN_RATE = 10 * 1024  # bytes a second an archive must keep up, over each `timeout_s`: slower is a server that dribbles
+SETTING = where_set("network_timeout")
+PLAIN_HTTP = "plain http:// only for a repository on this machine (127.0.0.0/8, ::1, localhost)"
+_MAX_HOPS = 5
 
 
-def on_this_machine(host: str) -> bool:
-    """Loopback: 127.0.0.0/8, ::1 or localhost (brackets of an IPv6 literal allowed)."""
-    host = host.strip("[]").lower()
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+@dataclass(frozen=True)
+class Limits:
+    """How long a server may take: `timeout_s` without an answer (a connection, any read), for a small file (an
+    index, a signature, a manifest) to arrive whole; and an archive must keep up `MIN_RATE` over each `timeout_s`."""
+
+    timeout_s: float = TIMEOUT_S
+
+    @classmethod
+    def parse(cls, text: str) -> Limits:
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = 0.0
+        if not 0 < seconds <= 3600:
+            raise UserError(f"{SETTING}: {text!r} is not a number of seconds from 0 to 3600, e.g. 30")
+        return cls(seconds)
 
 
-def unreachable(err: BaseException) -> str | None:
+NO_LIMITS_GIVEN = Limits()  # the defaults, where no setting was read
+
+
+def plain_http_refused(url: str) -> bool:
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme.lower() == "http" and not on_this_machine(parts.hostname or "")
+
+
+def hop_refused(origin: str, target: str) -> str | None:
+    """Why a redirect from `origin` to `target` is not followed (None: it is): the hop must pass the rule the first
+    URL passed, and never go from https to plain http (whoever is on the way could read and change it)."""
+    scheme = urllib.parse.urlsplit(target).scheme.lower()
+    if scheme == "https":
+        return None
+    if scheme != "http":
+        return "neither https:// nor plain http:// on this machine"
+    if urllib.parse.urlsplit(origin).scheme.lower() == "https":
+        return "from https:// to plain http://, which anyone on the way can read and change"
+    return PLAIN_HTTP if plain_http_refused(target) else None
+
+
+def _redirected(origin: str, target: str, why: str) -> RepositoryFault:
+    return RepositoryFault(f"{origin} redirected to {target}: {why}; not followed")
+
+
+def opener() -> urllib.request.OpenerDirector:
+    """urllib's, with every redirect checked by `hop_refused` before it is followed (at most 5)."""
+    import urllib.request
+
+    class Checked(urllib.request.HTTPRedirectHandler):
+        max_redirections = _MAX_HOPS
+
+        def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> Any:
+            if (why := hop_refused(req.full_url, newurl)) is not None:
+                fp.close()
+                raise _redirected(req.full_url, newurl, why)
+            return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+    return urllib.request.build_opener(Checked)
+
+
+def guard(session: requests.Session, limits: Limits) -> None:
+    """A requests session (oras') held to the same rules as urllib here: a timeout on every connection and read,
+    and every redirect checked by `hop_refused` before it is followed."""
+    import requests.adapters
+
+    class Timed(requests.adapters.HTTPAdapter):
+        def send(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("timeout") is None:
+                kwargs["timeout"] = limits.timeout_s
+            return super().send(request, *args, **kwargs)
+
+    def check(response: requests.Response, *args: Any, **kwargs: Any) -> requests.Response:
+        if response.is_redirect:
+            target = urllib.parse.urljoin(response.url, response.headers["location"])
+            if (why := hop_refused(response.url, target)) is not None:
+                response.close()
+                raise _redirected(response.url, target, why)
+        return response
+
+    for scheme in ("http://", "https://"):
+        session.mount(scheme, Timed())
+    session.max_redirects = _MAX_HOPS
+    session.hooks["response"].append(check)
+
+
+def read_small(read: Callable[[int], bytes], where: str, cap: int, limits: Limits | None) -> bytes:
+    """What `read(n)` (a read1: what has arrived, up to n) gives until the end, refused past `cap` bytes (no more
+    than a byte past it read) and, with `limits`, where it is not whole `limits.timeout_s` after the first read."""
+    deadline = time.monotonic() + limits.timeout_s if limits is not None else None
+    chunks: list[bytes] = []
+    got = 0
+    while block := read(min(1 << 16, cap + 1 - got)):
+        chunks.append(block)
+        got += len(block)
+        if got > cap:
+            raise RepositoryFault(
+                f"{where} is larger than {cap >> 20} MiB, which no index, signature or manifest is: refused unread "
+                "(is this a buildmgr repository?)"
+            )
+        if deadline is not None and limits is not None and time.monotonic() > deadline:
+            raise RepositoryFault(
+                f"{where} did not arrive whole in {limits.timeout_s:g} s ({got} bytes came): a server that dribbles, "
+                f"or a link that slow ({SETTING} gives it longer)"
+            )
+    return b"".join(chunks)
+
+
+class TooSlow(Exception):
+    """An archive that came slower than MIN_RATE over a whole window (`Repo.fetch` says which)."""
+
+    def __init__(self, rate: float, window_s: float) -> None:
+        super().__init__(rate, window_s)
+        self.rate, self.window_s = rate, window_s
+
+
+class Pace:
+    """An archive's download measured over windows of `timeout_s`: one slower than MIN_RATE raises TooSlow, as
+    curl's --speed-limit with --speed-time does (a server that never goes silent, yet sends a byte at a time)."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.window_s = limits.timeout_s
+        self.started, self.got = time.monotonic(), 0
+
+    def arrived(self, count: int) -> None:
+        self.got += count
+        elapsed = time.monotonic() - self.started
+        if elapsed < self.window_s:
+            return
+        if self.got / elapsed < MIN_RATE:
+            raise TooSlow(self.got / elapsed, elapsed)
+        self.started, self.got = time.monotonic(), 0
+
+
+def unreachable(err: BaseException, timeout_s: float = TIMEOUT_S) -> str | None:
     """Why a server could not be reached, in the same words whichever library said it (urllib, requests through
     oras): the connection refused, timed out, or the host unknown; None for any other fault."""
     seen: set[int] = set()
@@ -33,8 +173,8 @@ def unreachable(err: BaseException) -> str | None:
         seen.add(id(found))
         if isinstance(found, ConnectionRefusedError):
             return "connection refused (is a server running there?)"
-        if isinstance(found, TimeoutError):
-            return f"no answer in {TIMEOUT_S:g} s"
+        if isinstance(found, TimeoutError) or type(found).__name__ in ("ReadTimeout", "ConnectTimeout"):
+            return f"no answer in {timeout_s:g} s"
         if isinstance(found, socket.gaierror):
             return "unknown host"
         stack += [found.__cause__, found.__context__, getattr(found, "reason", None), *found.args]

@@ -14,11 +14,22 @@ from pathlib import Path
 from typing import Any
 
 from buildmgr import jsonshape, signing
+from buildmgr import repo_location as location
 from buildmgr.artifacts import index
 from buildmgr.artifacts.archive import Artifact
 from buildmgr.artifacts.repo import oci_index, policy
-from buildmgr.artifacts.repo.base import IndexFiles, Progress, Published, Repo, RepoError, append, parse_index
-from buildmgr.artifacts.repo.net import on_this_machine, unreachable
+from buildmgr.artifacts.repo.base import (
+    IndexFiles,
+    Progress,
+    Published,
+    Repo,
+    RepoError,
+    append,
+    declared,
+    http_total,
+    parse_index,
+)
+from buildmgr.artifacts.repo.net import NO_LIMITS_GIVEN, Limits, Pace, unreachable
 from buildmgr.artifacts.repo.oci_store import (
     ENTRY_MEDIA_TYPE,
     OCI_SIGNATURE_TAG,
@@ -42,9 +53,10 @@ class OciRepo(Repo):
     text: str
     registry: str  # HOST[:PORT]
     name: str  # NAMESPACE/NAME
+    limits: Limits = NO_LIMITS_GIVEN
 
     @classmethod
-    def parse(cls, text: str) -> OciRepo:
+    def parse(cls, text: str, limits: Limits) -> OciRepo:
         parts = urllib.parse.urlsplit(text)
         name = parts.path.strip("/")
         if not parts.netloc or "/" not in name or parts.query or parts.fragment or ":" in name or "@" in name:
@@ -55,20 +67,20 @@ class OciRepo(Repo):
                 f"oci://{parts.netloc}/{name.lower()}" if lower else "lower-case letters, digits and . _ - between them"
             )
             raise UserError(f"{text}: an OCI repository name is lower case, of letters, digits and . _ -; use {fix}")
-        return cls(text, parts.netloc, name)
+        return cls(text, parts.netloc, name, limits)
 
     @property
     def insecure(self) -> bool:
         """Plain http for a registry on this machine only, as docker does; https everywhere else."""
         host = self.registry.split("]")[0] + "]" if self.registry.startswith("[") else self.registry.rsplit(":", 1)[0]
-        return on_this_machine(host)
+        return location.on_this_machine(host)
 
     @property
     def identity(self) -> str:
-        return f"oci://{self.registry}/{self.name}"
+        return location.url_identity(self.text)
 
     def _remote(self) -> Remote:
-        return Remote(client(self.insecure), self.text, self.registry, self.name)
+        return Remote(client(self.insecure, self.limits), self.text, self.registry, self.name, self.limits)
 
     def _call(self, what: str, action: Callable[[Remote], Any]) -> Any:
         remote = self._remote()
@@ -77,7 +89,7 @@ class OciRepo(Repo):
         except BuildmgrError:
             raise
         except Exception as err:  # oras raises requests', jsonschema's and its own errors, and ValueError
-            if why := unreachable(err):  # the words the http:// case says for the same fault
+            if why := unreachable(err, self.limits.timeout_s):  # the words the http:// case says for the same fault
                 raise RepoError(f"cannot reach {self.registry} ({self.text}): {why}") from None
             shown = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise RepoError(f"{self.text}: {what} failed ({shown})") from None
@@ -135,8 +147,10 @@ class OciRepo(Repo):
                 raise FileNotFoundError(entry.name)
             response.raise_for_status()
             resumed = response.status_code == 206
+            declared(entry.size, http_total(response.status_code, response.headers.get))
             response.raw.decode_content = False
-            append(response.raw, part, "ab" if resumed else "wb", have if resumed else 0, entry.size, progress)
+            start = have if resumed else 0
+            append(response.raw, part, "ab" if resumed else "wb", start, entry.size, progress, Pace(self.limits))
 
     def publish(
         self, artifact: Artifact, key: signing.SecretKey | None, builder: str, days: int = index.EXPIRES_DAYS

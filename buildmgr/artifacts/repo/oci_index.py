@@ -62,8 +62,9 @@ def _rebuild(remote: Remote, key: signing.SecretKey | None, days: int, own: inde
         entry = known.get(tag[len(OCI_TAG) :]) or remote.tagged(tag)
         if entry is not None:
             entries.append(cosigned(entry, tags))
-    rebuilt = index.Index(index.SCHEMA, tuple(sorted(entries, key=lambda e: (e.name, e.sha256))), last.version)
-    written = rebuilt.next(policy.expiry(days) if key is not None else None)
+    listed = tuple(sorted(entries, key=lambda e: (e.name, e.sha256)))
+    rebuilt = index.Index(index.SCHEMA, listed, last.version, repository=last.repository)
+    written = policy.named(rebuilt).next(policy.expiry(days) if key is not None else None)
     _push_files(remote, written, key)
     return written if _holds_every_tag(written, remote.tags()) else None
 

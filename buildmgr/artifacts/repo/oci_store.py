@@ -5,7 +5,6 @@ tagged `signature-<KEY ID>-<digest>`, the index a manifest tagged `index`), read
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from buildmgr import jsonshape
 from buildmgr.artifacts import index
 from buildmgr.artifacts.repo.base import IndexFiles, RepoError, capped
+from buildmgr.artifacts.repo.net import Limits, guard
 from buildmgr.errors import UserError
 
 if TYPE_CHECKING:
@@ -38,9 +38,10 @@ MEDIA_TYPES = {
 TITLE = "org.opencontainers.image.title"
 
 
-def client(insecure: bool) -> Registry:
+def client(insecure: bool, limits: Limits) -> Registry:
     """oras' registry client without its own retries (five, sleeping up to 83 s between them): a registry that is
-    down is said at once, and `install` resumes the download when it is back."""
+    down is said at once, and `install` resumes the download when it is back; held to the network's limits and
+    rules (`net.guard`: a timeout on every read, every redirect checked)."""
     try:
         from oras.provider import Registry
     except ImportError:
@@ -50,14 +51,15 @@ def client(insecure: bool) -> Registry:
         do_request = Registry.do_request.__wrapped__
 
     made: Registry = Client(insecure=insecure)
+    guard(made.session, limits)
     return made
 
 
 def _raw_reader(response: Any) -> Callable[[int], bytes]:
-    """requests' streamed body read up to n bytes, as sent (decoded where the server compressed it)."""
+    """requests' streamed body read as it arrives, up to n bytes (decoded where the server compressed it)."""
 
     def read(n: int) -> bytes:
-        data: bytes = response.raw.read(n, decode_content=True)
+        data: bytes = response.raw.read1(n, decode_content=True)
         return data
 
     return read
@@ -77,6 +79,7 @@ class Remote:
     text: str  # as the user gave it, for messages
     registry: str
     name: str
+    limits: Limits
 
     def url(self, kind: str, reference: str) -> str:
         return f"{self.client.prefix}://{self.registry}/v2/{self.name}/{kind}/{reference}"
@@ -93,7 +96,9 @@ class Remote:
             if response.status_code == 404:
                 return None
             response.raise_for_status()
-            found: dict[str, Any] = json.loads(capped(_raw_reader(response), url))
+            found = jsonshape.parse(capped(_raw_reader(response), url, self.limits))
+        if not isinstance(found, dict):
+            raise RepoError(f"{url}: not a manifest (a JSON object)")
         return found
 
     def blob(self, digest: str) -> bytes:
@@ -101,21 +106,23 @@ class Remote:
         response = self.client.do_request(url, "GET", stream=True)
         with response:
             response.raise_for_status()
-            return capped(_raw_reader(response), url)
+            return capped(_raw_reader(response), url, self.limits)
 
     def tags(self) -> list[str]:
-        response = self.client.do_request(self.url("tags", "list"), "GET")
-        if response.status_code == 404:  # the registry knows no repository of this name
-            raise UserError(
-                f"{self.text}: {self.registry} has no repository {self.name} (nothing was published to it: check "
-                "the name)"
-            )
-        response.raise_for_status()
-        tags = response.json().get("tags") or []
-        return [t for t in tags if isinstance(t, str)]
+        url = self.url("tags", "list")
+        with self.client.do_request(url, "GET", stream=True) as response:
+            if response.status_code == 404:  # the registry knows no repository of this name
+                raise UserError(
+                    f"{self.text}: {self.registry} has no repository {self.name} (nothing was published to it: check "
+                    "the name)"
+                )
+            response.raise_for_status()
+            found = jsonshape.parse(capped(_raw_reader(response), url, self.limits))
+        tags = found.get("tags") if isinstance(found, dict) else None
+        return [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []
 
     def entry_of(self, manifest: dict[str, Any]) -> index.Entry:
-        entry: index.Entry = jsonshape.load(index.Entry, json.loads(self.blob(manifest["config"]["digest"])))
+        entry: index.Entry = jsonshape.load(index.Entry, jsonshape.parse(self.blob(manifest["config"]["digest"])))
         entry.check()
         return entry
 

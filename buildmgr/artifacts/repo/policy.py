@@ -3,8 +3,10 @@ archive gets, when publishing again changes nothing, and when it adds a second s
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import secrets
 from datetime import UTC, datetime, timedelta
 
 from buildmgr import signing
@@ -20,6 +22,12 @@ def now() -> str:
 
 def expiry(days: int) -> str:
     return (datetime.now(UTC) + timedelta(days=days)).isoformat(timespec="seconds")
+
+
+def named(current: index.Index) -> index.Index:
+    """The index with its repository's name: the one it has, or a new one at its first write (a random 128-bit id:
+    two repositories never share one, as they would share a name a publisher chose)."""
+    return current if current.repository is not None else dataclasses.replace(current, repository=secrets.token_hex(16))
 
 
 def read_checked(artifact: Artifact) -> bytes:

@@ -1,4 +1,5 @@
-"""A directory repository read over http(s), as any static web server serves it: read-only."""
+"""A directory repository read over http(s), as any static web server serves it: read-only, each redirect checked
+before it is followed, and every read held to the network's limits."""
 
 from __future__ import annotations
 
@@ -8,16 +9,17 @@ from pathlib import Path
 from buildmgr import signing
 from buildmgr.artifacts import index
 from buildmgr.artifacts.archive import Artifact
-from buildmgr.artifacts.repo.base import Progress, Published, RepoError, append, capped
+from buildmgr.artifacts.repo.base import Progress, Published, RepoError, append, capped, declared, http_total
 from buildmgr.artifacts.repo.directory import Layout
-from buildmgr.artifacts.repo.net import TIMEOUT_S, unreachable
+from buildmgr.artifacts.repo.net import NO_LIMITS_GIVEN, Limits, Pace, opener, unreachable
 from buildmgr.errors import UserError
 
 
 @dataclass(frozen=True)
 class HttpRepo(Layout):
     text: str
-    url: str
+    url: str  # its identity: one spelling, ending in /
+    limits: Limits = NO_LIMITS_GIVEN
 
     @property
     def identity(self) -> str:
@@ -34,18 +36,18 @@ class HttpRepo(Layout):
     def read(self, relative: str) -> bytes | None:
         import http.client  # here: a directory repository needs no HTTP client (10 ms of an install)
         import urllib.error
-        import urllib.request
 
+        where = self.url + relative
         try:
-            with urllib.request.urlopen(self.url + relative, timeout=TIMEOUT_S) as response:
-                return capped(response.read, self.url + relative)
+            with opener().open(where, timeout=self.limits.timeout_s) as response:
+                return capped(response.read1, where, self.limits)
         except urllib.error.HTTPError as err:
             if err.code == 404:
                 return None
-            raise RepoError(f"{self.url + relative}: HTTP {err.code} {err.reason}") from None
+            raise RepoError(f"{where}: HTTP {err.code} {err.reason}") from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
-            why = unreachable(err) or str(getattr(err, "reason", err))
-            raise RepoError(f"cannot reach {self.url + relative}: {why}") from None
+            why = unreachable(err, self.limits.timeout_s) or str(getattr(err, "reason", err))
+            raise RepoError(f"cannot reach {where}: {why}") from None
 
     def _download(self, entry: index.Entry, part: Path, have: int, progress: Progress | None) -> None:
         import urllib.error
@@ -54,7 +56,7 @@ class HttpRepo(Layout):
         headers = {"Range": f"bytes={have}-"} if have else {}
         request = urllib.request.Request(self.url + entry.path, headers=headers)
         try:
-            response = urllib.request.urlopen(request, timeout=TIMEOUT_S)
+            response = opener().open(request, timeout=self.limits.timeout_s)
         except urllib.error.HTTPError as err:
             if err.code == 404:
                 raise FileNotFoundError(entry.path) from None
@@ -63,4 +65,6 @@ class HttpRepo(Layout):
             raise
         with response:  # a server that ignores Range sends it all again (200): start over
             resumed = response.status == 206
-            append(response, part, "ab" if resumed else "wb", have if resumed else 0, entry.size, progress)
+            declared(entry.size, http_total(response.status, response.headers.get))
+            start = have if resumed else 0
+            append(response, part, "ab" if resumed else "wb", start, entry.size, progress, Pace(self.limits))

@@ -109,4 +109,10 @@ BACKEND = Backend(
     why_absent=why_absent,
     check_defines=check_defines,
     runtime_faults=(AMX_KERNELS,),
+    cpu_features={
+        **X86_FEATURES,
+        "GGML_AMX_TILE": ("amx_tile",),
+        "GGML_AMX_INT8": ("amx_int8",),
+        "GGML_AMX_BF16": ("amx_bf16",),
+    },
 )

@@ -1,0 +1,106 @@
+"""What this host remembers of the repositories it took a signed index from (`<data>/repositories.json`): the highest
+version per location and per repository name, and the name each location's index carried. An older index is a
+rollback, wherever it is read; an index that names another repository than its location's did is another
+repository served in its place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from buildmgr import repo_location as location
+from buildmgr.artifacts import index
+from buildmgr.artifacts.repo import Repo, RepoError
+from buildmgr.config import Dirs
+from buildmgr.errors import UserError
+from buildmgr.fsutil import atomic_write_text, locked
+from buildmgr.jsonshape import ShapeError
+
+
+def load(dirs: Dirs) -> index.Seen:
+    """The file as this buildmgr keys it: a location written by an earlier one in today's spelling (two spellings of
+    one location as one, the higher version kept)."""
+    path = dirs.seen_indexes
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return index.Seen(index.Seen.VERSION, {})
+    try:
+        found = index.Seen.from_text(text)
+    except ShapeError as err:
+        raise UserError(
+            f"{path} is not buildmgr's ({err}): remove it (the index versions this host saw are forgotten then)"
+        ) from None
+    versions: dict[str, int] = {}
+    for where, version in found.repositories.items():
+        key = location.canonical(where)
+        versions[key] = max(version, versions.get(key, 0))
+    names = {location.canonical(where): name for where, name in found.names.items()}
+    return index.Seen(index.Seen.VERSION, versions, names, dict(found.named))
+
+
+def check(repo: Repo, dirs: Dirs, taken: index.Index) -> None:
+    """Refused: an index that names another repository than the one this location's index named before (another
+    repository signed by the same key, served in its place), and one older than the highest version this host took
+    of its repository, under any location, or of this location."""
+    seen = load(dirs)
+    where = repo.identity
+    before = seen.names.get(where)
+    if before is not None and taken.repository != before:
+        named = f"repository {taken.repository}" if taken.repository else "no repository"
+        raise RepoError(
+            f"{repo.text}: its index names {named}, and the index this host took from here before named "
+            f"{before}: another repository is being served in its place; nothing was installed (if its publisher "
+            f"made it anew, 'buildmgr repo forget {repo.text}' takes it as a first contact)"
+        )
+    floor = max(seen.repositories.get(where, 0), seen.named.get(taken.repository, 0) if taken.repository else 0)
+    if taken.version < floor:
+        raise RepoError(
+            f"{repo.text}: its index is version {taken.version}, older than version {floor} this host saw before: "
+            "an old copy of the repository is being served (a rollback); nothing was installed"
+        )
+
+
+def remember(dirs: Dirs, repo: Repo, taken: index.Index) -> None:
+    """The version of a signed index this host takes, and the repository it names, kept under a lock (two installs
+    at once keep the higher)."""
+    path = dirs.seen_indexes
+    with locked(path.with_name(path.name + ".lock")):
+        seen = load(dirs)
+        where, name = repo.identity, taken.repository
+        versions = seen.repositories | {where: max(taken.version, seen.repositories.get(where, 0))}
+        names = seen.names | ({where: name} if name is not None else {})
+        named = seen.named | ({name: max(taken.version, seen.named.get(name, 0))} if name is not None else {})
+        _write(dirs, index.Seen(index.Seen.VERSION, versions, names, named))
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    identity: str
+    version: int | None  # the version this host had taken from there (None: it had taken none)
+    name: str | None  # the repository its index named
+
+
+def forget(dirs: Dirs, repo: Repo) -> Forgotten:
+    """This location as a first contact again: its version and the repository its index named are dropped (the
+    repository's own highest version stays: an older index of it is still a rollback, wherever it is read)."""
+    path, where = dirs.seen_indexes, repo.identity
+    if where not in load(dirs).repositories and where not in load(dirs).names:
+        return Forgotten(where, None, None)  # nothing to forget: nothing written, not even a lock
+    with locked(path.with_name(path.name + ".lock")):
+        seen = load(dirs)
+        version, name = seen.repositories.get(where), seen.names.get(where)
+        if version is not None or name is not None:
+            versions = {k: v for k, v in seen.repositories.items() if k != where}
+            names = {k: v for k, v in seen.names.items() if k != where}
+            _write(dirs, index.Seen(index.Seen.VERSION, versions, names, seen.named))
+    return Forgotten(where, version, name)
+
+
+def _write(dirs: Dirs, seen: index.Seen) -> None:
+    ordered = index.Seen(
+        seen.schema,
+        dict(sorted(seen.repositories.items())),
+        dict(sorted(seen.names.items())),
+        dict(sorted(seen.named.items())),
+    )
+    atomic_write_text(dirs.seen_indexes, ordered.to_text())

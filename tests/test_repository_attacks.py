@@ -1,0 +1,519 @@
+"""Issue #66: the repository holds against whoever sits on the network. Each attack of the trial, run for real against
+real servers (a redirecting, dribbling or silent http server on loopback, https with a certificate of the test's own,
+a test host of another address in a network namespace, the directory repository, docker-registry): each ends in a
+refusal with nothing installed, or, for two installs at once, in two successes."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+from conftest import buildmgr, make_env
+from nethosts import QuietFiles, dribbling, redirecting, silent, start, tls
+from test_artifacts import repack
+from test_repository import artifact, downloaded, keyed, nothing_installed, published, serve, the_blob
+from test_repository_bounds import dirs_of, passing_archive
+
+from buildmgr import signing, store
+from buildmgr.artifacts import archive as archives
+from buildmgr.artifacts import index
+
+FAST = {"BUILDMGR_NETWORK_TIMEOUT": "2"}  # the network timeout a host is given here: seconds, not half a minute
+
+
+def one_line_fault(result: subprocess.CompletedProcess[str], *fragments: str) -> str:
+    """Exit 1, no traceback, the last line the error, saying each fragment; that line."""
+    assert result.returncode == 1, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("buildmgr: error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in last, last
+    return last
+
+
+def two_builds(tmp_path: Path) -> tuple[Path, Path, dict[str, str], dict[str, index.Entry]]:
+    """A repository of two passing builds, the newer ranked first; (repo, its key's .pub, a host trusting it, the
+    entries by build id)."""
+    repo = tmp_path / "repo"
+    env, pub = keyed(tmp_path)
+    for build_id, finished in (
+        ("cpu-0000aaaa", "2026-12-01T00:00:00+00:00"),
+        ("cpu-1111bbbb", "2026-11-01T00:00:00+00:00"),
+    ):
+        made = buildmgr(
+            env, "publish", str(passing_archive(tmp_path, build_id, finished)), "--to", str(repo), "--sign", "ci"
+        )
+        assert made.returncode == 0, made.stderr
+    host = make_env(tmp_path / "host")
+    assert buildmgr(host, "key", "trust", str(pub)).returncode == 0
+    entries = {e.summary.id: e for e in index.Index.from_text((repo / index.INDEX).read_bytes()).artifacts}
+    return repo, pub, host, entries  # fmt: skip
+
+
+def installed(host: dict[str, str]) -> list[str]:
+    return [b.id for b in store.installed(dirs_of(host))]
+
+
+# --- 1. redirects: every hop passes the rule the first URL passed -----------------------------------------------------
+
+
+def test_a_redirect_to_plain_http_on_another_host_is_refused_and_that_host_is_never_asked(tmp_path, test_host):
+    repo, _, host = published(tmp_path)
+    elsewhere = test_host.serve(repo)
+    server, url = start(redirecting(elsewhere))
+    try:
+        for command in (["install", "--from", url], ["repo", "list", url]):
+            one_line_fault(
+                buildmgr(host, *command), f"{url}index.json redirected to {elsewhere}index.json", "plain http://"
+            )
+    finally:
+        server.shutdown()
+    assert test_host.requests() == [] and nothing_installed(host)
+
+
+def test_https_redirected_to_plain_http_is_refused_and_to_https_followed(tmp_path):
+    repo, _, host = published(tmp_path)
+    context, cert = tls(tmp_path)
+    host = host | {"SSL_CERT_FILE": str(cert)}
+    plain, plain_url = serve(repo)
+    files, files_url = start(functools.partial(QuietFiles, directory=str(repo)), context)
+    down, down_url = start(redirecting(plain_url), context)
+    up, up_url = start(redirecting(files_url.replace("127.0.0.1", "localhost")), context)
+    try:
+        one_line_fault(buildmgr(host, "install", "--from", down_url), "redirected to http://127.0.0.1", "from https://")
+        assert nothing_installed(host)
+        listed = buildmgr(host, "repo", "list", up_url, "--json")  # https to https elsewhere: followed
+        assert listed.returncode == 0, listed.stderr
+        assert [e["sha256"] for e in json.loads(listed.stdout)] == [the_blob(repo).parent.name]
+    finally:
+        for server in (plain, files, down, up):
+            server.shutdown()
+
+
+def test_a_registry_redirecting_a_blob_to_another_host_is_refused_and_that_host_never_asked(
+    tmp_path, registry, test_host
+):
+    env, pub = keyed(tmp_path)
+    made = buildmgr(env, "publish", str(artifact(tmp_path)), "--to", registry.url(), "--sign", "ci")
+    assert made.returncode == 0, made.stderr
+    host = make_env(tmp_path / "host")
+    assert buildmgr(host, "key", "trust", str(pub)).returncode == 0
+    elsewhere = test_host.serve(tmp_path)
+    proxy, _ = start(_registry_front(registry.port, elsewhere))
+    front = f"oci://127.0.0.1:{proxy.server_address[1]}/llama/builds"
+    try:
+        one_line_fault(buildmgr(host, "install", "--from", front), f"redirected to {elsewhere}", "plain http://")
+    finally:
+        proxy.shutdown()
+    assert test_host.requests() == [] and nothing_installed(host)
+
+
+def _registry_front(port: int, elsewhere: str) -> type:
+    """A registry's front on loopback: every GET passed to the registry on `port`, but a blob's answered 307 to the
+    test host (as a registry redirects to its storage)."""
+    import urllib.error
+    import urllib.request
+
+    class Front(QuietFiles):
+        def do_GET(self) -> None:
+            if "/blobs/" in self.path:
+                self.send_response(307)
+                self.send_header("Location", elsewhere + self.path.rsplit("/", 1)[1])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            request = urllib.request.Request(f"http://127.0.0.1:{port}{self.path}", headers=dict(self.headers))
+            try:
+                with urllib.request.urlopen(request, timeout=10) as answer:
+                    status, headers, body = answer.status, answer.headers, answer.read()
+            except urllib.error.HTTPError as err:
+                status, headers, body = err.code, err.headers, err.read()
+            self.send_response(status)
+            for name in ("Content-Type", "Docker-Content-Digest"):
+                if headers.get(name):
+                    self.send_header(name, headers[name])
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    return Front
+
+
+# --- 2. a failed download of the chosen candidate ends the install; only a host that cannot run it falls through ------
+
+
+def test_a_missing_best_archive_ends_the_install_and_the_older_build_is_never_installed(tmp_path):
+    repo, _, host, entries = two_builds(tmp_path)
+    best = entries["cpu-0000aaaa"]
+    (repo / best.path).unlink()  # a 404 over http
+    server, url = serve(repo)
+    try:
+        result = buildmgr(host, "install", "--from", url, "--json")
+    finally:
+        server.shutdown()
+    one_line_fault(result, best.name, "cpu-0000aaaa")
+    [attempt] = json.loads(result.stdout)["attempts"]  # the older one was never tried
+    assert attempt["name"] == best.name
+    assert installed(host) == []
+
+
+def test_a_changed_best_archive_ends_the_install_and_its_bytes_are_deleted(tmp_path):
+    repo, _, host, entries = two_builds(tmp_path)
+    blob = repo / entries["cpu-0000aaaa"].path
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 1
+    blob.write_bytes(bytes(data))
+    result = buildmgr(host, "install", "--from", str(repo), "--json")
+    one_line_fault(result, "changed after it was published")
+    assert len(json.loads(result.stdout)["attempts"]) == 1
+    assert installed(host) == [] and downloaded(host) == []
+
+
+def test_a_best_archive_this_host_cannot_run_is_passed_over_for_the_next(tmp_path):
+    repo = tmp_path / "repo"
+    env, pub = keyed(tmp_path)
+    runs_not = artifact(tmp_path)  # its tools cannot run llama-bench: the smoke run fails here
+    later = passing_archive(tmp_path, "cpu-1111bbbb", "2026-01-01T00:00:00+00:00")
+    for path in (runs_not, later):
+        assert buildmgr(env, "publish", str(path), "--to", str(repo), "--sign", "ci").returncode == 0
+    host = make_env(tmp_path / "host")
+    assert buildmgr(host, "key", "trust", str(pub)).returncode == 0
+    result = buildmgr(host, "install", "--from", str(repo), "--json")
+    assert result.returncode == 0, result.stderr
+    first, second = json.loads(result.stdout)["attempts"]
+    assert "its smoke run failed here" in first["outcome"] and second["outcome"] == "installed"
+    assert installed(host) == ["cpu-1111bbbb"]
+
+
+# --- 3. deadlines ------------------------------------------------------------------------------------------------
+
+
+def test_a_dribbled_index_or_archive_and_a_silent_server_fail_within_the_timeout(tmp_path):
+    repo, _, host = published(tmp_path)
+    host |= FAST
+    cases = [
+        (dribbling(repo, lambda name: name == index.INDEX, 1, 0.5), "index.json did not arrive whole in 2 s"),
+        (dribbling(repo, lambda name: name.endswith(".tar.gz"), 8, 0.2), "slower than 10 KiB/s"),
+    ]
+    for handler, said in cases:
+        server, url = start(handler)
+        try:
+            began = time.monotonic()
+            result = buildmgr(host, "install", "--from", url, timeout=60)
+            took = time.monotonic() - began
+        finally:
+            server.shutdown()
+        one_line_fault(result, said)
+        assert took < 20 and nothing_installed(host), took
+    part = next(Path(host["XDG_CACHE_HOME"]).rglob("*.tar.gz.part"))
+    assert 0 < part.stat().st_size < the_blob(repo).stat().st_size  # what came is kept: the next try resumes
+    with silent() as port:
+        for where in (f"http://127.0.0.1:{port}/", f"oci://127.0.0.1:{port}/llama/builds"):
+            began = time.monotonic()
+            result = buildmgr(host, "repo", "list", where, timeout=60)
+            one_line_fault(result, "no answer in 2 s")
+            assert time.monotonic() - began < 20
+
+
+# --- 4. a pinned repository stays pinned when its keys are taken back --------------------------------------------
+
+
+def test_untrusting_the_only_pinned_key_leaves_the_repository_pinned_to_none(tmp_path):
+    repo, pub, host = published(tmp_path)
+    assert pub is not None
+    other_env, other_pub = keyed(tmp_path, "other")
+    assert buildmgr(host, "key", "trust", str(pub), "--for", str(repo)).returncode == 0
+    assert buildmgr(host, "key", "trust", str(other_pub)).returncode == 0  # trusted for any repository not pinned
+    pinned_id = signing.read_public(pub.read_text()).id
+    taken = buildmgr(host, "key", "untrust", pinned_id, "--json")
+    assert taken.returncode == 0, taken.stderr
+    assert json.loads(taken.stdout)["pinned_to_none"] == [str(repo)]
+    # the repository signed since by the other key, which this host trusts for any repository that is not pinned
+    made = buildmgr(
+        other_env, "publish", str(next((tmp_path / "dist-a").glob("*.tar.gz"))), "--to", str(repo), "--sign", "other"
+    )
+    assert made.returncode == 0, made.stderr
+    one_line_fault(buildmgr(host, "install", "--from", str(repo)), f"{repo} is pinned to no key", "--for")
+    assert nothing_installed(host)
+    listed = json.loads(buildmgr(host, "key", "list", "--json").stdout)
+    assert listed["pins"] == {str(repo): []}
+
+
+# --- 5. rollback state is the repository's, whatever the URL's spelling ------------------------------------------
+
+
+class _Switchable(QuietFiles):
+    root: list[Path]  # the directory served now: the test swaps it
+
+    def translate_path(self, path: str) -> str:
+        self.directory = str(self.root[0])
+        return super().translate_path(path)
+
+
+def test_an_older_index_under_another_spelling_of_the_url_is_a_rollback(tmp_path):
+    env, pub = keyed(tmp_path)
+    repo = tmp_path / "repo"
+    publish = ["publish", "--to", str(repo), "--sign", "ci"]
+    assert (
+        buildmgr(env, *publish, str(passing_archive(tmp_path, "cpu-0000aaaa", "2026-11-01T00:00:00+00:00"))).returncode
+        == 0
+    )
+    old = tmp_path / "old"
+    shutil.copytree(repo, old)  # the repository at version 1, as an attacker keeps it
+    assert (
+        buildmgr(env, *publish, str(passing_archive(tmp_path, "cpu-1111bbbb", "2026-12-01T00:00:00+00:00"))).returncode
+        == 0
+    )
+    host = make_env(tmp_path / "host")
+    assert buildmgr(host, "key", "trust", str(pub)).returncode == 0
+    served = [repo]
+    server, url = start(type("S", (_Switchable,), {"root": served}))
+    port = server.server_address[1]
+    try:
+        assert buildmgr(host, "install", "--from", url).returncode == 0  # version 2 seen
+        served[0] = old
+        for spelling in (f"http://LOCALHOST:{port}//", f"http://127.0.0.1:{port}/./", f"HTTP://127.0.0.1:{port}"):
+            one_line_fault(buildmgr(host, "install", "--from", spelling), "older than version 2")
+        one_line_fault(buildmgr(host, "install", "--from", str(old)), "older than version 2")  # its directory too
+    finally:
+        server.shutdown()
+    assert installed(host) == ["cpu-1111bbbb"]
+
+
+def test_an_index_that_names_another_repository_is_refused_until_the_host_forgets_the_first(tmp_path):
+    env, pub = keyed(tmp_path)
+    first, second = tmp_path / "first", tmp_path / "second"
+    for repo, build_id in ((first, "cpu-0000aaaa"), (second, "cpu-1111bbbb")):
+        made = buildmgr(
+            env,
+            "publish",
+            str(passing_archive(tmp_path, build_id, "2026-11-01T00:00:00+00:00")),
+            "--to",
+            str(repo),
+            "--sign",
+            "ci",
+        )
+        assert made.returncode == 0, made.stderr
+    host = make_env(tmp_path / "host")
+    assert buildmgr(host, "key", "trust", str(pub)).returncode == 0
+    served = [first]
+    server, url = start(type("S", (_Switchable,), {"root": served}))
+    try:
+        assert buildmgr(host, "install", "--from", url).returncode == 0
+        served[0] = second  # another repository signed by the same key, served in its place
+        one_line_fault(buildmgr(host, "install", "--from", url), "another repository is being served in its place")
+        assert installed(host) == ["cpu-0000aaaa"]
+        forgot = buildmgr(host, "repo", "forget", url)
+        assert forgot.returncode == 0, forgot.stderr
+        assert buildmgr(host, "install", "--from", url).returncode == 0
+    finally:
+        server.shutdown()
+    assert sorted(installed(host)) == ["cpu-0000aaaa", "cpu-1111bbbb"]  # fmt: skip
+
+
+# --- 6. two installs at once ------------------------------------------------------------------------------------
+
+
+def test_two_installs_at_once_both_succeed_one_installing_and_one_finding_it_installed(tmp_path):
+    env, pub = keyed(tmp_path)
+    repo = tmp_path / "repo"
+    archive = passing_archive(tmp_path, "cpu-0000aaaa", "2026-11-01T00:00:00+00:00")
+    assert buildmgr(env, "publish", str(archive), "--to", str(repo), "--sign", "ci").returncode == 0
+    for round_ in range(3):
+        host = make_env(tmp_path / f"host-{round_}")
+        assert buildmgr(host, "key", "trust", str(pub)).returncode == 0
+        command = [sys.executable, "-m", "buildmgr", "install", "--from", str(repo), "--json"]
+        running = [
+            subprocess.Popen(command, env=host, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)
+        ]
+        outcomes = []
+        for process in running:
+            out, err = process.communicate(timeout=600)
+            assert process.returncode == 0, err
+            outcomes.append(json.loads(out)["attempts"][-1]["outcome"])
+        assert sorted(outcomes) == ["already installed", "installed"], outcomes
+        assert installed(host) == ["cpu-0000aaaa"] and downloaded(host) == []  # fmt: skip
+
+
+# --- 7. nothing is parsed before its signature is checked, and nothing nested crashes ------------------------------
+
+
+NESTED = ("[" * 200_000 + "]" * 200_000).encode()
+
+
+def test_a_deeply_nested_index_or_attestation_is_one_line_never_a_traceback(tmp_path):
+    repo, _, host = published(tmp_path)
+    signed_index = (repo / index.INDEX).read_bytes()
+    (repo / index.INDEX).write_bytes(NESTED)
+    one_line_fault(buildmgr(host, "install", "--from", str(repo)), "does not match its signature")
+    one_line_fault(buildmgr(host, "repo", "list", str(repo)), "not JSON")
+    (repo / index.INDEX_SIGNATURE).unlink()
+    one_line_fault(buildmgr(host, "install", "--from", str(repo), "--allow-unsigned"), "not JSON")
+    (repo / index.INDEX).write_bytes(signed_index)
+    (repo / index.key_index(_only_key(repo))).write_bytes(
+        NESTED
+    )  # the key's own copy, read where index.json is unsigned
+    one_line_fault(buildmgr(host, "install", "--from", str(repo)), "no index here is signed by a key trusted for it")
+    blob = the_blob(repo)
+    blob.with_name(blob.name + index.ATTESTATION).write_bytes(NESTED)
+    resigned_index(repo)
+    one_line_fault(buildmgr(host, "install", "--from", str(repo)), "attestation")
+    assert nothing_installed(host)
+
+
+def _only_key(repo: Path) -> str:
+    [copy] = (repo / index.INDEXES).glob("*.json")
+    return copy.stem
+
+
+def resigned_index(repo: Path, entries: tuple[index.Entry, ...] | None = None) -> None:
+    """index.json (with `entries` instead of its own) signed again by its publisher's key, the test's: the index a
+    publisher whose key was used for a hostile archive would serve."""
+    key = signing.read_secret(next(repo.parent.glob("publisher-ci/config/buildmgr/keys/ci.key")).read_text())
+    current = index.Index.from_text((repo / index.INDEX).read_bytes())
+    written = dataclasses.replace(current, artifacts=entries if entries is not None else current.artifacts)
+    data = written.to_text().encode()
+    (repo / index.INDEX).write_bytes(data)
+    (repo / index.INDEX_SIGNATURE).write_text(key.sign(data, index.signature_comment(written)))
+
+
+# --- the smaller defects --------------------------------------------------------------------------------------------
+
+
+def republished(repo: Path, entry: index.Entry, archive: Path) -> index.Entry:
+    """`archive` put in place of `entry`'s, its .minisig, attestation and the index signed by the publisher's key."""
+    key = signing.read_secret(next(repo.parent.glob("publisher-ci/config/buildmgr/keys/ci.key")).read_text())
+    data = archive.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    changed = dataclasses.replace(entry, sha256=digest, size=len(data))
+    blob = repo / changed.path
+    blob.parent.mkdir(parents=True)
+    blob.write_bytes(data)
+    original = archives.open_artifact(repo / entry.path)  # the receipt the statement is about: unchanged
+    statement = index.statement(entry.name, digest, original.receipt, original.receipt_sha256, "test")
+    blob.with_name(blob.name + index.MINISIG).write_text(
+        key.sign(data, index.artifact_comment(entry.name, digest, entry.summary.id))
+    )
+    blob.with_name(blob.name + index.ATTESTATION).write_text(json.dumps(signing.envelope(statement, key)))
+    current = index.Index.from_text((repo / index.INDEX).read_bytes())
+    resigned_index(repo, tuple(changed if e.sha256 == entry.sha256 else e for e in current.artifacts))
+    return changed  # fmt: skip
+
+
+def test_a_hostile_entry_is_a_repository_fault_its_download_deleted_and_nothing_more_tried(tmp_path):
+    repo, _, host, entries = two_builds(tmp_path)
+    best = entries["cpu-0000aaaa"]
+    shutil.copy(repo / best.path, tmp_path / best.name)
+    (tmp_path / f"{best.name}.sha256").write_text(f"{best.sha256}  {best.name}\n")
+
+    def escape(info: tarfile.TarInfo, data: bytes) -> list[tuple[tarfile.TarInfo, bytes]]:
+        if not info.name.endswith("/LICENSE"):
+            return [(info, data)]
+        evil = copy.copy(info)
+        evil.name = info.name.split("/")[0] + "/../../evil"
+        return [(info, data), (evil, data)]
+
+    hostile = republished(repo, best, repack(tmp_path / best.name, escape))
+    result = buildmgr(host, "install", "--from", str(repo), "--json")
+    one_line_fault(result, "unsafe entry", "../../evil")
+    assert [a["name"] for a in json.loads(result.stdout)["attempts"]] == [hostile.name]
+    assert installed(host) == [] and downloaded(host) == [] and not (tmp_path / "host" / "evil").exists()
+
+
+def test_a_shorter_archive_served_in_place_of_the_published_one_is_said_and_deleted(tmp_path):
+    repo, _, host = published(tmp_path)
+    blob = the_blob(repo)
+    size = blob.stat().st_size
+    blob.write_bytes(blob.read_bytes()[: size // 2])
+    server, url = serve(repo)
+    try:
+        for where in (str(repo), url):
+            result = buildmgr(host, "install", "--from", where)
+            one_line_fault(result, f"{size // 2} bytes", f"its index says {size}", "deleted")
+            assert downloaded(host) == [] and not list(Path(host["XDG_CACHE_HOME"]).rglob("*.part"))
+    finally:
+        server.shutdown()
+
+
+def test_repo_list_marks_rows_a_trusted_signature_vouches_for(tmp_path):
+    repo, _, host = published(tmp_path)
+    stranger = make_env(tmp_path / "stranger")
+
+    def verified(env: dict[str, str]) -> list[bool]:
+        result = buildmgr(env, "repo", "list", str(repo), "--json")
+        assert result.returncode == 0, result.stderr
+        return [e["verified"] for e in json.loads(result.stdout)]
+
+    assert verified(host) == [True] and verified(stranger) == [False]
+    text = json.loads((repo / index.INDEX).read_text())
+    text["artifacts"][0]["signed_by"] = "0123456789ABCDEF"  # a hand-edited claim, the signature left as it was
+    (repo / index.INDEX).write_text(json.dumps(text))
+    assert verified(host) == [False]
+    shown = buildmgr(host, "repo", "list", str(repo))
+    assert shown.returncode == 0 and "does not match its signature" in shown.stderr
+
+
+def test_allow_unsigned_is_never_offered_and_a_first_contact_names_the_key_and_how_to_trust_it(tmp_path):
+    repo, pub, _ = published(tmp_path)
+    assert pub is not None
+    stranger = make_env(tmp_path / "stranger")
+    result = buildmgr(stranger, "install", "--from", str(repo))
+    key_id = signing.read_public(pub.read_text()).id
+    one_line_fault(result, f"signed by {key_id}", f"key trust FILE --for {repo}")
+    assert "--allow-unsigned" not in result.stderr + result.stdout
+    unsigned_repo, _, host = published(tmp_path / "unsigned", sign=False)
+    result = buildmgr(host, "install", "--from", str(unsigned_repo))
+    assert result.returncode == 1 and "--allow-unsigned" not in result.stderr + result.stdout
+    helped = buildmgr(host, "install", "--help").stdout
+    assert "rollback" in helped and "pin" in helped  # what --allow-unsigned turns off, said where it is offered
+
+
+def test_key_generate_prints_the_id_every_later_message_uses(tmp_path):
+    env = make_env(tmp_path)
+    made = buildmgr(env, "key", "generate", "ci")
+    key_id = signing.read_public((tmp_path / "config" / "buildmgr" / "keys" / "ci.pub").read_text()).id
+    assert made.returncode == 0 and key_id in made.stderr + made.stdout
+
+
+def test_publishing_leaves_no_lock_file_in_the_repository(tmp_path):
+    repo, _, _ = published(tmp_path)
+    assert not (repo / ".lock").exists()
+
+
+def test_a_build_listing_its_cpu_features_is_worded_from_its_defines_and_checked_against_this_cpu(tmp_path):
+    """The AMX fix's build (GGML_NATIVE=OFF with its build host's features listed) was said to be GGML_NATIVE=ON; a
+    host lacking a listed feature would pass the table and die on an illegal instruction."""
+    from conftest import make_receipt
+
+    from buildmgr.artifacts import compat
+    from buildmgr.config import Dirs
+    from buildmgr.findings import Severity
+
+    listed = {"GGML_NATIVE": "OFF", "GGML_AVX2": "ON", "GGML_AVX512": "ON", "GGML_AMX_TILE": "OFF"}
+    summary = index.summary_of(make_receipt(recipe={"resolved_defines": listed}), "0" * 64)
+    assert summary.cpu_features == ("GGML_AVX2", "GGML_AVX512")
+    dirs = Dirs(tmp_path / "d", tmp_path / "c", tmp_path / "g")
+
+    def cpu(flags: set[str]) -> list[tuple[Severity, str]]:
+        found = compat.summary_findings(summary, {}, summary.machine, dirs, {}, frozenset(flags))
+        return [(f.severity, f.text()) for f in found]
+
+    avx512 = {"avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"}
+    [(severity, said)] = cpu({"avx2"} | avx512)
+    assert severity is Severity.NOTE and "GGML_NATIVE=ON" not in said and "AVX2, AVX512" in said
+    [(severity, said)] = cpu({"avx2", "avx512f"})
+    assert severity is Severity.ERROR and "GGML_AVX512 (avx512cd, avx512vl, avx512dq, avx512bw)" in said
+    native = index.summary_of(make_receipt(recipe={"resolved_defines": {"GGML_NATIVE": "ON"}}), "0" * 64)
+    [warned] = compat.summary_findings(native, {}, native.machine, dirs, {}, frozenset())
+    assert warned.severity is Severity.WARNING and "GGML_NATIVE=ON" in warned.text()
