@@ -135,6 +135,7 @@ class DeviceCode(NamedTuple):
     # what those make of the codes: `findings` in two steps, so that `install --from` reads the host once for all
     targets: Callable[[Mapping[str, str]], list[str]] = lambda environ: []
     fits: Callable[[Sequence[str], list[str]], list[Finding]] = lambda codes, targets: []
+    pattern: str = r"[A-Za-z0-9_.:+-]+"  # what one code is (a regular expression): an index that says else is refused
 
 
 class LogDevice(NamedTuple):

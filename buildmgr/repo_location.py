@@ -56,6 +56,15 @@ def _host_port(parts: urllib.parse.SplitResult, text: str) -> str:
     host = (parts.hostname or "").rstrip(".")
     if not host:
         raise UserError(f"{text}: no host in it")
+    try:
+        host = str(ipaddress.ip_address(host))  # an address in its one form: [0:0::1] is [::1]
+    except ValueError:
+        try:
+            host = host.encode("idna").decode(
+                "ascii"
+            )  # a name in its one form: bücher.example is xn--bcher-kva.example
+        except UnicodeError:
+            raise UserError(f"{text}: {host!r} is not a host name") from None
     shown = f"[{host}]" if ":" in host else host
     return shown if port is None or port == _DEFAULT_PORTS.get(parts.scheme.lower()) else f"{shown}:{port}"
 
@@ -89,8 +98,11 @@ def directory_identity(text: str) -> str:
     """A directory (a path, relative or not, or file://) by its absolute path, normalized, links not followed (no
     file system access, which a pin made before it was created has not)."""
     parts = urllib.parse.urlsplit(text)
-    path = urllib.parse.unquote(parts.path) if parts.scheme.lower() == "file" else text
-    return os.path.abspath(path)
+    if parts.scheme.lower() != "file":
+        return os.path.abspath(text)
+    if parts.netloc not in ("", "localhost"):
+        raise UserError(f"{text}: a file:// URL names no other host than this one: file:///PATH")
+    return os.path.abspath(urllib.parse.unquote(parts.path))
 
 
 def identity(text: str) -> str:

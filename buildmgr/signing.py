@@ -5,7 +5,6 @@ checks an archive with `minisign -Vm FILE -P KEY`, no buildmgr needed), and DSSE
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import json
 import os
@@ -99,7 +98,7 @@ class SecretKey:
 def _decoded(line: str, what: str) -> bytes:
     try:
         return base64.b64decode(line.strip(), validate=True)
-    except binascii.Error:
+    except ValueError:  # binascii.Error, and a character that is not ASCII
         raise SignatureError(f"{what} is not base64") from None
 
 
@@ -215,8 +214,10 @@ def open_envelope(data: dict[str, Any], keys: Mapping[str, PublicKey]) -> tuple[
         payload = base64.b64decode(data["payload"], validate=True)
         signatures = [(s["keyid"], base64.b64decode(s["sig"], validate=True)) for s in data["signatures"]]
         kind = data["payloadType"]
-    except (KeyError, TypeError, binascii.Error):
+    except (KeyError, TypeError, ValueError):  # ValueError: binascii's, and text that is not ASCII
         raise SignatureError("not a DSSE envelope (payloadType, payload, signatures)") from None
+    if not isinstance(kind, str) or not all(isinstance(key_id, str) for key_id, _ in signatures):
+        raise SignatureError("not a DSSE envelope (its payloadType and each keyid are text)")
     if kind != IN_TOTO:
         raise SignatureError(f"the envelope holds {kind!r}, not an in-toto Statement")
     untrusted = []

@@ -15,8 +15,10 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from conftest import buildmgr, make_env
 from nethosts import QuietFiles, dribbling, redirecting, silent, start, tls
 from test_artifacts import repack
@@ -109,7 +111,7 @@ def test_a_registry_redirecting_a_blob_to_another_host_is_refused_and_that_host_
     host = make_env(tmp_path / "host")
     assert buildmgr(host, "key", "trust", str(pub)).returncode == 0
     elsewhere = test_host.serve(tmp_path)
-    proxy, _ = start(_registry_front(registry.port, elsewhere))
+    proxy, _ = start(_registry_front(registry.port, _to(elsewhere)))
     front = f"oci://127.0.0.1:{proxy.server_address[1]}/llama/builds"
     try:
         one_line_fault(buildmgr(host, "install", "--from", front), f"redirected to {elsewhere}", "plain http://")
@@ -118,35 +120,44 @@ def test_a_registry_redirecting_a_blob_to_another_host_is_refused_and_that_host_
     assert test_host.requests() == [] and nothing_installed(host)
 
 
-def _registry_front(port: int, elsewhere: str) -> type:
-    """A registry's front on loopback: every GET passed to the registry on `port`, but a blob's answered 307 to the
-    test host (as a registry redirects to its storage)."""
+Answer = tuple[int, dict[str, str], bytes]
+
+
+def _registry_front(port: int, answer: Callable[[str], Answer | None], seen: list[str] | None = None) -> type:
+    """A registry's front on loopback: every GET passed to the registry on `port`, but where `answer(path)` says
+    otherwise (a status, headers, a body); each path asked for appended to `seen`."""
     import urllib.error
     import urllib.request
 
     class Front(QuietFiles):
         def do_GET(self) -> None:
-            if "/blobs/" in self.path:
-                self.send_response(307)
-                self.send_header("Location", elsewhere + self.path.rsplit("/", 1)[1])
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            request = urllib.request.Request(f"http://127.0.0.1:{port}{self.path}", headers=dict(self.headers))
-            try:
-                with urllib.request.urlopen(request, timeout=10) as answer:
-                    status, headers, body = answer.status, answer.headers, answer.read()
-            except urllib.error.HTTPError as err:
-                status, headers, body = err.code, err.headers, err.read()
+            if seen is not None:
+                seen.append(self.path)
+            given = answer(self.path)
+            if given is None:
+                request = urllib.request.Request(f"http://127.0.0.1:{port}{self.path}", headers=dict(self.headers))
+                try:
+                    with urllib.request.urlopen(request, timeout=10) as got:
+                        given = got.status, {k: v for k, v in got.headers.items() if k in _PASSED}, got.read()
+                except urllib.error.HTTPError as err:
+                    given = err.code, {k: v for k, v in err.headers.items() if k in _PASSED}, err.read()
+            status, headers, body = given
             self.send_response(status)
-            for name in ("Content-Type", "Docker-Content-Digest"):
-                if headers.get(name):
-                    self.send_header(name, headers[name])
+            for name, value in headers.items():
+                self.send_header(name, value)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
 
     return Front
+
+
+_PASSED = ("Content-Type", "Docker-Content-Digest")
+
+
+def _to(elsewhere: str) -> Callable[[str], Answer | None]:
+    """A blob answered 307 to the test host (as a registry redirects to its storage)."""
+    return lambda path: (307, {"Location": elsewhere + path.rsplit("/", 1)[1]}, b"") if "/blobs/" in path else None
 
 
 # --- 2. a failed download of the chosen candidate ends the install; only a host that cannot run it falls through ------
@@ -202,7 +213,7 @@ def test_a_dribbled_index_or_archive_and_a_silent_server_fail_within_the_timeout
     repo, _, host = published(tmp_path)
     host |= FAST
     cases = [
-        (dribbling(repo, lambda name: name == index.INDEX, 1, 0.5), "index.json did not arrive whole in 2 s"),
+        (dribbling(repo, lambda name: name == index.INDEX, 1, 0.5), "index.json did not come whole in 4 s"),
         (dribbling(repo, lambda name: name.endswith(".tar.gz"), 8, 0.2), "slower than 10 KiB/s"),
     ]
     for handler, said in cases:
@@ -517,3 +528,209 @@ def test_a_build_listing_its_cpu_features_is_worded_from_its_defines_and_checked
     native = index.summary_of(make_receipt(recipe={"resolved_defines": {"GGML_NATIVE": "ON"}}), "0" * 64)
     [warned] = compat.summary_findings(native, {}, native.machine, dirs, {}, frozenset())
     assert warned.severity is Severity.WARNING and "GGML_NATIVE=ON" in warned.text()
+
+
+# --- a second trial (an attacker's, on the code above): what it found ---------------------------------------------
+
+
+def oci_published(tmp_path: Path, registry) -> tuple[dict[str, str], str]:
+    """One signed archive in the registry; a host trusting its key; the archive's sha256."""
+    env, pub = keyed(tmp_path)
+    made = buildmgr(env, "publish", str(artifact(tmp_path)), "--to", registry.url(), "--sign", "ci")
+    assert made.returncode == 0, made.stderr
+    host = make_env(tmp_path / "host") | FAST
+    assert buildmgr(host, "key", "trust", str(pub)).returncode == 0
+    [row] = json.loads(buildmgr(host, "repo", "list", registry.url(), "--json").stdout)
+    return host, row["sha256"]
+
+
+def test_signature_and_attestation_files_of_any_bytes_are_one_line_and_the_download_deleted(tmp_path):
+    repo, _, host = published(tmp_path)
+    signature = (repo / index.INDEX_SIGNATURE).read_bytes()
+    (repo / index.INDEX_SIGNATURE).write_bytes(b"untrusted comment: x\n\xff\xfeAAAA\ntrusted comment: y\nZZZZ\n")
+    one_line_fault(buildmgr(host, "install", "--from", str(repo)), "does not match its signature")
+    listed = buildmgr(host, "repo", "list", str(repo), "--json")  # listed, and nothing of it verified
+    assert listed.returncode == 0 and [e["verified"] for e in json.loads(listed.stdout)] == [False], listed.stderr
+    (repo / index.INDEX_SIGNATURE).write_bytes(signature)
+    blob = the_blob(repo)
+    hostile = {"payloadType": signing.IN_TOTO, "payload": "", "signatures": [{"keyid": ["x"], "sig": ""}]}
+    blob.with_name(blob.name + index.ATTESTATION).write_text(json.dumps(hostile))
+    one_line_fault(buildmgr(host, "install", "--from", str(repo)), "attestation")
+    assert downloaded(host) == [] and nothing_installed(host)
+
+
+def test_a_registry_s_hostile_manifest_or_bare_401_is_one_line(tmp_path, registry):
+    host, sha256 = oci_published(tmp_path, registry)
+    tag = f"/manifests/sha256-{sha256}"
+    manifest = json.dumps({"schemaVersion": 2, "config": {"digest": "sha256:" + "0" * 64}, "layers": {"x": 1}}).encode()
+    for given in ((200, {"Content-Type": "application/vnd.oci.image.manifest.v1+json"}, manifest), (401, {}, b"")):
+        proxy, _ = start(
+            _registry_front(registry.port, lambda path, given=given: given if path.endswith(tag) else None)
+        )
+        try:
+            one_line_fault(
+                buildmgr(host, "install", "--from", f"oci://127.0.0.1:{proxy.server_address[1]}/llama/builds")
+            )
+        finally:
+            proxy.shutdown()
+    assert nothing_installed(host)
+
+
+class _SlowHeaders(QuietFiles):
+    """Files of `root`; where `slow(path)`, headers that never end, a byte every 0.3 s."""
+
+    root: Path
+    slow: Callable[[str], bool]
+
+    def do_GET(self) -> None:
+        if not type(self).slow(self.path):
+            path = type(self).root / self.path.lstrip("/")
+            data = path.read_bytes() if path.is_file() else None
+            self.send_response(200 if data is not None else 404)
+            self.send_header("Content-Length", str(len(data or b"")))
+            self.end_headers()
+            self.wfile.write(data or b"")
+            return
+        try:
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nX-a: ")
+            for _ in range(600):
+                self.wfile.write(b"a")
+                self.wfile.flush()
+                time.sleep(0.3)
+        except OSError:
+            pass  # the host gave up
+
+
+def test_a_server_that_dribbles_its_headers_is_cut_off_within_the_timeout(tmp_path):
+    repo, _, host = published(tmp_path)
+    host |= FAST
+    for slow, kinds in ((lambda path: True, ("http", "oci")), (lambda path: path.endswith(".tar.gz"), ("http",))):
+        server, url = start(type("H", (_SlowHeaders,), {"root": repo, "slow": staticmethod(slow)}))
+        try:
+            for where in (url.replace("http", kind, 1) + ("llama/builds" if kind == "oci" else "") for kind in kinds):
+                began = time.monotonic()
+                one_line_fault(buildmgr(host, "install", "--from", where, timeout=60))
+                assert time.monotonic() - began < 15
+        finally:
+            server.shutdown()
+    assert nothing_installed(host)
+
+
+def test_a_key_pinned_to_one_repository_cannot_hold_another_back(tmp_path):
+    """A repository's name is the signer's word: a key trusted for one repository only signs an index claiming
+    another's name, at a huge version; the other repository, signed by its own key, still installs."""
+    env, pub = keyed(tmp_path)
+    other_env, other_pub = keyed(tmp_path, "other")
+    first, second = tmp_path / "first", tmp_path / "second"
+    made = buildmgr(
+        env,
+        "publish",
+        str(passing_archive(tmp_path, "cpu-0000aaaa", "2026-11-01T00:00:00+00:00")),
+        "--to",
+        str(first),
+        "--sign",
+        "ci",
+    )
+    assert made.returncode == 0, made.stderr
+    made = buildmgr(
+        other_env,
+        "publish",
+        str(passing_archive(tmp_path, "cpu-1111bbbb", "2026-11-01T00:00:00+00:00")),
+        "--to",
+        str(second),
+        "--sign",
+        "other",
+    )
+    assert made.returncode == 0, made.stderr
+    host = make_env(tmp_path / "host")
+    assert buildmgr(host, "key", "trust", str(pub)).returncode == 0
+    assert buildmgr(host, "key", "trust", str(other_pub), "--for", str(second)).returncode == 0
+    assert buildmgr(host, "install", "--from", str(first)).returncode == 0
+    name = index.Index.from_text((first / index.INDEX).read_bytes()).repository
+    forged = dataclasses.replace(
+        index.Index.from_text((second / index.INDEX).read_bytes()), repository=name, version=10**9
+    )
+    data = forged.to_text().encode()
+    (second / index.INDEX).write_bytes(data)
+    key = signing.read_secret(other_pub.with_suffix(".key").read_text())
+    (second / index.INDEX_SIGNATURE).write_text(key.sign(data, index.signature_comment(forged)))
+    buildmgr(host, "install", "--from", str(second))
+    again = buildmgr(host, "install", "--from", str(first))
+    assert again.returncode == 0, again.stderr  # fmt: skip
+
+
+def test_a_registry_s_token_realm_on_another_host_s_plain_http_is_never_contacted(tmp_path, registry, test_host):
+    host, _ = oci_published(tmp_path, registry)
+    realm = test_host.serve(tmp_path) + "token"
+    challenge = (401, {"Www-Authenticate": f'Bearer realm="{realm}",service="x"'}, b"")
+    proxy, _ = start(_registry_front(registry.port, lambda path: challenge if "/manifests/" in path else None))
+    try:
+        one_line_fault(buildmgr(host, "repo", "list", f"oci://127.0.0.1:{proxy.server_address[1]}/llama/builds"))
+    finally:
+        proxy.shutdown()
+    assert test_host.requests() == []
+
+
+def test_a_registry_without_an_index_is_not_read_tag_by_tag_unless_asked(tmp_path, registry):
+    host, _ = oci_published(tmp_path, registry)
+    tags = json.dumps({"name": "llama/builds", "tags": [f"sha256-{i:064x}" for i in range(2000)]}).encode()
+    seen: list[str] = []
+
+    def answer(path: str) -> Answer | None:  # index.json unsigned (none), thousands of tags that lead nowhere
+        if path.endswith("/manifests/index") or "/manifests/sha256-0000" in path:
+            return 404, {}, b""
+        return (200, {"Content-Type": "application/json"}, tags) if path.endswith("/tags/list") else None
+
+    proxy, _ = start(_registry_front(registry.port, answer, seen))
+    try:
+        one_line_fault(buildmgr(host, "install", "--from", f"oci://127.0.0.1:{proxy.server_address[1]}/llama/builds"))
+    finally:
+        proxy.shutdown()
+    assert sum("/manifests/sha256-0000" in p for p in seen) == 0, len(seen)  # the key's own index was read instead
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("finished", "\ud800"),
+        ("backends", ["\x1b]0;pwned\x07\x1b[2J"]),
+        ("glibc", "abc"),
+        ("device_code", {"CUDA": ["sm_abc"]}),
+    ],
+)
+def test_an_unsigned_index_s_hostile_strings_are_refused_in_one_line_and_never_printed(tmp_path, field, value):
+    repo, _, host = published(tmp_path, sign=False)
+    data = json.loads((repo / index.INDEX).read_text())
+    summary = data["artifacts"][0]["summary"]
+    (summary["runtime"] if field in ("glibc", "device_code") else summary)[field] = value
+    (repo / index.INDEX).write_text(json.dumps(data))
+    for command in (["repo", "list", str(repo)], ["install", "--from", str(repo), "--allow-unsigned", "--dry-run"]):
+        result = buildmgr(host, *command)
+        one_line_fault(result)
+        assert "\x1b" not in result.stdout + result.stderr
+
+
+def test_repo_list_verifies_no_index_this_host_would_refuse(tmp_path):
+    env, pub = keyed(tmp_path)
+    repo = tmp_path / "repo"
+    assert buildmgr(env, "publish", str(artifact(tmp_path)), "--to", str(repo), "--sign", "ci").returncode == 0
+    old = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
+    assert buildmgr(env, "publish", "--to", str(repo), "--sign", "ci").returncode == 0  # version 2
+    host = make_env(tmp_path / "host")
+    assert buildmgr(host, "key", "trust", str(pub)).returncode == 0
+    buildmgr(host, "install", "--from", str(repo))  # version 2 taken (its smoke run fails: nothing installed)
+    for path, data in old.items():
+        path.write_bytes(data)
+    listed = buildmgr(host, "repo", "list", str(repo), "--json")
+    assert [e["verified"] for e in json.loads(listed.stdout)] == [False]
+    assert "rollback" in buildmgr(host, "repo", "list", str(repo)).stderr
+
+
+def test_one_address_in_other_spellings_is_one_location_and_a_file_url_names_no_host():
+    from buildmgr import repo_location
+    from buildmgr.errors import UserError
+
+    assert repo_location.identity("http://[0:0:0:0:0:0:0:1]:8080/x") == repo_location.identity("http://[::1]:8080/x/")
+    assert repo_location.identity("https://bücher.example/") == repo_location.identity("https://xn--bcher-kva.example/")
+    with pytest.raises(UserError, match="file://"):
+        repo_location.identity("file://tmp/x")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,7 @@ EXACT_TREES = ("pinned", "clean")  # a source exactly its commit; any other is a
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _KEY_ID = re.compile(r"[0-9A-F]{16}")  # as minisign prints a key id
 _NAME = re.compile(r"llama-[A-Za-z0-9._+-]+\.tar\.gz")
+_VERSION = re.compile(r"[0-9]+(\.[0-9]+){0,3}")  # a glibc or libstdc++ floor: 2.35, 3.4.30
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,33 @@ class Entry:
         for key_id in (*self.signers, *self.also_signed_by):  # a later signer's id names its files
             if not _KEY_ID.fullmatch(key_id):
                 raise jsonshape.ShapeError(f"{self.name}: signer {key_id[:20]!r} is not a key id (16 hex digits)")
+        # what is printed and parsed: no text a terminal would obey or an encoder refuse, no version or GPU code that
+        # is none (an unsigned index, or repo list's, says whatever its server likes)
+        for text in _texts(self):
+            if not text.isprintable():
+                raise jsonshape.ShapeError(f"{self.name}: {text[:40]!r} holds a character that is not printable")
+        runtime = self.summary.runtime
+        for floor in (runtime.glibc, runtime.libstdcxx):
+            if floor is not None and not _VERSION.fullmatch(floor):
+                raise jsonshape.ShapeError(f"{self.name}: {floor[:20]!r} is not a version")
+        if unknown := backends.unknown_codes(runtime.device_code):
+            raise jsonshape.ShapeError(f"{self.name}: {unknown[0][:20]!r} is not GPU code of its backend")
+
+
+def _texts(value: object) -> Iterator[str]:
+    """Every string in a record, its keys' too."""
+    if isinstance(value, str):
+        yield value
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for item in dataclasses.fields(value):
+            yield from _texts(getattr(value, item.name))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _texts(key)
+            yield from _texts(item)
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _texts(item)
 
 
 def key_index(key_id: str) -> str:
@@ -179,15 +208,17 @@ def signature_comment(written: Index) -> str:
 class Seen(jsonshape.Record):
     """`<data>/repositories.json`: the highest version of a signed index this host took from each location (by its
     identity, as pins name it), the repository each location's index named, and the highest version taken of each
-    repository by name, wherever it was read: an older one is a rollback, one that names another repository than its
-    location's did is another repository served in its place."""
+    repository by name (per signing key: a name is its signer's word), wherever it was read: an older one is a
+    rollback, one that names another repository than its location's did is another repository served in its
+    place."""
 
     VERSION = 1
 
     schema: int
     repositories: dict[str, int]
     names: dict[str, str] = field(default_factory=dict)  # a location's identity → the repository its index named
-    named: dict[str, int] = field(default_factory=dict)  # a repository's name → the highest version taken of it
+    # KEY ID/NAME, a repository's name as the key that signed its index names it → the highest version taken of it
+    named: dict[str, int] = field(default_factory=dict)
 
 
 def statement(name: str, sha256: str, receipt: Receipt, receipt_sha256: str, builder: str) -> dict[str, Any]:

@@ -123,6 +123,19 @@ def device_codes() -> list[tuple[str, DeviceCode]]:
     return [(b.name, b.device_code) for b in all_backends() if b.device_code is not None]
 
 
+def unknown_codes(device_code: Mapping[str, Sequence[str]]) -> list[str]:
+    """The codes that are not what their backend's code is (`DeviceCode.pattern`): bytes a hostile index made up, on
+    which the code's own readers would fail. A backend this buildmgr does not know is left to a newer one."""
+    known = dict(device_codes())
+    return [
+        code
+        for name, codes in device_code.items()
+        if name in known
+        for code in codes
+        if not re.fullmatch(known[name].pattern, code)
+    ]
+
+
 def runtime_of_schema_1(runtime: Mapping[str, Any]) -> dict[str, Any]:
     """A schema-1 receipt's `runtime` as schema 2's: each backend's own fields become its `device_code` entry."""
     kept = dict(runtime)

@@ -170,7 +170,9 @@ def _abbreviates(word: str, option: str) -> bool:
 def one_line(text: str) -> str:
     """A message that quotes the user's input stays one printable line: a newline, a NUL or an undecodable byte in
     that input is shown escaped."""
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+    from buildmgr.cli import render
+
+    return render.inert(text).replace("\n", "\\n")
 
 
 class _Watched:

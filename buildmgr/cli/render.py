@@ -48,18 +48,24 @@ def err() -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=True, width=_width(sys.stderr))
 
 
+def inert(text: str) -> str:
+    """Text a terminal shows and never obeys: a control character (an escape sequence a server put in a message)
+    or an undecodable byte shown escaped; newlines kept."""
+    return "".join(ch if ch.isprintable() or ch == "\n" else repr(ch)[1:-1] for ch in text)
+
+
 def warn(message: str) -> None:
-    err().print(message, markup=False, style="yellow")
+    err().print(inert(message), markup=False, style="yellow")
 
 
 def result(message: str, style: str | None = None) -> None:
     """A plain line of a command's result, on stdout, never read as markup."""
-    out().print(message, markup=False, style=style)
+    out().print(inert(message), markup=False, style=style)
 
 
 def say(message: str, style: str | None = None) -> None:
     """A plain line on stderr, never read as markup."""
-    err().print(message, markup=False, style=style)
+    err().print(inert(message), markup=False, style=style)
 
 
 def table(*columns: str) -> Table:

@@ -15,8 +15,8 @@ from buildmgr.artifacts import index
 from buildmgr.artifacts.deliver import seen
 from buildmgr.artifacts.deliver.trust import not_vouching
 from buildmgr.artifacts.repo import IndexFiles, Repo, RepoError
+from buildmgr.artifacts.repo.base import parse_index
 from buildmgr.config import Dirs
-from buildmgr.jsonshape import NewerSchema, ShapeError
 
 _OLD = "not signed (an index from before indexes were: 'buildmgr publish --to REPO --sign NAME' signs it)"
 
@@ -31,15 +31,8 @@ class Listing:
 
 
 def _parsed(repo: Repo, data: bytes, where: str = index.INDEX) -> index.Index:
-    """Parsed once its signature was checked (or where nothing vouches for it, for --allow-unsigned and `repo
-    list`): a name, digest or id that would become a path is refused as such; bytes that are no JSON, or nested
-    deeper than any index, are one line."""
-    try:
-        return index.Index.from_text(data)
-    except NewerSchema as err:
-        raise RepoError(f"{repo.text}/{where}: {err}: upgrade buildmgr") from None
-    except ShapeError as err:
-        raise RepoError(f"{repo.text}/{where} is not a buildmgr index this buildmgr reads ({err})") from None
+    """Parsed once its signature was checked, or where nothing vouches for it anyway (--allow-unsigned, `repo list`)."""
+    return parse_index(repo.text, data, where)
 
 
 def _signer(minisig: bytes) -> str:
@@ -95,13 +88,12 @@ def read_index(repo: Repo, dirs: Dirs, allow_unsigned: bool) -> Listing:
         return _fresh(repo, dirs, Listing(_parsed(repo, newest.files.data), newest.signed_by))
     if newest is not None and newest.changed:
         raise RepoError(f"{repo.text}: its {index.INDEX} {newest.state}; nothing was installed")
-    # none: a directory without index.json or a registry without the repository is a user error; a registry
-    # published to before indexes were lists its tags, read as unsigned
-    legacy = repo.listing() if newest is None else None
+    if newest is None:  # a directory without index.json or a registry without the repository: a user error
+        repo.require()
     state = newest.state if newest is not None else _OLD
     if allow_unsigned:
-        current = _parsed(repo, newest.files.data) if newest is not None else legacy
-        assert current is not None
+        # a registry published to before indexes were lists its tags, read as unsigned
+        current = _parsed(repo, newest.files.data) if newest is not None else repo.listing()
         note = f"{repo.text}: its {index.INDEX} is {state}: read as it is (--allow-unsigned), no version remembered"
         return Listing(current, None, note)
     found = []
@@ -129,29 +121,34 @@ def read_index(repo: Repo, dirs: Dirs, allow_unsigned: bool) -> Listing:
 
 def _fresh(repo: Repo, dirs: Dirs, listing: Listing) -> Listing:
     """A signed index, refused where it expired, is older than one this host took, or names another repository."""
+    why = _stale(repo, dirs, listing)
+    if why is not None:
+        raise RepoError(f"{repo.text}: {why}; nothing was installed")
+    return listing
+
+
+def _stale(repo: Repo, dirs: Dirs, listing: Listing) -> str | None:
+    """Why this host does not take a signed index (None: it does): no valid expiry, expired, or refused by what it
+    remembers (`seen.problem`)."""
     written = listing.index
+    assert listing.signed_by is not None, "only a signed index is judged so"
     try:
         expires = datetime.fromisoformat(written.expires or "")
     except ValueError:
-        raise RepoError(
-            f"{repo.text}: its index, signed by {listing.signed_by}, has no valid expiry ({written.expires!r}); "
-            "nothing was installed"
-        ) from None
+        return f"its index, signed by {listing.signed_by}, has no valid expiry ({written.expires!r})"
     if datetime.now(UTC) >= (expires if expires.tzinfo is not None else expires.replace(tzinfo=UTC)):
-        raise RepoError(
-            f"{repo.text}: its index expired on {written.expires}: the repository is no longer kept up to date, or an "
-            "old copy is being served; its publisher signs it again with 'buildmgr publish --to REPO --sign NAME'; "
-            "nothing was installed"
+        return (
+            f"its index expired on {written.expires}: the repository is no longer kept up to date, or an old copy is "
+            "being served; its publisher signs it again with 'buildmgr publish --to REPO --sign NAME'"
         )
-    seen.check(repo, dirs, written)
-    return listing
+    return seen.problem(repo, dirs, written, listing.signed_by)
 
 
 def remember(dirs: Dirs, repo: Repo, listing: Listing) -> None:
     """The version of a signed index this host takes (`seen.remember`): an older one of its repository is refused
     from now on. An index read unsigned proves nothing, and is not remembered."""
     if listing.signed_by is not None:
-        seen.remember(dirs, repo, listing.index)
+        seen.remember(dirs, repo, listing.index, listing.signed_by)
 
 
 @dataclass(frozen=True)
@@ -165,8 +162,16 @@ class Examined:
 
 
 def examine(repo: Repo, dirs: Dirs) -> Examined:
+    """The index, and what vouches for it: nothing where `install --from` would refuse it (a signature by no key
+    trusted here, an expired index, a rollback, another repository in a location's place)."""
     trust = keyring.load(dirs)
     newest = _signed(repo, trust.for_repo(repo.identity), trust)
     if newest is None:  # none: a directory without one says so; a registry published to before indexes lists its tags
         return Examined(repo.listing(), None, _OLD)
-    return Examined(_parsed(repo, newest.files.data), newest.signed_by, newest.state)
+    read = _parsed(repo, newest.files.data)
+    if newest.signed_by is None:
+        return Examined(read, None, newest.state)
+    why = _stale(repo, dirs, Listing(read, newest.signed_by))
+    if why is not None:
+        return Examined(read, None, f"{newest.state}, and this host would refuse it: {why}")
+    return Examined(read, newest.signed_by, newest.state)

@@ -1,7 +1,8 @@
 """What this host remembers of the repositories it took a signed index from (`<data>/repositories.json`): the highest
-version per location and per repository name, and the name each location's index carried. An older index is a
-rollback, wherever it is read; an index that names another repository than its location's did is another
-repository served in its place."""
+version per location and per repository name as its signer names it, and the name each location's index carried.
+An older index is a rollback, wherever it is read; an index that names another repository than its location's did
+is another repository served in its place. A name is its signer's word, so its versions are kept per signing key: a
+key trusted for one repository cannot hold another back by claiming its name."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 
 from buildmgr import repo_location as location
 from buildmgr.artifacts import index
-from buildmgr.artifacts.repo import Repo, RepoError
+from buildmgr.artifacts.repo import Repo
 from buildmgr.config import Dirs
 from buildmgr.errors import UserError
 from buildmgr.fsutil import atomic_write_text, locked
@@ -38,38 +39,46 @@ def load(dirs: Dirs) -> index.Seen:
     return index.Seen(index.Seen.VERSION, versions, names, dict(found.named))
 
 
-def check(repo: Repo, dirs: Dirs, taken: index.Index) -> None:
-    """Refused: an index that names another repository than the one this location's index named before (another
-    repository signed by the same key, served in its place), and one older than the highest version this host took
-    of its repository, under any location, or of this location."""
+def _named(signed_by: str, name: str | None) -> str | None:
+    """The key a repository's versions are kept under: its name as the key that signed the index names it."""
+    return f"{signed_by}/{name}" if name is not None else None
+
+
+def problem(repo: Repo, dirs: Dirs, taken: index.Index, signed_by: str) -> str | None:
+    """Why this host refuses the index (None: it does not): it names another repository than the one this location's
+    index named before (another repository signed by the same key, served in its place), or it is older than the
+    highest version this host took of its repository (as `signed_by` names it), under any location, or of this
+    location."""
     seen = load(dirs)
     where = repo.identity
     before = seen.names.get(where)
     if before is not None and taken.repository != before:
-        named = f"repository {taken.repository}" if taken.repository else "no repository"
-        raise RepoError(
-            f"{repo.text}: its index names {named}, and the index this host took from here before named "
-            f"{before}: another repository is being served in its place; nothing was installed (if its publisher "
-            f"made it anew, 'buildmgr repo forget {repo.text}' takes it as a first contact)"
+        said = f"repository {taken.repository}" if taken.repository else "no repository"
+        return (
+            f"its index names {said}, and the index this host took from here before named {before}: another "
+            f"repository is being served in its place (if its publisher made it anew, 'buildmgr repo forget "
+            f"{repo.text}' takes it as a first contact)"
         )
-    floor = max(seen.repositories.get(where, 0), seen.named.get(taken.repository, 0) if taken.repository else 0)
+    named = _named(signed_by, taken.repository)
+    floor = max(seen.repositories.get(where, 0), seen.named.get(named, 0) if named is not None else 0)
     if taken.version < floor:
-        raise RepoError(
-            f"{repo.text}: its index is version {taken.version}, older than version {floor} this host saw before: "
-            "an old copy of the repository is being served (a rollback); nothing was installed"
+        return (
+            f"its index is version {taken.version}, older than version {floor} this host saw before: an old copy of "
+            "the repository is being served (a rollback)"
         )
+    return None
 
 
-def remember(dirs: Dirs, repo: Repo, taken: index.Index) -> None:
-    """The version of a signed index this host takes, and the repository it names, kept under a lock (two installs
-    at once keep the higher)."""
+def remember(dirs: Dirs, repo: Repo, taken: index.Index, signed_by: str) -> None:
+    """The version of a signed index this host takes (signed by `signed_by`), and the repository it names, kept under
+    a lock (two installs at once keep the higher)."""
     path = dirs.seen_indexes
     with locked(path.with_name(path.name + ".lock")):
         seen = load(dirs)
-        where, name = repo.identity, taken.repository
+        where, name, key = repo.identity, taken.repository, _named(signed_by, taken.repository)
         versions = seen.repositories | {where: max(taken.version, seen.repositories.get(where, 0))}
         names = seen.names | ({where: name} if name is not None else {})
-        named = seen.named | ({name: max(taken.version, seen.named.get(name, 0))} if name is not None else {})
+        named = seen.named | ({key: max(taken.version, seen.named.get(key, 0))} if key is not None else {})
         _write(dirs, index.Seen(index.Seen.VERSION, versions, names, named))
 
 

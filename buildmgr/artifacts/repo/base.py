@@ -13,7 +13,7 @@ from typing import IO
 from buildmgr import signing
 from buildmgr.artifacts import index
 from buildmgr.artifacts.archive import Artifact
-from buildmgr.artifacts.repo.net import MIN_RATE, SETTING, Limits, Pace, TooSlow, read_small, transport_errors
+from buildmgr.artifacts.repo.net import MIN_RATE, SETTING, Pace, TooSlow, read_small, transport_errors
 from buildmgr.errors import RepositoryFault, UserError
 from buildmgr.jsonshape import NewerSchema, ShapeError
 
@@ -97,21 +97,22 @@ def append(
         raise Larger
 
 
-def capped(read: Callable[[int], bytes], where: str, limits: Limits | None) -> bytes:
-    """A small file (an index, a signature, a manifest) read whole, refused past METADATA_MAX and, over the network
-    (`limits`), where it is not whole in time."""
-    return read_small(read, where, METADATA_MAX, limits)
+def capped(read: Callable[[int], bytes], where: str) -> bytes:
+    """A small file (an index, a signature, a manifest) read whole, refused past METADATA_MAX."""
+    return read_small(read, where, METADATA_MAX)
 
 
-def parse_index(text: str, data: bytes | None) -> index.Index:
+def parse_index(text: str, data: bytes | None, where: str = index.INDEX) -> index.Index:
+    """A repository's index (`where`: which file of it), read checked: a name, digest or id that would become a
+    path is refused as such; bytes that are no JSON, or nested deeper than any index, are one line (RepoError)."""
     if data is None:
-        raise UserError(f"{text}: no {index.INDEX} here (not a buildmgr repository, or nothing published)")
+        raise UserError(f"{text}: no {where} here (not a buildmgr repository, or nothing published)")
     try:
         return index.Index.from_text(data)
     except NewerSchema as err:
-        raise RepoError(f"{text}/{index.INDEX}: {err}: upgrade buildmgr") from None
+        raise RepoError(f"{text}/{where}: {err}: upgrade buildmgr") from None
     except ShapeError as err:
-        raise RepoError(f"{text}/{index.INDEX} is not a buildmgr index ({err})") from None
+        raise RepoError(f"{text}/{where} is not a buildmgr index this buildmgr reads ({err})") from None
 
 
 class Repo(ABC):
@@ -129,6 +130,11 @@ class Repo(ABC):
         """The repository as a pin names it (`key trust FILE --for REPO`): a directory by its absolute path
         (normalized, links not followed), whether given as a path, relative or not, or as file://; a URL with its
         trailing /; oci://HOST[:PORT]/NAME."""
+
+    def require(self) -> None:
+        """UserError where there is no repository here (a directory without index.json, a registry without the
+        repository), read as cheaply as the kind allows."""
+        self.listing()
 
     @abstractmethod
     def index_files(self, key_id: str | None = None) -> IndexFiles | None:

@@ -85,7 +85,7 @@ class DirRepo(Layout):
     def read(self, relative: str) -> bytes | None:
         try:
             with open_regular(self.path / relative) as handle:
-                return capped(handle.read1, str(self.path / relative), None)
+                return capped(handle.read1, str(self.path / relative))
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as err:

@@ -5,11 +5,14 @@ requests through oras)."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import socket
 import sys
+import threading
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,10 +34,17 @@ _MAX_HOPS = 5
 
 @dataclass(frozen=True)
 class Limits:
-    """How long a server may take: `timeout_s` without an answer (a connection, any read), for a small file (an
-    index, a signature, a manifest) to arrive whole; and an archive must keep up `MIN_RATE` over each `timeout_s`."""
+    """How long a server may take: `timeout_s` without an answer (a connection, any read), `whole_s` for a small
+    file (an index, a signature, a manifest) or an archive's headers to come whole; and an archive must keep up
+    `MIN_RATE` over each `timeout_s`."""
 
     timeout_s: float = TIMEOUT_S
+
+    @property
+    def whole_s(self) -> float:
+        """How long a small file (or an archive's headers) may take in all, from the request on: twice the
+        timeout, so that a server that is silent is said as such ("no answer") before it is cut off."""
+        return 2 * self.timeout_s
 
     @classmethod
     def parse(cls, text: str) -> Limits:
@@ -89,12 +99,15 @@ def opener() -> urllib.request.OpenerDirector:
 
 
 def guard(session: requests.Session, limits: Limits) -> None:
-    """A requests session (oras') held to the same rules as urllib here: a timeout on every connection and read,
-    and every redirect checked by `hop_refused` before it is followed."""
+    """A requests session (oras') held to the same rules as urllib here: no request to another machine's plain http
+    (a token realm's included), a timeout on every connection and read, and every redirect checked by `hop_refused`
+    before it is followed."""
     import requests.adapters
 
     class Timed(requests.adapters.HTTPAdapter):
         def send(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+            if plain_http_refused(request.url):  # any request oras makes: a token realm's too, not only a redirect
+                raise RepositoryFault(f"{request.url}: {PLAIN_HTTP}; not contacted")
             if kwargs.get("timeout") is None:
                 kwargs["timeout"] = limits.timeout_s
             return super().send(request, *args, **kwargs)
@@ -113,10 +126,9 @@ def guard(session: requests.Session, limits: Limits) -> None:
     session.hooks["response"].append(check)
 
 
-def read_small(read: Callable[[int], bytes], where: str, cap: int, limits: Limits | None) -> bytes:
-    """What `read(n)` (a read1: what has arrived, up to n) gives until the end, refused past `cap` bytes (no more
-    than a byte past it read) and, with `limits`, where it is not whole `limits.timeout_s` after the first read."""
-    deadline = time.monotonic() + limits.timeout_s if limits is not None else None
+def read_small(read: Callable[[int], bytes], where: str, cap: int) -> bytes:
+    """What `read(n)` (a read1: what has arrived, up to n) gives until the end, refused past `cap` bytes: no more than
+    a byte past it is read. Over the network, `within` bounds the time it takes."""
     chunks: list[bytes] = []
     got = 0
     while block := read(min(1 << 16, cap + 1 - got)):
@@ -127,12 +139,39 @@ def read_small(read: Callable[[int], bytes], where: str, cap: int, limits: Limit
                 f"{where} is larger than {cap >> 20} MiB, which no index, signature or manifest is: refused unread "
                 "(is this a buildmgr repository?)"
             )
-        if deadline is not None and limits is not None and time.monotonic() > deadline:
-            raise RepositoryFault(
-                f"{where} did not arrive whole in {limits.timeout_s:g} s ({got} bytes came): a server that dribbles, "
-                f"or a link that slow ({SETTING} gives it longer)"
-            )
     return b"".join(chunks)
+
+
+class _Expired(BaseException):
+    """The timer of `within` went off. Not an Exception: no library's broad `except Exception` (oras has them)
+    swallows it on its way up to `within`."""
+
+
+@contextlib.contextmanager
+def within(limits: Limits, what: str) -> Iterator[None]:
+    """The block (a request, with its connection, TLS, headers and, for a small file, its body) cut off
+    `limits.whole_s` from now, however a server keeps its socket busy (headers or a body a byte at a time, each
+    read well inside the sockets' own timeout): a timer signal (ITIMER_REAL) interrupts the read in the main thread,
+    where every command reads its repositories. In another thread the sockets' per-read timeout is the only bound."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: object) -> None:
+        raise _Expired
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, limits.whole_s)
+    try:
+        yield
+    except _Expired:
+        raise RepositoryFault(
+            f"{what} did not come whole in {limits.whole_s:g} s: a server that dribbles, or a link that slow "
+            f"({SETTING} gives it longer)"
+        ) from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 class TooSlow(Exception):

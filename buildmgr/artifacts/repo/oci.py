@@ -20,6 +20,8 @@ from buildmgr.artifacts.archive import Artifact
 from buildmgr.artifacts.repo import oci_index, policy
 from buildmgr.artifacts.repo.base import (
     IndexFiles,
+    Larger,
+    Other,
     Progress,
     Published,
     Repo,
@@ -29,7 +31,7 @@ from buildmgr.artifacts.repo.base import (
     http_total,
     parse_index,
 )
-from buildmgr.artifacts.repo.net import NO_LIMITS_GIVEN, Limits, Pace, unreachable
+from buildmgr.artifacts.repo.net import NO_LIMITS_GIVEN, Limits, Pace, TooSlow, transport_errors, unreachable, within
 from buildmgr.artifacts.repo.oci_store import (
     ENTRY_MEDIA_TYPE,
     OCI_SIGNATURE_TAG,
@@ -94,6 +96,11 @@ class OciRepo(Repo):
             shown = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise RepoError(f"{self.text}: {what} failed ({shown})") from None
 
+    def require(self) -> None:
+        """Its tag list (a 404: no repository of that name), never each tag's manifest (a registry could list a
+        great many)."""
+        self._call("reading its tags", lambda remote: remote.tags())
+
     def index_files(self, key_id: str | None = None) -> IndexFiles | None:
         found: IndexFiles | None = self._call("reading its index", lambda remote: remote.index_files(key_id))
         return found
@@ -137,20 +144,29 @@ class OciRepo(Repo):
 
     def _download(self, entry: index.Entry, part: Path, have: int, progress: Progress | None) -> None:
         remote = self._remote()
-        found = remote.layers(entry).get("")
-        if found is None or found.get("digest") != f"sha256:{entry.sha256}":
-            raise FileNotFoundError(entry.name)
-        headers = {"Range": f"bytes={have}-"} if have else {}
-        url = remote.url("blobs", f"sha256:{entry.sha256}")
-        with remote.client.do_request(url, "GET", headers=headers, stream=True) as response:
-            if response.status_code == 404:
+        said: tuple[type[Exception], ...] = (BuildmgrError, Larger, Other, TooSlow, *transport_errors())
+        try:
+            found = remote.layers(entry).get("")
+            if not isinstance(found, dict) or found.get("digest") != f"sha256:{entry.sha256}":
                 raise FileNotFoundError(entry.name)
-            response.raise_for_status()
-            resumed = response.status_code == 206
-            declared(entry.size, http_total(response.status_code, response.headers.get))
-            response.raw.decode_content = False
-            start = have if resumed else 0
-            append(response.raw, part, "ab" if resumed else "wb", start, entry.size, progress, Pace(self.limits))
+            headers = {"Range": f"bytes={have}-"} if have else {}
+            url = remote.url("blobs", f"sha256:{entry.sha256}")
+            with within(self.limits, f"{url}'s headers"):
+                response = remote.client.do_request(url, "GET", headers=headers, stream=True)
+            with response:
+                if response.status_code == 404:
+                    raise FileNotFoundError(entry.name)
+                response.raise_for_status()
+                resumed = response.status_code == 206
+                declared(entry.size, http_total(response.status_code, response.headers.get))
+                response.raw.decode_content = False
+                start = have if resumed else 0
+                append(response.raw, part, "ab" if resumed else "wb", start, entry.size, progress, Pace(self.limits))
+        except said:
+            raise  # `Repo.fetch` says each, and keeps the intact bytes of a download cut short
+        except Exception as err:  # oras' own (a 401 it cannot answer), a manifest of another shape
+            shown = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise RepoError(f"{self.text}: downloading {entry.name} failed ({shown})") from None
 
     def publish(
         self, artifact: Artifact, key: signing.SecretKey | None, builder: str, days: int = index.EXPIRES_DAYS

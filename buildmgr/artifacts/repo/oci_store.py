@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from buildmgr import jsonshape
 from buildmgr.artifacts import index
 from buildmgr.artifacts.repo.base import IndexFiles, RepoError, capped
-from buildmgr.artifacts.repo.net import Limits, guard
+from buildmgr.artifacts.repo.net import Limits, guard, within
 from buildmgr.errors import UserError
 
 if TYPE_CHECKING:
@@ -89,35 +89,32 @@ class Remote:
 
     def manifest(self, tag: str) -> dict[str, Any] | None:
         url = self.url("manifests", tag)
-        response = self.client.do_request(
-            url, "GET", headers={"Accept": "application/vnd.oci.image.manifest.v1+json"}, stream=True
-        )
-        with response:
+        accept = {"Accept": "application/vnd.oci.image.manifest.v1+json"}
+        with within(self.limits, url), self.client.do_request(url, "GET", headers=accept, stream=True) as response:
             if response.status_code == 404:
                 return None
             response.raise_for_status()
-            found = jsonshape.parse(capped(_raw_reader(response), url, self.limits))
+            found = jsonshape.parse(capped(_raw_reader(response), url))
         if not isinstance(found, dict):
             raise RepoError(f"{url}: not a manifest (a JSON object)")
         return found
 
     def blob(self, digest: str) -> bytes:
         url = self.url("blobs", digest)
-        response = self.client.do_request(url, "GET", stream=True)
-        with response:
+        with within(self.limits, url), self.client.do_request(url, "GET", stream=True) as response:
             response.raise_for_status()
-            return capped(_raw_reader(response), url, self.limits)
+            return capped(_raw_reader(response), url)
 
     def tags(self) -> list[str]:
         url = self.url("tags", "list")
-        with self.client.do_request(url, "GET", stream=True) as response:
+        with within(self.limits, url), self.client.do_request(url, "GET", stream=True) as response:
             if response.status_code == 404:  # the registry knows no repository of this name
                 raise UserError(
                     f"{self.text}: {self.registry} has no repository {self.name} (nothing was published to it: check "
                     "the name)"
                 )
             response.raise_for_status()
-            found = jsonshape.parse(capped(_raw_reader(response), url, self.limits))
+            found = jsonshape.parse(capped(_raw_reader(response), url))
         tags = found.get("tags") if isinstance(found, dict) else None
         return [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []
 

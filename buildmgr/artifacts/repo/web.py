@@ -11,7 +11,7 @@ from buildmgr.artifacts import index
 from buildmgr.artifacts.archive import Artifact
 from buildmgr.artifacts.repo.base import Progress, Published, RepoError, append, capped, declared, http_total
 from buildmgr.artifacts.repo.directory import Layout
-from buildmgr.artifacts.repo.net import NO_LIMITS_GIVEN, Limits, Pace, opener, unreachable
+from buildmgr.artifacts.repo.net import NO_LIMITS_GIVEN, Limits, Pace, opener, unreachable, within
 from buildmgr.errors import UserError
 
 
@@ -39,8 +39,8 @@ class HttpRepo(Layout):
 
         where = self.url + relative
         try:
-            with opener().open(where, timeout=self.limits.timeout_s) as response:
-                return capped(response.read1, where, self.limits)
+            with within(self.limits, where), opener().open(where, timeout=self.limits.timeout_s) as response:
+                return capped(response.read1, where)
         except urllib.error.HTTPError as err:
             if err.code == 404:
                 return None
@@ -56,7 +56,8 @@ class HttpRepo(Layout):
         headers = {"Range": f"bytes={have}-"} if have else {}
         request = urllib.request.Request(self.url + entry.path, headers=headers)
         try:
-            response = opener().open(request, timeout=self.limits.timeout_s)
+            with within(self.limits, f"{self.url + entry.path}'s headers"):
+                response = opener().open(request, timeout=self.limits.timeout_s)
         except urllib.error.HTTPError as err:
             if err.code == 404:
                 raise FileNotFoundError(entry.path) from None

@@ -151,6 +151,7 @@ DEVICE_CODE = DeviceCode(
     ("cuda_sass", "cuda_ptx"),
     lazy(f"{__name__}.smi", "visible_capabilities"),
     lazy(f"{__name__}.device_code", "kernel_findings"),
+    r"(sm|compute)_[0-9]+[af]?",
 )
 
 # --- toolchains from NVIDIA's PyPI wheels (`buildmgr toolchain add cuda`), laid out by kit.py --------------------

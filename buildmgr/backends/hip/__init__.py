@@ -82,6 +82,7 @@ DEVICE_CODE = DeviceCode(
     ("hip_targets",),
     lazy(f"{__name__}.device_code", "visible_targets"),
     lazy(f"{__name__}.device_code", "kernel_findings"),
+    r"gfx[0-9a-f]+",
 )
 
 # AMD's integrated GPUs, by the names drivers give them. A plain "AMD Radeon Graphics" is not among them: RADV gives that
