@@ -44,3 +44,14 @@ class RepositoryFault(BuildmgrError):
     blob, a missing file, a bad signature): nothing was installed."""
 
     exit_code = 1
+
+
+class NetworkFault(RepositoryFault):
+    """A repository that could not be read as it should, in time: unreachable, silent, too slow, cut short, or
+    redirected where no hop may go. What came intact of an archive is kept: the next try resumes it."""
+
+
+class Deadline(BaseException):
+    """A repository read's timer went off (`artifacts.repo.net.within`). Not an Exception: no library's broad
+    `except Exception` swallows it on its way up; `within` makes it a NetworkFault, and the command line says one
+    that got past it (the timer going off as its block ended) as one."""

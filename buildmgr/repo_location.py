@@ -113,9 +113,13 @@ def identity(text: str) -> str:
 
 
 def canonical(name: str) -> str:
-    """A key written by an earlier buildmgr (a pin, a version seen) in today's spelling; one that is not a
-    repository's is kept as it is (it matches nothing)."""
+    """A key written by an earlier buildmgr (a pin, a version seen) in today's spelling: a user in it left out (an
+    earlier buildmgr took `oci://user@host/…`, reached as `oci://host/…` today, whose pin must hold there); one that
+    is still no repository's is kept as it is (it matches nothing)."""
+    parts = urllib.parse.urlsplit(name)
+    if parts.username is not None:
+        parts = parts._replace(netloc=parts.netloc.rpartition("@")[2])
     try:
-        return identity(name)
+        return identity(urllib.parse.urlunsplit(parts) if parts.scheme else name)
     except UserError:
         return name

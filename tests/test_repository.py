@@ -485,7 +485,7 @@ def test_a_server_that_goes_away_mid_download_leaves_a_part_the_next_try_resumes
     dying, url = serve(repo, cut=0.5)
     try:
         with pytest.raises(RepositoryFault, match="they are kept and the next try resumes"):
-            deliver.fetch(open_repo(url), held, dirs)
+            deliver.fetch_held(open_repo(url), held, dirs)
     finally:
         dying.shutdown()
     part = deliver.downloads(dirs) / held.sha256 / f"{held.name}.part"
@@ -494,7 +494,7 @@ def test_a_server_that_goes_away_mid_download_leaves_a_part_the_next_try_resumes
     seen: list[int] = []
     server, url = serve(repo)
     try:
-        archive = deliver.fetch(open_repo(url), held, dirs, lambda done, total: seen.append(done)).archive
+        archive = deliver.fetch_held(open_repo(url), held, dirs, lambda done, total: seen.append(done)).archive
     finally:
         server.shutdown()
     assert archives.sha256_file(archive) == held.sha256 and not part.exists()
@@ -503,9 +503,9 @@ def test_a_server_that_goes_away_mid_download_leaves_a_part_the_next_try_resumes
     archive.unlink()
     part.write_bytes(b"\0" * (held.size // 2))
     with pytest.raises(RepositoryFault, match="changed after it was published"):
-        deliver.fetch(open_repo(str(repo)), held, dirs)
+        deliver.fetch_held(open_repo(str(repo)), held, dirs)
     assert not part.exists() and not archive.exists()
-    assert archives.sha256_file(deliver.fetch(open_repo(str(repo)), held, dirs).archive) == held.sha256
+    assert archives.sha256_file(deliver.fetch_held(open_repo(str(repo)), held, dirs).archive) == held.sha256
 
 
 def test_an_index_padded_past_what_any_index_is_is_refused_unread_over_every_transport(tmp_path):
@@ -586,11 +586,11 @@ def test_oci_faults_a_changed_blob_and_a_registry_that_goes_away_then_resumes(tm
     part.write_bytes(path.read_bytes()[: held.size // 2])
     registry.stop()
     with pytest.raises(RepositoryFault, match="the next try resumes"):
-        deliver.fetch(repo, held, dirs)
+        deliver.fetch_held(repo, held, dirs)
     assert part.stat().st_size == held.size // 2
     registry.start()
     seen: list[int] = []
-    archive = deliver.fetch(repo, held, dirs, lambda done, total: seen.append(done)).archive
+    archive = deliver.fetch_held(repo, held, dirs, lambda done, total: seen.append(done)).archive
     assert archives.sha256_file(archive) == held.sha256 and seen[0] == held.size // 2  # resumed by Range
     archive.unlink()
     blob = registry.blob_file(held.sha256)
@@ -666,7 +666,7 @@ def test_install_killed_mid_download_leaves_nothing_installed_and_the_next_run_r
     )
     server, url = serve(repo)
     try:
-        archive = deliver.fetch(open_repo(url), held, dirs, lambda done, total: seen.append(done)).archive
+        archive = deliver.fetch_held(open_repo(url), held, dirs, lambda done, total: seen.append(done)).archive
     finally:
         server.shutdown()
     assert seen[0] == kept and archives.sha256_file(archive) == held.sha256

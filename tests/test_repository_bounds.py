@@ -87,7 +87,7 @@ def test_an_http_body_longer_than_the_index_says_is_cut_at_its_size_and_refused(
     seen: list[int] = []
     try:
         with pytest.raises(RepositoryFault, match=f"{held.name} is larger than its index says"):
-            deliver.fetch(
+            deliver.fetch_held(
                 open_repo(f"http://127.0.0.1:{server.server_address[1]}/"),
                 held,
                 dirs_of(host),

@@ -3,6 +3,7 @@ GPUs can run the GPU code in it: one finding each, errors blocking the install."
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 
@@ -105,7 +106,19 @@ def _cpu_findings(summary: Summary, cpu_flags: frozenset[str]) -> list[Finding]:
     GGML_NATIVE=OFF with its build host's features), each checked against this CPU's flags; or -march=native, whose
     instructions only the smoke run can tell."""
     if summary.cpu_features:
-        lacking = backends.cpu_features_lacking(summary.cpu_features, cpu_flags)
+        lacking, unknown = backends.cpu_features_lacking(summary.cpu_features, cpu_flags)
+        if unknown:
+            warned = Finding(
+                Severity.WARNING,
+                "",
+                f"built for CPU features this buildmgr does not know: {', '.join(unknown)} (a newer one's); whether "
+                "this CPU has them, only the smoke run will tell",
+            )
+            known = tuple(d for d in summary.cpu_features if d not in unknown)
+            return [
+                warned,
+                *(_cpu_findings(dataclasses.replace(summary, cpu_features=known), cpu_flags) if known else []),
+            ]
         if lacking:
             return [
                 Finding(

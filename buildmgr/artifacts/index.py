@@ -31,6 +31,7 @@ EXACT_TREES = ("pinned", "clean")  # a source exactly its commit; any other is a
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _KEY_ID = re.compile(r"[0-9A-F]{16}")  # as minisign prints a key id
 _NAME = re.compile(r"llama-[A-Za-z0-9._+-]+\.tar\.gz")
+_REPOSITORY = re.compile(r"[0-9a-f]{32}")  # a repository's name, as `publish` makes it
 _VERSION = re.compile(r"[0-9]+(\.[0-9]+){0,3}")  # a glibc or libstdc++ floor: 2.35, 3.4.30
 
 
@@ -82,10 +83,13 @@ def summary_of(receipt: Receipt, receipt_sha256: str) -> Summary:
 
 
 def summary_as_indexed(receipt: Receipt, receipt_sha256: str, said: Summary) -> Summary:
-    """The receipt's summary as the index that says `said` holds it: a field an index written before it lacks is
-    left out, so the archive an older buildmgr published still matches its entry."""
+    """The receipt's summary as the index that says `said` holds it, so that an archive an older buildmgr published
+    still matches its entry: `cpu_features` left out where the index lacks it, and read only as far as the index
+    lists it (a feature this buildmgr's table gained since is in the receipt's defines, unlisted then)."""
     found = summary_of(receipt, receipt_sha256)
-    return dataclasses.replace(found, cpu_features=None) if said.cpu_features is None else found
+    if said.cpu_features is None or set(said.cpu_features) <= set(found.cpu_features or ()):
+        return dataclasses.replace(found, cpu_features=said.cpu_features)
+    return found
 
 
 @dataclass(frozen=True)
@@ -179,6 +183,10 @@ class Index(jsonshape.Record):
     @classmethod
     def from_json(cls, data: object) -> Index:
         index = super().from_json(data)
+        if index.repository is not None and not _REPOSITORY.fullmatch(index.repository):
+            raise jsonshape.ShapeError(
+                f"repository {index.repository[:40]!r} is not a repository's name (32 hex digits)"
+            )
         for entry in index.artifacts:
             entry.check()
         return index

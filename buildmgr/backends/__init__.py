@@ -179,15 +179,16 @@ def cpu_features() -> dict[str, tuple[str, ...]]:
     return {define: flags for known in all_backends() for define, flags in known.cpu_features.items()}
 
 
-def cpu_features_lacking(defines: Sequence[str], cpu_flags: frozenset[str]) -> list[str]:
-    """Those of `defines` whose CPU flags `cpu_flags` (/proc/cpuinfo's) lack, each with the flags it lacks."""
+def cpu_features_lacking(defines: Sequence[str], cpu_flags: frozenset[str]) -> tuple[list[str], list[str]]:
+    """(those of `defines` whose CPU flags `cpu_flags` (/proc/cpuinfo's) lack, each with the flags it lacks; those
+    this buildmgr knows no flags of, a newer one's)."""
     known = cpu_features()
     lacking = []
-    for define in defines:
-        missing = [flag for flag in known.get(define, ()) if flag not in cpu_flags]
+    for define in (d for d in defines if d in known):
+        missing = [flag for flag in known[define] if flag not in cpu_flags]
         if missing:
             lacking.append(f"{define} ({', '.join(missing)})")
-    return lacking
+    return lacking, [d for d in defines if d not in known]
 
 
 def build_failures() -> tuple[Signature, ...]:

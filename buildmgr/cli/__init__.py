@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from buildmgr import __version__
-from buildmgr.errors import BuildFailed, BuildmgrError, UserError
+from buildmgr.errors import BuildFailed, BuildmgrError, Deadline, UserError
 
 if TYPE_CHECKING:
     from buildmgr.config import Context
@@ -233,6 +233,8 @@ def _run(words: list[str], watched: _Watched | None) -> int:
         return code
     except BuildmgrError as err:
         return _failed(watched, one_line(str(err)), err.exit_code)
+    except Deadline:  # a repository read's timer that went off as its block ended (`within` says the others)
+        return _failed(watched, "a repository's server was cut off at its network timeout; run it again", 1)
     except KeyboardInterrupt:
         render.err().print("buildmgr: interrupted")
         return 130

@@ -96,7 +96,7 @@ def register(sub: Subparsers, name: str) -> None:
         p = command(
             sub,
             "repo",
-            repo_list,
+            repo_command,
             "what a binary repository holds",
             json=True,
             about="'list' shows every artifact a binary repository holds (a directory, an http(s):// URL serving "
@@ -352,12 +352,14 @@ def _entry_json(entry: Entry) -> dict[str, Any]:
     }
 
 
-def repo_list(args: argparse.Namespace, ctx: Context) -> int:
+def repo_command(args: argparse.Namespace, ctx: Context) -> int:
+    source = _open(args.repo, ctx)
+    return _forget(source, args, ctx) if args.action == "forget" else _list(source, args, ctx)
+
+
+def _list(source: Repo, args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr.artifacts import deliver
 
-    source = _open(args.repo, ctx)
-    if args.action == "forget":
-        return _forget(source, args, ctx)
     examined = deliver.examine(source, ctx.dirs)
     entries = examined.index.artifacts
     verified = examined.vouched_by is not None
@@ -381,12 +383,12 @@ def repo_list(args: argparse.Namespace, ctx: Context) -> int:
             "yes" if verified else "no",
         )  # fmt: skip
     render.show(table)
+    if examined.note is not None:
+        ctx.warn(f"note: {examined.note}")
     if verified:
-        render.say(f"index.json {examined.state}, a key trusted here for {source.identity}: each row is vouched for")
+        render.say(f"its index {examined.state}, a key trusted here for {source.identity}: each row is vouched for")
     else:
-        ctx.warn(
-            f"note: nothing listed is verified: its index.json {'is ' if examined.state == 'unsigned' else ''}{examined.state}"
-        )
+        ctx.warn(f"note: nothing listed is verified: its index.json {examined.state}")
     return 0
 
 

@@ -6,7 +6,7 @@ prove the choice: the installed build must see a device of the backend it was pi
 the next candidate is tried. An archive installed here before is not fetched again."""
 
 from buildmgr.artifacts.deliver.choose import Attempt, Outcome, candidates, install_best
-from buildmgr.artifacts.deliver.fetching import downloads, fetch, installed_here
+from buildmgr.artifacts.deliver.fetching import downloads, fetch_held, held, installed_here
 from buildmgr.artifacts.deliver.freshness import Examined, Listing, examine, read_index, remember
 from buildmgr.artifacts.deliver.seen import Forgotten, forget
 
@@ -19,8 +19,9 @@ __all__ = [
     "candidates",
     "downloads",
     "examine",
-    "fetch",
+    "fetch_held",
     "forget",
+    "held",
     "install_best",
     "installed_here",
     "read_index",

@@ -15,9 +15,9 @@ from buildmgr.artifacts.archive import BadArchive
 from buildmgr.artifacts.deliver.fetching import discard_held, fetch_held, held, installed_before, verify, vouched
 from buildmgr.artifacts.deliver.trust import untrusted, vouched_line
 from buildmgr.artifacts.install import Installed, install
-from buildmgr.artifacts.repo import Progress, Repo, RepoError
+from buildmgr.artifacts.repo import Progress, Repo
 from buildmgr.config import Dirs
-from buildmgr.errors import BuildFailed
+from buildmgr.errors import BuildFailed, NetworkFault, RepositoryFault
 
 if TYPE_CHECKING:
     from buildmgr.progress import Reporter
@@ -110,8 +110,11 @@ def install_best(
                     Attempt(candidate, Outcome.CANNOT_RUN, f"its smoke run failed here ({err})", None, signed_by)
                 )
                 continue
-            except RepoError as err:
-                discard_held(dirs, entry)  # bytes that failed verification are never kept (a .part cut short is)
+            except NetworkFault as err:  # what came intact is kept: the next try resumes it, or verifies it again
+                attempts.append(Attempt(candidate, Outcome.FAULT, str(err), None, signed_by))
+                return attempts
+            except RepositoryFault as err:
+                discard_held(dirs, entry)  # bytes that failed verification are never kept
                 attempts.append(Attempt(candidate, Outcome.FAULT, str(err), None, signed_by))
                 return attempts
             except BadArchive as err:  # the repository's archive, not the user's file

@@ -15,8 +15,9 @@ from buildmgr.artifacts import index, select
 from buildmgr.artifacts.archive import Artifact
 from buildmgr.artifacts.deliver.trust import voucher
 from buildmgr.artifacts.install import Installed
-from buildmgr.artifacts.repo import Progress, Repo, RepoError
+from buildmgr.artifacts.repo import Progress, Repo
 from buildmgr.config import Dirs
+from buildmgr.errors import RepositoryFault
 from buildmgr.findings import Finding
 from buildmgr.fsutil import atomic_write_text, file_digests, locked, sha256_file
 from buildmgr.jsonshape import ShapeError
@@ -39,12 +40,6 @@ def held(dirs: Dirs, entry: index.Entry) -> contextlib.AbstractContextManager[bo
     return locked(downloads(dirs) / entry.sha256 / ".lock")
 
 
-def fetch(repo: Repo, entry: index.Entry, dirs: Dirs, progress: Progress | None = None) -> Fetched:
-    """`fetch_held` under the download folder's lock."""
-    with held(dirs, entry):
-        return fetch_held(repo, entry, dirs, progress)
-
-
 def fetch_held(repo: Repo, entry: index.Entry, dirs: Dirs, progress: Progress | None = None) -> Fetched:
     """The archive in `<cache>/downloads/<sha256>/`, its digest checked (a wrong one is deleted, never kept); the
     caller holds the folder's lock (`held`)."""
@@ -56,7 +51,7 @@ def fetch_held(repo: Repo, entry: index.Entry, dirs: Dirs, progress: Progress | 
         sha256, blake2b = file_digests(archive, "sha256", "blake2b")
         if sha256.hexdigest() != entry.sha256:
             archive.unlink()
-            raise RepoError(
+            raise RepositoryFault(
                 f"{entry.name} from {repo.text} has sha256 {sha256.hexdigest()[:12]}…, and the index says "
                 f"{entry.sha256[:12]}…: it was changed after it was published; nothing was installed"
             )
@@ -82,9 +77,11 @@ def verify(
     minisig, attestation = found.get(index.MINISIG), found.get(index.ATTESTATION)
     if minisig is None or attestation is None:
         if signer is not None:
-            raise RepoError(f"{entry.name}: the index says it is signed by {signer}, and its signature is missing")
+            raise RepositoryFault(
+                f"{entry.name}: the index says it is signed by {signer}, and its signature is missing"
+            )
         if not allow_unsigned:
-            raise RepoError(f"{entry.name}: its signature files are missing; nothing was installed")
+            raise RepositoryFault(f"{entry.name}: its signature files are missing; nothing was installed")
         return None
     try:
         signed = (
@@ -94,24 +91,24 @@ def verify(
     except signing.Untrusted as err:
         if allow_unsigned:
             return None
-        raise RepoError(f"{entry.name}: {err}, though its index says it is signed by a trusted key") from None
+        raise RepositoryFault(f"{entry.name}: {err}, though its index says it is signed by a trusted key") from None
     except (signing.SignatureError, ValueError) as err:
-        raise RepoError(f"{entry.name}: {err}; nothing was installed") from None
+        raise RepositoryFault(f"{entry.name}: {err}; nothing was installed") from None
     if signed is not None and key_id != signed.key_id:
-        raise RepoError(f"{entry.name}: its .minisig is by {signed.key_id} and its attestation by {key_id}")
+        raise RepositoryFault(f"{entry.name}: its .minisig is by {signed.key_id} and its attestation by {key_id}")
     if index.attested_digest(statement, entry.name) != entry.sha256:
-        raise RepoError(f"{entry.name}: its attestation is about another archive; nothing was installed")
+        raise RepositoryFault(f"{entry.name}: its attestation is about another archive; nothing was installed")
     # what is signed is checked, not only that it is signed: the .minisig's trusted comment and the provenance
     if signed is not None and signed.trusted_comment != index.artifact_comment(
         entry.name, entry.sha256, entry.summary.id
     ):
-        raise RepoError(
+        raise RepositoryFault(
             f"{entry.name}: its signature's trusted comment {signed.trusted_comment[:120]!r} is not about this archive "
             "and build; nothing was installed"
         )
     mismatch = index.provenance_mismatch(statement, entry)
     if mismatch is not None:
-        raise RepoError(f"{entry.name}: its attestation does not hold: {mismatch}; nothing was installed")
+        raise RepositoryFault(f"{entry.name}: its attestation does not hold: {mismatch}; nothing was installed")
     return key_id
 
 
@@ -119,9 +116,11 @@ def _envelope(entry: index.Entry, attestation: bytes) -> dict[str, Any]:
     try:
         found = jsonshape.parse(attestation)
     except ShapeError as err:
-        raise RepoError(f"{entry.name}: its attestation is {err}; nothing was installed") from None
+        raise RepositoryFault(f"{entry.name}: its attestation is {err}; nothing was installed") from None
     if not isinstance(found, dict):
-        raise RepoError(f"{entry.name}: its attestation is not a DSSE envelope (a JSON object); nothing was installed")
+        raise RepositoryFault(
+            f"{entry.name}: its attestation is not a DSSE envelope (a JSON object); nothing was installed"
+        )
     return found
 
 
@@ -133,7 +132,7 @@ def vouched(repo: Repo, candidate: select.Candidate) -> Callable[[Artifact], lis
         entry = candidate.entry
         found = index.summary_as_indexed(artifact.receipt, artifact.receipt_sha256, entry.summary)
         if found != entry.summary:
-            raise RepoError(
+            raise RepositoryFault(
                 f"{entry.name}: its receipt is not what {repo.text}'s index says of it ({_differing(found, entry.summary)}); "
                 "nothing was installed"
             )
@@ -176,7 +175,7 @@ def installed_before(repo: Repo, dirs: Dirs, entry: index.Entry) -> Installed | 
         if build.id == entry.summary.id and (these_bytes or _receipt_sha256(build) == entry.summary.receipt_sha256):
             found = index.summary_as_indexed(build.receipt, entry.summary.receipt_sha256, entry.summary)
             if found != entry.summary:
-                raise RepoError(
+                raise RepositoryFault(
                     f"{entry.name}: the build installed from it is not what {repo.text}'s index says of it "
                     f"({_differing(found, entry.summary)}); nothing was installed"
                 )

@@ -6,6 +6,7 @@ key trusted for one repository cannot hold another back by claiming its name."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from buildmgr import repo_location as location
@@ -39,16 +40,12 @@ def load(dirs: Dirs) -> index.Seen:
     return index.Seen(index.Seen.VERSION, versions, names, dict(found.named))
 
 
-def _named(signed_by: str, name: str | None) -> str | None:
-    """The key a repository's versions are kept under: its name as the key that signed the index names it."""
-    return f"{signed_by}/{name}" if name is not None else None
-
-
-def problem(repo: Repo, dirs: Dirs, taken: index.Index, signed_by: str) -> str | None:
+def problem(repo: Repo, dirs: Dirs, taken: index.Index, vouching: Collection[str]) -> str | None:
     """Why this host refuses the index (None: it does not): it names another repository than the one this location's
     index named before (another repository signed by the same key, served in its place), or it is older than the
-    highest version this host took of its repository (as `signed_by` names it), under any location, or of this
-    location."""
+    highest version this host took of this location, or of its repository as any key that vouches for the location
+    here (`vouching`) named it: a key trusted for another repository only holds no repository of this one back, and
+    a rotated or second key's older index is still older."""
     seen = load(dirs)
     where = repo.identity
     before = seen.names.get(where)
@@ -59,8 +56,8 @@ def problem(repo: Repo, dirs: Dirs, taken: index.Index, signed_by: str) -> str |
             f"repository is being served in its place (if its publisher made it anew, 'buildmgr repo forget "
             f"{repo.text}' takes it as a first contact)"
         )
-    named = _named(signed_by, taken.repository)
-    floor = max(seen.repositories.get(where, 0), seen.named.get(named, 0) if named is not None else 0)
+    named = [seen.named.get(f"{key}/{taken.repository}", 0) for key in vouching] if taken.repository else []
+    floor = max([seen.repositories.get(where, 0), *named])
     if taken.version < floor:
         return (
             f"its index is version {taken.version}, older than version {floor} this host saw before: an old copy of "
@@ -75,7 +72,8 @@ def remember(dirs: Dirs, repo: Repo, taken: index.Index, signed_by: str) -> None
     path = dirs.seen_indexes
     with locked(path.with_name(path.name + ".lock")):
         seen = load(dirs)
-        where, name, key = repo.identity, taken.repository, _named(signed_by, taken.repository)
+        where, name = repo.identity, taken.repository
+        key = f"{signed_by}/{name}" if name is not None else None  # its name as the key that signed it names it
         versions = seen.repositories | {where: max(taken.version, seen.repositories.get(where, 0))}
         names = seen.names | ({where: name} if name is not None else {})
         named = seen.named | ({key: max(taken.version, seen.named.get(key, 0))} if key is not None else {})

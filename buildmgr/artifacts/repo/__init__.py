@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from buildmgr import repo_location as location
-from buildmgr.artifacts.repo.base import IndexFiles, Progress, Published, Repo, RepoError
+from buildmgr.artifacts.repo.base import IndexFiles, Progress, Published, Repo
 from buildmgr.artifacts.repo.directory import DirRepo
 from buildmgr.artifacts.repo.net import NO_LIMITS_GIVEN, PLAIN_HTTP, Limits, plain_http_refused
 from buildmgr.artifacts.repo.oci import OciRepo
@@ -24,7 +24,7 @@ from buildmgr.artifacts.repo.web import HttpRepo
 from buildmgr.errors import UserError
 from buildmgr.repo_location import Kind
 
-__all__ = ["IndexFiles", "Limits", "Progress", "Published", "Repo", "RepoError", "open_repo"]
+__all__ = ["IndexFiles", "Limits", "Progress", "Published", "Repo", "open_repo"]
 
 
 def open_repo(text: str, limits: Limits = NO_LIMITS_GIVEN) -> Repo:

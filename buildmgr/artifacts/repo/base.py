@@ -13,8 +13,18 @@ from typing import IO
 from buildmgr import signing
 from buildmgr.artifacts import index
 from buildmgr.artifacts.archive import Artifact
-from buildmgr.artifacts.repo.net import MIN_RATE, SETTING, Pace, TooSlow, read_small, transport_errors
-from buildmgr.errors import RepositoryFault, UserError
+from buildmgr.artifacts.repo.net import (
+    MIN_RATE,
+    NO_LIMITS_GIVEN,
+    SETTING,
+    Limits,
+    Pace,
+    TooSlow,
+    read_small,
+    transport_errors,
+    unreachable,
+)
+from buildmgr.errors import NetworkFault, RepositoryFault, UserError
 from buildmgr.jsonshape import NewerSchema, ShapeError
 
 _BLOCK = 1 << 20
@@ -24,7 +34,6 @@ _BLOCK = 1 << 20
 METADATA_MAX = 16 << 20
 
 Progress = Callable[[int, int], None]  # (bytes so far, bytes in all)
-RepoError = RepositoryFault
 
 
 @dataclass(frozen=True)
@@ -104,15 +113,15 @@ def capped(read: Callable[[int], bytes], where: str) -> bytes:
 
 def parse_index(text: str, data: bytes | None, where: str = index.INDEX) -> index.Index:
     """A repository's index (`where`: which file of it), read checked: a name, digest or id that would become a
-    path is refused as such; bytes that are no JSON, or nested deeper than any index, are one line (RepoError)."""
+    path is refused as such; bytes that are no JSON, or nested deeper than any index, are one line (RepositoryFault)."""
     if data is None:
         raise UserError(f"{text}: no {where} here (not a buildmgr repository, or nothing published)")
     try:
         return index.Index.from_text(data)
     except NewerSchema as err:
-        raise RepoError(f"{text}/{where}: {err}: upgrade buildmgr") from None
+        raise RepositoryFault(f"{text}/{where}: {err}: upgrade buildmgr") from None
     except ShapeError as err:
-        raise RepoError(f"{text}/{where} is not a buildmgr index this buildmgr reads ({err})") from None
+        raise RepositoryFault(f"{text}/{where} is not a buildmgr index this buildmgr reads ({err})") from None
 
 
 class Repo(ABC):
@@ -120,6 +129,7 @@ class Repo(ABC):
     written)."""
 
     text: str
+    limits: Limits = NO_LIMITS_GIVEN  # how long its server may take (a directory's reads have no server)
 
     @abstractmethod
     def listing(self) -> index.Index: ...
@@ -127,9 +137,8 @@ class Repo(ABC):
     @property
     @abstractmethod
     def identity(self) -> str:
-        """The repository as a pin names it (`key trust FILE --for REPO`): a directory by its absolute path
-        (normalized, links not followed), whether given as a path, relative or not, or as file://; a URL with its
-        trailing /; oci://HOST[:PORT]/NAME."""
+        """The repository as a pin names it (`key trust FILE --for REPO`), in its one spelling
+        (`repo_location.identity`)."""
 
     def require(self) -> None:
         """UserError where there is no repository here (a directory without index.json, a registry without the
@@ -172,32 +181,33 @@ class Repo(ABC):
             self._download(entry, part, have, progress)
         except Larger:
             part.unlink(missing_ok=True)  # bytes from a source that lies about its size are not kept
-            raise RepoError(
+            raise RepositoryFault(
                 f"{self.text}: {entry.name} is larger than its index says ({entry.size} bytes); reading stopped there "
                 "and what came was deleted"
             ) from None
         except Other as err:
             part.unlink(missing_ok=True)
-            raise RepoError(
+            raise RepositoryFault(
                 f"{self.text}: {entry.name} is {err.size} bytes there, and its index says {entry.size}: not the "
                 "archive that was published; what came was deleted"
             ) from None
         except TooSlow as err:
-            raise RepoError(
+            raise NetworkFault(
                 f"reading {entry.name} from {self.text}: it came at {err.rate / 1024:.1f} KiB/s over {err.window_s:.0f} "
                 f"s, slower than {MIN_RATE >> 10} KiB/s (a server that dribbles, or a link that slow: {SETTING} "
                 f"widens the window); {part.stat().st_size} of {entry.size} bytes are kept and the next try resumes"
             ) from None
         except FileNotFoundError:
-            raise RepoError(f"{self.text}: {entry.name} is in the index but not in the repository") from None
+            raise RepositoryFault(f"{self.text}: {entry.name} is in the index but not in the repository") from None
         except transport_errors() as err:
-            raise RepoError(
-                f"reading {entry.name} from {self.text} failed ({getattr(err, 'reason', None) or err}); "
+            why = unreachable(err, self.limits.timeout_s) or getattr(err, "reason", None) or err
+            raise NetworkFault(
+                f"reading {entry.name} from {self.text} failed ({why}); "
                 f"{part.stat().st_size if part.exists() else 0} of {entry.size} bytes are kept and the next try resumes"
             ) from None
         got = part.stat().st_size if part.exists() else 0
         if got < entry.size:
-            raise RepoError(
+            raise NetworkFault(
                 f"reading {entry.name} from {self.text} stopped after {got} of {entry.size} bytes; they are kept and "
                 "the next try resumes"
             )

@@ -23,13 +23,12 @@ from buildmgr.artifacts.repo.base import (
     Progress,
     Published,
     Repo,
-    RepoError,
     append,
     capped,
     declared,
     parse_index,
 )
-from buildmgr.errors import UserError
+from buildmgr.errors import RepositoryFault, UserError
 from buildmgr.fsutil import atomic_write_bytes, atomic_write_text, fsync_file, locked, sha256_file
 
 LOCK = ".lock"
@@ -63,7 +62,7 @@ def open_regular(path: Path) -> io.BufferedReader:
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise RepoError(
+            raise RepositoryFault(
                 f"cannot read {path}: it is not a regular file (a FIFO, a device or a link to one, which may never end)"
             )
         os.set_blocking(fd, True)
@@ -89,7 +88,9 @@ class DirRepo(Layout):
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as err:
-            raise RepoError(f"cannot read {self.path / relative}: {getattr(err, 'strerror', None) or err}") from None
+            raise RepositoryFault(
+                f"cannot read {self.path / relative}: {getattr(err, 'strerror', None) or err}"
+            ) from None
 
     def _download(self, entry: index.Entry, part: Path, have: int, progress: Progress | None) -> None:
         with open_regular(self.path / entry.path) as src:
@@ -155,7 +156,8 @@ def _write_index(root: Path, current: index.Index, key: signing.SecretKey | None
     """The next version of the index in place (under the repository's lock), signed with `key` and kept as the last
     one that key signed too. A reader never pairs new bytes with an old signature: the signature goes first, and
     comes back after the bytes (a reader in between finds the key's own copy, whole)."""
-    written = policy.named(current).next(policy.expiry(days) if key is not None else None)
+    own = None if key is None or current.repository is not None else _read_own(root, key.public.id)
+    written = policy.named(current, key, own).next(policy.expiry(days) if key is not None else None)
     data = written.to_text().encode()
     signature = None
     if key is not None:
@@ -169,6 +171,15 @@ def _write_index(root: Path, current: index.Index, key: signing.SecretKey | None
     if signature is not None:
         atomic_write_bytes(root / index.INDEX_SIGNATURE, signature)
     return written
+
+
+def _read_own(root: Path, key_id: str) -> IndexFiles | None:
+    """The last index `key_id` signed here, and its .minisig, as the repository holds them."""
+    copy = root / index.key_index(key_id)
+    try:
+        return IndexFiles(copy.read_bytes(), copy.with_name(copy.name + index.MINISIG).read_bytes())
+    except OSError:
+        return None
 
 
 def _place(data: bytes, dest: Path, sha256: str) -> None:

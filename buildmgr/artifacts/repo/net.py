@@ -5,19 +5,18 @@ requests through oras)."""
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import socket
 import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from buildmgr.config import where_set
-from buildmgr.errors import RepositoryFault, UserError
+from buildmgr.errors import Deadline, NetworkFault, RepositoryFault, UserError
 from buildmgr.repo_location import on_this_machine
 
 if TYPE_CHECKING:
@@ -78,8 +77,8 @@ def hop_refused(origin: str, target: str) -> str | None:
     return PLAIN_HTTP if plain_http_refused(target) else None
 
 
-def _redirected(origin: str, target: str, why: str) -> RepositoryFault:
-    return RepositoryFault(f"{origin} redirected to {target}: {why}; not followed")
+def _redirected(origin: str, target: str, why: str) -> NetworkFault:
+    return NetworkFault(f"{origin} redirected to {target}: {why}; not followed")
 
 
 def opener() -> urllib.request.OpenerDirector:
@@ -107,7 +106,7 @@ def guard(session: requests.Session, limits: Limits) -> None:
     class Timed(requests.adapters.HTTPAdapter):
         def send(self, request: Any, *args: Any, **kwargs: Any) -> Any:
             if plain_http_refused(request.url):  # any request oras makes: a token realm's too, not only a redirect
-                raise RepositoryFault(f"{request.url}: {PLAIN_HTTP}; not contacted")
+                raise NetworkFault(f"{request.url}: {PLAIN_HTTP}; not contacted")
             if kwargs.get("timeout") is None:
                 kwargs["timeout"] = limits.timeout_s
             return super().send(request, *args, **kwargs)
@@ -142,36 +141,43 @@ def read_small(read: Callable[[int], bytes], where: str, cap: int) -> bytes:
     return b"".join(chunks)
 
 
-class _Expired(BaseException):
-    """The timer of `within` went off. Not an Exception: no library's broad `except Exception` (oras has them)
-    swallows it on its way up to `within`."""
-
-
-@contextlib.contextmanager
-def within(limits: Limits, what: str) -> Iterator[None]:
+class within:
     """The block (a request, with its connection, TLS, headers and, for a small file, its body) cut off
     `limits.whole_s` from now, however a server keeps its socket busy (headers or a body a byte at a time, each
     read well inside the sockets' own timeout): a timer signal (ITIMER_REAL) interrupts the read in the main thread,
-    where every command reads its repositories. In another thread the sockets' per-read timeout is the only bound."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    where every command reads its repositories. Not armed in another thread, nor inside another `within` (the outer
+    one bounds it): there the sockets' per-read timeout is the only bound. A host name's lookup is the resolver's to
+    bound (no signal interrupts it)."""
 
-    def expire(signum: int, frame: object) -> None:
-        raise _Expired
+    def __init__(self, limits: Limits, what: str) -> None:
+        self.limits, self.what = limits, what
+        self.armed = False
+        self.previous: Any = None
 
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, limits.whole_s)
-    try:
-        yield
-    except _Expired:
-        raise RepositoryFault(
-            f"{what} did not come whole in {limits.whole_s:g} s: a server that dribbles, or a link that slow "
-            f"({SETTING} gives it longer)"
-        ) from None
-    finally:
+    def _expire(self, signum: int, frame: object) -> None:
+        if self.armed:  # a signal that comes as the block ends, once disarmed, is let go
+            raise Deadline
+
+    def __enter__(self) -> None:
+        if threading.current_thread() is not threading.main_thread() or signal.getitimer(signal.ITIMER_REAL)[0]:
+            return
+        self.previous = signal.signal(signal.SIGALRM, self._expire)
+        self.armed = True
+        signal.setitimer(signal.ITIMER_REAL, self.limits.whole_s)
+
+    def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: object) -> None:
+        if not self.armed:
+            return
+        self.armed = False  # first: from here on the timer raises nothing
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.signal(
+            signal.SIGALRM, self.previous if self.previous is not None else signal.SIG_DFL
+        )  # None: set from C
+        if kind is Deadline:
+            raise NetworkFault(
+                f"{self.what} did not come whole in {self.limits.whole_s:g} s: a server that dribbles, or a link that "
+                f"slow ({SETTING} gives it longer)"
+            ) from None
 
 
 class TooSlow(Exception):
@@ -228,4 +234,6 @@ def transport_errors() -> tuple[type[Exception], ...]:
         found.append(sys.modules["http.client"].HTTPException)
     if "requests" in sys.modules:
         found.append(sys.modules["requests"].RequestException)
+    if "urllib3" in sys.modules:  # what requests' streamed body raises as it is read (a read timed out, cut short)
+        found.append(sys.modules["urllib3"].exceptions.HTTPError)
     return tuple(found)

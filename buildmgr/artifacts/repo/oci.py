@@ -25,7 +25,6 @@ from buildmgr.artifacts.repo.base import (
     Progress,
     Published,
     Repo,
-    RepoError,
     append,
     declared,
     http_total,
@@ -43,7 +42,7 @@ from buildmgr.artifacts.repo.oci_store import (
     cosigned,
     layer,
 )
-from buildmgr.errors import BuildmgrError, UserError
+from buildmgr.errors import BuildmgrError, NetworkFault, RepositoryFault, UserError
 from buildmgr.jsonshape import ShapeError
 
 # the OCI distribution spec's repository name: path components of lower-case letters and digits, . _ __ - between
@@ -69,6 +68,7 @@ class OciRepo(Repo):
                 f"oci://{parts.netloc}/{name.lower()}" if lower else "lower-case letters, digits and . _ - between them"
             )
             raise UserError(f"{text}: an OCI repository name is lower case, of letters, digits and . _ -; use {fix}")
+        location.url_identity(text)  # a user, a port that is no number, a host that is none: said before any request
         return cls(text, parts.netloc, name, limits)
 
     @property
@@ -92,9 +92,9 @@ class OciRepo(Repo):
             raise
         except Exception as err:  # oras raises requests', jsonschema's and its own errors, and ValueError
             if why := unreachable(err, self.limits.timeout_s):  # the words the http:// case says for the same fault
-                raise RepoError(f"cannot reach {self.registry} ({self.text}): {why}") from None
+                raise NetworkFault(f"cannot reach {self.registry} ({self.text}): {why}") from None
             shown = str(err).splitlines()[0] if str(err) else type(err).__name__
-            raise RepoError(f"{self.text}: {what} failed ({shown})") from None
+            raise RepositoryFault(f"{self.text}: {what} failed ({shown})") from None
 
     def require(self) -> None:
         """Its tag list (a 404: no repository of that name), never each tag's manifest (a registry could list a
@@ -124,7 +124,7 @@ class OciRepo(Repo):
         try:
             found: index.Index = self._call("reading its tags", read)
         except ShapeError as err:
-            raise RepoError(f"{self.text}: an archive's entry is not a buildmgr one ({err})") from None
+            raise RepositoryFault(f"{self.text}: an archive's entry is not a buildmgr one ({err})") from None
         return found
 
     def signatures(self, entry: index.Entry, key_id: str | None = None) -> dict[str, bytes]:
@@ -166,7 +166,7 @@ class OciRepo(Repo):
             raise  # `Repo.fetch` says each, and keeps the intact bytes of a download cut short
         except Exception as err:  # oras' own (a 401 it cannot answer), a manifest of another shape
             shown = str(err).splitlines()[0] if str(err) else type(err).__name__
-            raise RepoError(f"{self.text}: downloading {entry.name} failed ({shown})") from None
+            raise RepositoryFault(f"{self.text}: downloading {entry.name} failed ({shown})") from None
 
     def publish(
         self, artifact: Artifact, key: signing.SecretKey | None, builder: str, days: int = index.EXPIRES_DAYS

@@ -13,7 +13,7 @@ from pathlib import Path
 from buildmgr import signing
 from buildmgr.artifacts import index
 from buildmgr.artifacts.repo import policy
-from buildmgr.artifacts.repo.base import RepoError, parse_index
+from buildmgr.artifacts.repo.base import parse_index
 from buildmgr.artifacts.repo.net import unreachable
 from buildmgr.artifacts.repo.oci_store import (
     INDEX_CONFIG_MEDIA_TYPE,
@@ -26,7 +26,8 @@ from buildmgr.artifacts.repo.oci_store import (
     cosigned,
     layer,
 )
-from buildmgr.errors import BuildmgrError
+from buildmgr.errors import BuildmgrError, RepositoryFault
+from buildmgr.jsonshape import ShapeError
 
 TRIES = 20  # rebuilds of an index that another publisher changed meanwhile, before giving up
 
@@ -39,7 +40,7 @@ def push_index(remote: Remote, key: signing.SecretKey | None, days: int, own: in
     for attempt in range(TRIES):
         try:
             written = _rebuild(remote, key, days, own)
-        except BuildmgrError:
+        except (BuildmgrError, ShapeError):  # a fault said, an entry that is not buildmgr's: no race, no retry
             raise
         except Exception as err:  # pushes and reads of one tag at the same moment (the registry: 400, 500)
             if unreachable(err) is not None or attempt == TRIES - 1:
@@ -48,7 +49,7 @@ def push_index(remote: Remote, key: signing.SecretKey | None, days: int, own: in
         if written is not None:
             return written
         time.sleep(random.uniform(0.02, 0.2))  # apart from the others, the next try
-    raise RepoError(f"{remote.text}: other publishers kept changing its index ({TRIES} tries); publish again")
+    raise RepositoryFault(f"{remote.text}: other publishers kept changing its index ({TRIES} tries); publish again")
 
 
 def _rebuild(remote: Remote, key: signing.SecretKey | None, days: int, own: index.Entry | None) -> index.Index | None:
@@ -64,7 +65,8 @@ def _rebuild(remote: Remote, key: signing.SecretKey | None, days: int, own: inde
             entries.append(cosigned(entry, tags))
     listed = tuple(sorted(entries, key=lambda e: (e.name, e.sha256)))
     rebuilt = index.Index(index.SCHEMA, listed, last.version, repository=last.repository)
-    written = policy.named(rebuilt).next(policy.expiry(days) if key is not None else None)
+    signed_last = remote.index_files(key.public.id) if key is not None and last.repository is None else None
+    written = policy.named(rebuilt, key, signed_last).next(policy.expiry(days) if key is not None else None)
     _push_files(remote, written, key)
     return written if _holds_every_tag(written, remote.tags()) else None
 

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from buildmgr import jsonshape
 from buildmgr.artifacts import index
-from buildmgr.artifacts.repo.base import IndexFiles, RepoError, capped
+from buildmgr.artifacts.repo.base import IndexFiles, capped
 from buildmgr.artifacts.repo.net import Limits, guard, within
-from buildmgr.errors import UserError
+from buildmgr.errors import RepositoryFault, UserError
 
 if TYPE_CHECKING:
     from oras.provider import Registry
@@ -96,7 +96,7 @@ class Remote:
             response.raise_for_status()
             found = jsonshape.parse(capped(_raw_reader(response), url))
         if not isinstance(found, dict):
-            raise RepoError(f"{url}: not a manifest (a JSON object)")
+            raise RepositoryFault(f"{url}: not a manifest (a JSON object)")
         return found
 
     def blob(self, digest: str) -> bytes:
@@ -130,7 +130,7 @@ class Remote:
             return None
         entry = self.entry_of(manifest)
         if tag != f"{OCI_TAG}{entry.sha256}":
-            raise RepoError(f"{self.text}: the manifest tagged {tag} describes {entry.sha256[:12]}…")
+            raise RepositoryFault(f"{self.text}: the manifest tagged {tag} describes {entry.sha256[:12]}…")
         return entry
 
     def index_files(self, key_id: str | None) -> IndexFiles | None:
@@ -139,7 +139,7 @@ class Remote:
             return None
         layers = {layer.get("annotations", {}).get(TITLE, ""): layer for layer in manifest.get("layers", [])}
         if index.INDEX not in layers:
-            raise RepoError(f"{self.text}: the manifest tagged {OCI_INDEX_TAG} holds no {index.INDEX}")
+            raise RepositoryFault(f"{self.text}: the manifest tagged {OCI_INDEX_TAG} holds no {index.INDEX}")
         signature = layers.get(index.INDEX_SIGNATURE)
         return IndexFiles(
             self.blob(layers[index.INDEX]["digest"]),

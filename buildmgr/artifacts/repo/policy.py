@@ -12,8 +12,9 @@ from datetime import UTC, datetime, timedelta
 from buildmgr import signing
 from buildmgr.artifacts import index
 from buildmgr.artifacts.archive import Artifact
-from buildmgr.artifacts.repo.base import RepoError
-from buildmgr.errors import UserError
+from buildmgr.artifacts.repo.base import IndexFiles
+from buildmgr.errors import RepositoryFault, UserError
+from buildmgr.jsonshape import ShapeError
 
 
 def now() -> str:
@@ -24,10 +25,24 @@ def expiry(days: int) -> str:
     return (datetime.now(UTC) + timedelta(days=days)).isoformat(timespec="seconds")
 
 
-def named(current: index.Index) -> index.Index:
-    """The index with its repository's name: the one it has, or a new one at its first write (a random 128-bit id:
-    two repositories never share one, as they would share a name a publisher chose)."""
-    return current if current.repository is not None else dataclasses.replace(current, repository=secrets.token_hex(16))
+def named(current: index.Index, key: signing.SecretKey | None, own: IndexFiles | None) -> index.Index:
+    """The index with its repository's name: the one it has; else the one the last index this key signed named
+    (`own`, its signature checked: a publisher of a buildmgr from before names wrote index.json without it); else a
+    new one, at its first write (a random 128-bit id: two repositories never share one, as two a publisher named
+    could)."""
+    if current.repository is not None:
+        return current
+    return dataclasses.replace(current, repository=_own_name(key, own) or secrets.token_hex(16))
+
+
+def _own_name(key: signing.SecretKey | None, own: IndexFiles | None) -> str | None:
+    if key is None or own is None or own.minisig is None:
+        return None
+    try:
+        signing.verify(own.data, own.minisig.decode("utf-8", "replace"), {key.public.id: key.public})
+        return index.Index.from_text(own.data).repository
+    except (signing.SignatureError, ShapeError):
+        return None
 
 
 def read_checked(artifact: Artifact) -> bytes:
@@ -35,7 +50,7 @@ def read_checked(artifact: Artifact) -> bytes:
     bytes, never the file read again (a file swapped in between would get a signature naming the good digest)."""
     data = artifact.path.read_bytes()
     if hashlib.sha256(data).hexdigest() != artifact.sha256:
-        raise RepoError(f"{artifact.path.name} changed while it was being published; try again")
+        raise RepositoryFault(f"{artifact.path.name} changed while it was being published; try again")
     return data
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 from buildmgr import signing
 from buildmgr.artifacts import index
 from buildmgr.artifacts.archive import Artifact
-from buildmgr.artifacts.repo.base import Progress, Published, RepoError, append, capped, declared, http_total
+from buildmgr.artifacts.repo.base import Progress, Published, append, capped, declared, http_total
 from buildmgr.artifacts.repo.directory import Layout
 from buildmgr.artifacts.repo.net import NO_LIMITS_GIVEN, Limits, Pace, opener, unreachable, within
-from buildmgr.errors import UserError
+from buildmgr.errors import NetworkFault, UserError
 
 
 @dataclass(frozen=True)
@@ -44,10 +44,10 @@ class HttpRepo(Layout):
         except urllib.error.HTTPError as err:
             if err.code == 404:
                 return None
-            raise RepoError(f"{where}: HTTP {err.code} {err.reason}") from None
+            raise NetworkFault(f"{where}: HTTP {err.code} {err.reason}") from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
             why = unreachable(err, self.limits.timeout_s) or str(getattr(err, "reason", err))
-            raise RepoError(f"cannot reach {where}: {why}") from None
+            raise NetworkFault(f"cannot reach {where}: {why}") from None
 
     def _download(self, entry: index.Entry, part: Path, have: int, progress: Progress | None) -> None:
         import urllib.error
