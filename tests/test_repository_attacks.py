@@ -790,3 +790,40 @@ def test_within_cuts_a_block_off_and_leaves_no_timer_or_handler_behind():
     worker.start()
     worker.join()
     assert armed_in_thread == [False]
+
+
+class _NoSignatures(QuietFiles):
+    """Files of `root`, but a connection dropped where a signature file is asked for: the network fails after the
+    archive came whole."""
+
+    root: Path
+
+    def do_GET(self) -> None:
+        if self.path.endswith((index.MINISIG, index.ATTESTATION)) and "/blobs/" in self.path:
+            self.connection.shutdown(2)
+            return
+        path = type(self).root / self.path.lstrip("/")
+        data = path.read_bytes() if path.is_file() else b""
+        self.send_response(200 if path.is_file() else 404)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def test_a_network_that_fails_after_the_archive_came_keeps_it_for_the_next_try(tmp_path):
+    repo, _, host = published(tmp_path)
+    server, url = start(type("H", (_NoSignatures,), {"root": repo}))
+    try:
+        one_line_fault(buildmgr(host, "install", "--from", url), "cannot reach")
+    finally:
+        server.shutdown()
+    [kept] = downloaded(host)
+    assert archives.sha256_file(kept) == the_blob(repo).parent.name  # whole, and checked again by the next try
+
+
+def test_an_old_pin_written_with_a_user_in_its_url_holds_where_that_repository_is_reached_today():
+    from buildmgr import repo_location
+
+    assert (
+        repo_location.canonical("oci://user@Registry.example:5000/ml/llama") == "oci://registry.example:5000/ml/llama"
+    )
