@@ -689,6 +689,8 @@ def test_a_registry_without_an_index_is_not_read_tag_by_tag_unless_asked(tmp_pat
     try:
         result = buildmgr(host, "install", "--from", f"oci://127.0.0.1:{proxy.server_address[1]}/llama/builds")
         one_line_fault(result, "no artifact of")  # read from the key's own index; its smoke run fails here
+        listed = buildmgr(host, "repo", "list", f"oci://127.0.0.1:{proxy.server_address[1]}/llama/builds")
+        one_line_fault(listed, "2000 archive tags, more than the 1000 read one by one")
     finally:
         proxy.shutdown()
     assert sum("/manifests/sha256-0000" in p for p in seen) == 0, len(seen)  # the key's own index was read instead
@@ -827,3 +829,152 @@ def test_an_old_pin_written_with_a_user_in_its_url_holds_where_that_repository_i
     assert (
         repo_location.canonical("oci://user@Registry.example:5000/ml/llama") == "oci://registry.example:5000/ml/llama"
     )
+
+
+# --- a third trial (an attacker's, of the code after the second): what it found ------------------------------------
+
+
+class _Chunked(QuietFiles):
+    """Files of `root`, the archive sent chunked and then held: `mode` "trailers" sends the whole archive, its last
+    chunk, then trailer lines without end; "size" sends half of it, then a chunk-size line a byte at a time."""
+
+    root: Path
+    mode: str
+
+    def do_GET(self) -> None:
+        path = type(self).root / self.path.lstrip("/")
+        data = path.read_bytes() if path.is_file() else None
+        if data is None or not path.name.endswith(".tar.gz"):
+            self.send_response(200 if data is not None else 404)
+            self.send_header("Content-Length", str(len(data or b"")))
+            self.end_headers()
+            self.wfile.write(data or b"")
+            return
+        self.send_response(200)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        sent = data if type(self).mode == "trailers" else data[: len(data) // 2]
+        try:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(sent), sent))
+            self.wfile.write(b"0\r\n" if type(self).mode == "trailers" else b"")
+            for _ in range(2000):
+                self.wfile.write(b"X-Trailer: aaaa\r\n" if type(self).mode == "trailers" else b"0")
+                self.wfile.flush()
+                time.sleep(0.01 if type(self).mode == "trailers" else 0.3)
+        except OSError:
+            pass  # the host gave up
+
+
+def test_a_chunked_archive_that_never_ends_its_trailers_or_a_size_line_is_cut_off(tmp_path):
+    repo, _, host = published(tmp_path)
+    host |= FAST
+    for mode in ("trailers", "size"):
+        server, url = start(type("H", (_Chunked,), {"root": repo, "mode": mode}))
+        try:
+            began = time.monotonic()
+            one_line_fault(buildmgr(host, "install", "--from", url, timeout=90))
+            assert time.monotonic() - began < 20, mode
+        finally:
+            server.shutdown()
+    assert nothing_installed(host)
+
+
+class _Odd(QuietFiles):
+    """Files of `root`, the archive answered with `header` (a name and a value) instead of its file."""
+
+    root: Path
+    header: tuple[str, str]
+    code: int = 200
+
+    def do_GET(self) -> None:
+        path = type(self).root / self.path.lstrip("/")
+        data = path.read_bytes() if path.is_file() else b""
+        odd = path.name.endswith(".tar.gz") or (type(self).code != 200 and path.name == index.INDEX)
+        self.send_response(type(self).code if odd else (200 if path.is_file() else 404))
+        name, value = type(self).header if odd else ("Content-Length", str(len(data)))
+        self.send_header(name, value)
+        if name != "Content-Length":
+            self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data if not odd or type(self).code == 200 else b"")
+
+
+def test_a_content_length_of_other_digits_or_a_redirect_to_no_url_is_one_line(tmp_path):
+    repo, _, host = published(tmp_path)
+    for header, code in ((("Content-Length", "\u00b9\u00b2"), 200), (("Location", "http://[::1/x"), 302)):
+        server, url = start(type("H", (_Odd,), {"root": repo, "header": header, "code": code}))
+        try:
+            result = buildmgr(host, "install", "--from", url, "--json")
+            one_line_fault(result)
+            assert isinstance(json.loads(result.stdout), dict)  # --json prints JSON, failing or not
+        finally:
+            server.shutdown()
+    assert nothing_installed(host)
+
+
+@pytest.mark.parametrize("size", [10**400, -1])
+def test_an_index_whose_size_is_no_file_s_is_refused_as_it_is_read(tmp_path, size):
+    repo, _, host = published(tmp_path, sign=False)
+    data = json.loads((repo / index.INDEX).read_text())
+    data["artifacts"][0]["size"] = size
+    (repo / index.INDEX).write_text(json.dumps(data))
+    for command in (["repo", "list", str(repo)], ["install", "--from", str(repo), "--allow-unsigned"]):
+        one_line_fault(buildmgr(host, *command), "size")
+
+
+def test_forgetting_a_location_never_lets_an_index_from_before_names_in_there(tmp_path):
+    """`repo forget` is what the refusal of another repository suggests: it must not open the location to an
+    unnamed index (one from before indexes named their repository, replayed)."""
+    repo, pub, host = published(tmp_path)
+    assert pub is not None
+    unnamed = dataclasses.replace(index.Index.from_text((repo / index.INDEX).read_bytes()), repository=None)
+    assert buildmgr(host, "install", "--from", str(repo)).returncode == 1  # taken (its smoke run fails here)
+    assert buildmgr(host, "repo", "forget", str(repo)).returncode == 0
+    data = unnamed.to_text().encode()
+    (repo / index.INDEX).write_bytes(data)
+    key = signing.read_secret(pub.with_suffix(".key").read_text())
+    (repo / index.INDEX_SIGNATURE).write_text(key.sign(data, index.signature_comment(unnamed)))
+    one_line_fault(buildmgr(host, "install", "--from", str(repo), "--dry-run"), "names no repository")
+
+
+def test_a_proxy_named_in_the_environment_never_carries_plain_http(tmp_path, registry, test_host):
+    repo, _, host = published(tmp_path)
+    proxy = test_host.serve(tmp_path, 3128)
+    server, url = serve(repo)
+    proxied = host | {"http_proxy": proxy, "HTTP_PROXY": proxy, "no_proxy": "", "NO_PROXY": ""}
+    try:
+        for where in (url, registry.url()):
+            listed = buildmgr(proxied, "repo", "list", where)
+            assert listed.returncode in (0, 2), listed.stderr  # read directly (the registry holds nothing: exit 2)
+    finally:
+        server.shutdown()
+    assert test_host.requests() == []
+
+
+def test_a_timer_the_parent_left_running_does_not_turn_the_deadline_off(tmp_path):
+    import signal
+
+    repo, _, host = published(tmp_path)
+    server, url = start(type("H", (_SlowHeaders,), {"root": repo, "slow": staticmethod(lambda path: True)}))
+    try:
+        began = time.monotonic()
+        result = subprocess.run(
+            [sys.executable, "-m", "buildmgr", "repo", "list", url],
+            env=host | FAST,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            preexec_fn=lambda: signal.setitimer(signal.ITIMER_REAL, 1000),  # the child's own: as a parent leaves it
+            check=False,
+        )
+        one_line_fault(result, "did not come whole in 4 s")
+        assert time.monotonic() - began < 15
+    finally:
+        server.shutdown()
+
+
+def test_a_build_number_in_other_digits_is_a_user_error(tmp_path):
+    from conftest import assert_user_error
+
+    repo, _, host = published(tmp_path)
+    assert_user_error(buildmgr(host, "install", "\u00b2", "--from", str(repo)))

@@ -31,6 +31,7 @@ EXACT_TREES = ("pinned", "clean")  # a source exactly its commit; any other is a
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _KEY_ID = re.compile(r"[0-9A-F]{16}")  # as minisign prints a key id
 _NAME = re.compile(r"llama-[A-Za-z0-9._+-]+\.tar\.gz")
+MAX_SIZE = 1 << 40  # an archive larger than a TiB is no build of llama.cpp
 _REPOSITORY = re.compile(r"[0-9a-f]{32}")  # a repository's name, as `publish` makes it
 _VERSION = re.compile(r"[0-9]+(\.[0-9]+){0,3}")  # a glibc or libstdc++ floor: 2.35, 3.4.30
 
@@ -121,6 +122,8 @@ class Entry:
 
     def check(self) -> None:
         """Names and digests that become paths are checked: an index cannot point outside its repository."""
+        if not 0 < self.size <= MAX_SIZE:  # it becomes a read's length, a progress bar's, a table's figure
+            raise jsonshape.ShapeError(f"{self.name}: size {str(self.size)[:24]} is not an archive's (1 B to 1 TiB)")
         if not _DIGEST.fullmatch(self.sha256):
             raise jsonshape.ShapeError(f"{self.name}: sha256 {self.sha256!r} is not 64 hex digits")
         if not _NAME.fullmatch(self.name):

@@ -118,7 +118,7 @@ def wanted(entries: Sequence[Entry], what: str | None) -> list[Entry]:
         chosen = list(entries)
     elif any(e.summary.id == what for e in entries):
         chosen = [e for e in entries if e.summary.id == what]
-    elif what.isdigit() or (what[:1] == "b" and what[1:].isdigit()):
+    elif what.isascii() and (what.isdigit() or (what[:1] == "b" and what[1:].isdigit())):
         number = int(what.lstrip("b"))
         chosen = [e for e in entries if e.summary.build_number == number]
         if not chosen:

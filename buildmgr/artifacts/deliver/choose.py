@@ -3,6 +3,7 @@ verified, installed and proven; the next fitting one is tried where this one can
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 from collections.abc import Callable, Mapping
@@ -91,9 +92,13 @@ def install_best(
     for candidate in (c for c in ranked if c.fits):
         entry = candidate.entry
         signed_by: str | None = None
-        with held(dirs, entry):  # through the install: a second install of it waits, then finds it installed
+        # known without a download (nothing written, not even a lock); else under the download folder's lock through
+        # the install, where a second install of it waits, then finds it installed
+        before = installed_before(repo, dirs, entry)
+        ours = before is None  # the download folder is this install's to clean: it holds its lock
+        with held(dirs, entry) if ours else contextlib.nullcontext():
             try:
-                before = installed_before(repo, dirs, entry)
+                before = before or installed_before(repo, dirs, entry)
                 if before is not None:
                     done, signed_by = before, verify(repo, entry, None, trusted, allow_unsigned)
                 else:
@@ -105,7 +110,8 @@ def install_best(
                     )  # fmt: skip
                     discard_held(dirs, entry)  # installed (or already, as the same build): the receipt keeps its sha256
             except BuildFailed as err:  # the smoke run failed here: the next candidate may run
-                discard_held(dirs, entry)
+                if ours:
+                    discard_held(dirs, entry)
                 attempts.append(
                     Attempt(candidate, Outcome.CANNOT_RUN, f"its smoke run failed here ({err})", None, signed_by)
                 )
@@ -114,11 +120,13 @@ def install_best(
                 attempts.append(Attempt(candidate, Outcome.FAULT, str(err), None, signed_by))
                 return attempts
             except RepositoryFault as err:
-                discard_held(dirs, entry)  # bytes that failed verification are never kept
+                if ours:
+                    discard_held(dirs, entry)  # bytes that failed verification are never kept
                 attempts.append(Attempt(candidate, Outcome.FAULT, str(err), None, signed_by))
                 return attempts
             except BadArchive as err:  # the repository's archive, not the user's file
-                discard_held(dirs, entry)
+                if ours:
+                    discard_held(dirs, entry)
                 fault = f"{err} (from {repo.text}; its download was deleted)"
                 attempts.append(Attempt(candidate, Outcome.FAULT, fault, None, signed_by))
                 return attempts

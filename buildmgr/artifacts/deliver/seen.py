@@ -49,7 +49,13 @@ def problem(repo: Repo, dirs: Dirs, taken: index.Index, vouching: Collection[str
     seen = load(dirs)
     where = repo.identity
     before = seen.names.get(where)
-    if before is not None and taken.repository != before:
+    if before == FORGOTTEN and taken.repository is None:
+        return (
+            "its index names no repository, and this host took a named one from here before (forgotten since: a "
+            "named one of any name is taken here, never one from before indexes named their repository, which could "
+            "be an old one replayed)"
+        )
+    if before is not None and before != FORGOTTEN and taken.repository != before:
         said = f"repository {taken.repository}" if taken.repository else "no repository"
         return (
             f"its index names {said}, and the index this host took from here before named {before}: another "
@@ -80,6 +86,9 @@ def remember(dirs: Dirs, repo: Repo, taken: index.Index, signed_by: str) -> None
         _write(dirs, index.Seen(index.Seen.VERSION, versions, names, named))
 
 
+FORGOTTEN = ""  # a location's name, forgotten (`forget`): the next named index names it again
+
+
 @dataclass(frozen=True)
 class Forgotten:
     identity: str
@@ -91,16 +100,18 @@ def forget(dirs: Dirs, repo: Repo) -> Forgotten:
     """This location as a first contact again: its version and the repository its index named are dropped (the
     repository's own highest version stays: an older index of it is still a rollback, wherever it is read)."""
     path, where = dirs.seen_indexes, repo.identity
-    if where not in load(dirs).repositories and where not in load(dirs).names:
+    known = load(dirs)
+    if where not in known.repositories and not known.names.get(where):
         return Forgotten(where, None, None)  # nothing to forget: nothing written, not even a lock
     with locked(path.with_name(path.name + ".lock")):
         seen = load(dirs)
         version, name = seen.repositories.get(where), seen.names.get(where)
         if version is not None or name is not None:
             versions = {k: v for k, v in seen.repositories.items() if k != where}
-            names = {k: v for k, v in seen.names.items() if k != where}
+            # a name taken here before stays known as forgotten: an unnamed index (from before names) is still refused
+            names = {k: v for k, v in seen.names.items() if k != where} | ({where: FORGOTTEN} if name else {})
             _write(dirs, index.Seen(index.Seen.VERSION, versions, names, seen.named))
-    return Forgotten(where, version, name)
+    return Forgotten(where, version, name or None)
 
 
 def _write(dirs: Dirs, seen: index.Seen) -> None:

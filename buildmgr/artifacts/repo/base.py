@@ -23,6 +23,7 @@ from buildmgr.artifacts.repo.net import (
     read_small,
     transport_errors,
     unreachable,
+    within,
 )
 from buildmgr.errors import NetworkFault, RepositoryFault, UserError
 from buildmgr.jsonshape import NewerSchema, ShapeError
@@ -79,22 +80,31 @@ def http_total(status: int, header: Callable[[str], str | None]) -> int | None:
     if header("Content-Encoding") not in (None, "identity"):
         return None
     said = (header("Content-Range") or "").rpartition("/")[2] if status == 206 else header("Content-Length")
-    return int(said) if said is not None and said.isdigit() else None
+    return int(said) if said is not None and said.isascii() and said.isdigit() else None
 
 
 def append(
-    response: IO[bytes], part: Path, mode: str, have: int, size: int, progress: Progress | None, pace: Pace | None
+    response: IO[bytes], part: Path, mode: str, have: int, size: int, progress: Progress | None, limits: Limits | None
 ) -> None:
     """Append what `response` sends up to `size` bytes in all, and no further: an endless source (a link to
-    /dev/zero, a body that never ends) fills neither the cache nor the time. One byte past it raises `Larger`; a
-    source slower than `pace` allows raises `TooSlow`."""
+    /dev/zero, a body that never ends) fills neither the cache nor the time. One byte past it raises `Larger`. Over
+    the network (`limits`), a source slower than MIN_RATE raises `TooSlow`, and every read is cut off by `within`
+    (a chunk's size line, or a chunked body's trailers, sent without end: inside one read, where no rate is seen)."""
     if progress:
         progress(have, size)  # where it starts: a resumed download says what it kept
     # read1: what has arrived, up to a block (read would wait for a whole block: no progress on a slow link, and
     # nothing kept of a download cut short inside one)
     read = getattr(response, "read1", response.read)
+    pace = Pace(limits) if limits is not None else None
+
+    def timed(count: int) -> bytes:
+        if limits is None:
+            return read(count)
+        with within(limits, f"{part.name.removesuffix('.part')}'s next piece"):
+            return read(count)
+
     with open(part, mode) as out:
-        while have < size and (block := read(min(_BLOCK, size - have))):
+        while have < size and (block := timed(min(_BLOCK, size - have))):
             out.write(block)
             out.flush()  # what arrived is kept if the process is killed: the next try resumes after it
             have += len(block)
@@ -102,7 +112,7 @@ def append(
                 progress(have, size)
             if pace is not None:
                 pace.arrived(len(block))
-    if have >= size and read(1):
+    if have >= size and timed(1):
         raise Larger
 
 

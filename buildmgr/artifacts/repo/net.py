@@ -13,7 +13,7 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from buildmgr.config import where_set
 from buildmgr.errors import Deadline, NetworkFault, RepositoryFault, UserError
@@ -81,8 +81,9 @@ def _redirected(origin: str, target: str, why: str) -> NetworkFault:
     return NetworkFault(f"{origin} redirected to {target}: {why}; not followed")
 
 
-def opener() -> urllib.request.OpenerDirector:
-    """urllib's, with every redirect checked by `hop_refused` before it is followed (at most 5)."""
+def opener(url: str) -> urllib.request.OpenerDirector:
+    """urllib's, with every redirect checked by `hop_refused` before it is followed (at most 5); for plain http (on
+    this machine), no proxy the environment names: it would carry the request off the machine in the clear."""
     import urllib.request
 
     class Checked(urllib.request.HTTPRedirectHandler):
@@ -94,7 +95,8 @@ def opener() -> urllib.request.OpenerDirector:
                 raise _redirected(req.full_url, newurl, why)
             return super().redirect_request(req, fp, code, msg, headers, newurl)
 
-    return urllib.request.build_opener(Checked)
+    direct = [urllib.request.ProxyHandler({})] if urllib.parse.urlsplit(url).scheme.lower() == "http" else []
+    return urllib.request.build_opener(Checked, *direct)
 
 
 def guard(session: requests.Session, limits: Limits) -> None:
@@ -142,37 +144,48 @@ def read_small(read: Callable[[int], bytes], where: str, cap: int) -> bytes:
 
 
 class within:
-    """The block (a request, with its connection, TLS, headers and, for a small file, its body) cut off
-    `limits.whole_s` from now, however a server keeps its socket busy (headers or a body a byte at a time, each
-    read well inside the sockets' own timeout): a timer signal (ITIMER_REAL) interrupts the read in the main thread,
-    where every command reads its repositories. Not armed in another thread, nor inside another `within` (the outer
-    one bounds it): there the sockets' per-read timeout is the only bound. A host name's lookup is the resolver's to
-    bound (no signal interrupts it)."""
+    """The block (a request, with its connection, TLS, headers and, for a small file, its body; or one read of an
+    archive's body) cut off `limits.whole_s` from now, however a server keeps its socket busy (headers or a body a
+    byte at a time, each read well inside the sockets' own timeout): a timer signal (ITIMER_REAL) interrupts the
+    read in the main thread, where every command reads its repositories. Not armed in another thread, nor inside
+    another `within` (the outer one bounds it): there the sockets' per-read timeout is the only bound. A timer this
+    process was given (a parent's, kept across exec) is set aside meanwhile and set again after, less the time
+    passed. A host name's lookup is the resolver's to bound (no signal interrupts it)."""
+
+    _open: ClassVar[list[within]] = []  # the blocks armed now: one at a time
 
     def __init__(self, limits: Limits, what: str) -> None:
         self.limits, self.what = limits, what
         self.armed = False
         self.previous: Any = None
+        self.prior: tuple[float, float] = (0.0, 0.0)
+        self.started = 0.0
 
     def _expire(self, signum: int, frame: object) -> None:
         if self.armed:  # a signal that comes as the block ends, once disarmed, is let go
             raise Deadline
 
     def __enter__(self) -> None:
-        if threading.current_thread() is not threading.main_thread() or signal.getitimer(signal.ITIMER_REAL)[0]:
+        if threading.current_thread() is not threading.main_thread() or within._open:
             return
         self.previous = signal.signal(signal.SIGALRM, self._expire)
+        self.started = time.monotonic()
+        self.prior = signal.setitimer(signal.ITIMER_REAL, self.limits.whole_s)
         self.armed = True
-        signal.setitimer(signal.ITIMER_REAL, self.limits.whole_s)
+        within._open.append(self)
 
     def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: object) -> None:
         if not self.armed:
             return
         self.armed = False  # first: from here on the timer raises nothing
+        within._open.remove(self)
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(
             signal.SIGALRM, self.previous if self.previous is not None else signal.SIG_DFL
         )  # None: set from C
+        delay, interval = self.prior
+        if delay:  # the timer set aside, set again (at once, where it came due meanwhile)
+            signal.setitimer(signal.ITIMER_REAL, max(delay - (time.monotonic() - self.started), 1e-3), interval)
         if kind is Deadline:
             raise NetworkFault(
                 f"{self.what} did not come whole in {self.limits.whole_s:g} s: a server that dribbles, or a link that "

@@ -30,7 +30,7 @@ from buildmgr.artifacts.repo.base import (
     http_total,
     parse_index,
 )
-from buildmgr.artifacts.repo.net import NO_LIMITS_GIVEN, Limits, Pace, TooSlow, transport_errors, unreachable, within
+from buildmgr.artifacts.repo.net import NO_LIMITS_GIVEN, Limits, TooSlow, transport_errors, unreachable, within
 from buildmgr.artifacts.repo.oci_store import (
     ENTRY_MEDIA_TYPE,
     OCI_SIGNATURE_TAG,
@@ -45,6 +45,7 @@ from buildmgr.artifacts.repo.oci_store import (
 from buildmgr.errors import BuildmgrError, NetworkFault, RepositoryFault, UserError
 from buildmgr.jsonshape import ShapeError
 
+LEGACY_MAX = 1000  # archive tags of a registry published to before indexes were, read one by one at the most
 # the OCI distribution spec's repository name: path components of lower-case letters and digits, . _ __ - between
 _OCI_NAME = re.compile(r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*")
 
@@ -115,7 +116,13 @@ class OciRepo(Repo):
         def read(remote: Remote) -> index.Index:
             entries = []
             tags = remote.tags()
-            for tag in (t for t in tags if t.startswith(OCI_TAG)):
+            archives = [t for t in tags if t.startswith(OCI_TAG)]
+            if len(archives) > LEGACY_MAX:  # each is a manifest and a config read: a registry could list a great many
+                raise RepositoryFault(
+                    f"{self.text}: no index, and {len(archives)} archive tags, more than the {LEGACY_MAX} read one by "
+                    "one: its publisher signs an index with 'buildmgr publish --to REPO --sign NAME'"
+                )
+            for tag in archives:
                 entry = remote.tagged(tag)
                 if entry is not None:
                     entries.append(cosigned(entry, tags))
@@ -161,7 +168,7 @@ class OciRepo(Repo):
                 declared(entry.size, http_total(response.status_code, response.headers.get))
                 response.raw.decode_content = False
                 start = have if resumed else 0
-                append(response.raw, part, "ab" if resumed else "wb", start, entry.size, progress, Pace(self.limits))
+                append(response.raw, part, "ab" if resumed else "wb", start, entry.size, progress, self.limits)
         except said:
             raise  # `Repo.fetch` says each, and keeps the intact bytes of a download cut short
         except Exception as err:  # oras' own (a 401 it cannot answer), a manifest of another shape

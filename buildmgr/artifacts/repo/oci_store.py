@@ -52,6 +52,8 @@ def client(insecure: bool, limits: Limits) -> Registry:
 
     made: Registry = Client(insecure=insecure)
     guard(made.session, limits)
+    if insecure:  # plain http on this machine: no proxy the environment names may carry it off in the clear
+        made.session.trust_env = False
     return made
 
 

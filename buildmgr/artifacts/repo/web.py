@@ -11,7 +11,7 @@ from buildmgr.artifacts import index
 from buildmgr.artifacts.archive import Artifact
 from buildmgr.artifacts.repo.base import Progress, Published, append, capped, declared, http_total
 from buildmgr.artifacts.repo.directory import Layout
-from buildmgr.artifacts.repo.net import NO_LIMITS_GIVEN, Limits, Pace, opener, unreachable, within
+from buildmgr.artifacts.repo.net import NO_LIMITS_GIVEN, Limits, opener, unreachable, within
 from buildmgr.errors import NetworkFault, UserError
 
 
@@ -39,8 +39,10 @@ class HttpRepo(Layout):
 
         where = self.url + relative
         try:
-            with within(self.limits, where), opener().open(where, timeout=self.limits.timeout_s) as response:
+            with within(self.limits, where), opener(where).open(where, timeout=self.limits.timeout_s) as response:
                 return capped(response.read1, where)
+        except ValueError as err:  # urllib's own, of an answer that is no URL (a redirect to `http://[::1/x`)
+            raise NetworkFault(f"{where}: its answer names no URL this reads ({err})") from None
         except urllib.error.HTTPError as err:
             if err.code == 404:
                 return None
@@ -57,7 +59,9 @@ class HttpRepo(Layout):
         request = urllib.request.Request(self.url + entry.path, headers=headers)
         try:
             with within(self.limits, f"{self.url + entry.path}'s headers"):
-                response = opener().open(request, timeout=self.limits.timeout_s)
+                response = opener(self.url).open(request, timeout=self.limits.timeout_s)
+        except ValueError as err:  # urllib's own, of an answer that is no URL (a redirect to `http://[::1/x`)
+            raise NetworkFault(f"{self.url + entry.path}: its answer names no URL this reads ({err})") from None
         except urllib.error.HTTPError as err:
             if err.code == 404:
                 raise FileNotFoundError(entry.path) from None
@@ -68,4 +72,4 @@ class HttpRepo(Layout):
             resumed = response.status == 206
             declared(entry.size, http_total(response.status, response.headers.get))
             start = have if resumed else 0
-            append(response, part, "ab" if resumed else "wb", start, entry.size, progress, Pace(self.limits))
+            append(response, part, "ab" if resumed else "wb", start, entry.size, progress, self.limits)
