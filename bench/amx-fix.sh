@@ -15,7 +15,7 @@ PYTHON=${PYTHON:-.venv/bin/python}
 "$PYTHON" - "$out" <<'PY'
 import sys
 from pathlib import Path
-from buildmgr.proof_models import write_kernels_model
+from buildmgr.proof.models import write_kernels_model
 for kind in ("Q8_0", "Q4_0"):
     path = Path(sys.argv[1]) / f"{kind}-1024x6.gguf"
     if not path.exists():

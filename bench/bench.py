@@ -25,7 +25,7 @@ from rich.table import Table
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from buildmgr.cmake import find_cmake  # noqa: E402  (after the sys.path line above)
+from buildmgr.tools.cmake import find_cmake  # noqa: E402  (after the sys.path line above)
 
 console = Console(stderr=True)
 

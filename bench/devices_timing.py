@@ -19,4 +19,4 @@ for args in (["devices", "--refresh"], ["devices"]):
     print(f"buildmgr {' '.join(args)}: {wall([sys.executable, '-m', 'buildmgr', *args])}")
 for prefix in sys.argv[1:]:
     print(f"{prefix}/bin/llama-bench --list-devices: {wall([f'{prefix}/bin/llama-bench', '--list-devices'])}")
-    print(f"ggml API child alone: {wall([sys.executable, '-m', 'buildmgr.ggml_api', f'{prefix}/lib'])}")
+    print(f"ggml API child alone: {wall([sys.executable, '-m', 'buildmgr.devices.ggml_api', f'{prefix}/lib'])}")

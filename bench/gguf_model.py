@@ -31,7 +31,7 @@ def write_model(
     import numpy as np
     from gguf import GGUFWriter, TokenType
 
-    from buildmgr.proof_models import attention, feed_forward
+    from buildmgr.proof.models import attention, feed_forward
 
     heads = heads or max(embd // 64, 1)
     kv_heads = kv_heads or heads

@@ -13,7 +13,7 @@ bm() { python3 -m buildmgr "$@"; }
     grep -E 'MemTotal|MemAvailable' /proc/meminfo
     echo "cgroup memory.max: $(cat /sys/fs/cgroup/memory.max 2>/dev/null || echo n/a)"
     echo "memory blocks online/all: $(grep -l online /sys/devices/system/memory/memory*/state 2>/dev/null | wc -l)/$(ls -d /sys/devices/system/memory/memory* 2>/dev/null | wc -l)"
-    python3 -c "import os; from buildmgr.options import available_gib; from buildmgr.plan import default_jobs; g = available_gib(); print(f'available_gib {g:.1f} -> default jobs for cuda+vulkan: {default_jobs(os.cpu_count(), g, 4.0)} of {os.cpu_count()} cores')"
+    python3 -c "import os; from buildmgr.build.options import available_gib; from buildmgr.build.plan import default_jobs; g = available_gib(); print(f'available_gib {g:.1f} -> default jobs for cuda+vulkan: {default_jobs(os.cpu_count(), g, 4.0)} of {os.cpu_count()} cores')"
 } >"$out/memory.txt" 2>&1
 
 start=$(date +%s)
@@ -25,7 +25,7 @@ bench="$prefix/bin/llama-bench"
 
 capture() {  # $1: file suffix; the environment applies to everything
     "$bench" --list-devices >"$out/list-devices$1.txt" 2>&1
-    python3 -m buildmgr.ggml_api "$prefix/lib" >"$out/api$1.json" 2>"$out/api$1.stderr"
+    python3 -m buildmgr.devices.ggml_api "$prefix/lib" >"$out/api$1.json" 2>"$out/api$1.stderr"
 }
 capture ""
 CUDA_VISIBLE_DEVICES=1 GGML_VK_VISIBLE_DEVICES=1 capture "-second-card"

@@ -2,7 +2,7 @@
 # The kernels proof on a lent H200 machine (no network): build cuda+vulkan --sm 90 (its proof runs the kernels model
 # on the CPU and on every device the build sees), keep the build's output, receipt and faults.json, then run
 # llama-bench on a larger single-type model of each weight type (F16 BF16 Q8_0 Q4_0 Q4_K Q6_K; 4 layers, 1024 wide,
-# ff 2816, written with buildmgr.proof_models.write_kernels_model) on -dev none, CUDA0 and Vulkan0 with llama-bench's
+# ff 2816, written with buildmgr.proof.models.write_kernels_model) on -dev none, CUDA0 and Vulkan0 with llama-bench's
 # default flags, and write each run's exit code and pp512/tg32 t/s into OUT/types.tsv. OUT/host.txt says what the
 # host is (CPU model and flags, gcc, GPUs). PAYLOAD: see bench/gpu-setup.sh.
 # Long: start it with setsid nohup and poll OUT/finished.
@@ -50,7 +50,7 @@ kinds=(F16 BF16 Q8_0 Q4_0 Q4_K Q6_K)
 python3 - "$out/models" "${kinds[@]}" <<'PY'
 import sys
 from pathlib import Path
-from buildmgr.proof_models import write_kernels_model
+from buildmgr.proof.models import write_kernels_model
 for kind in sys.argv[2:]:
     write_kernels_model(Path(sys.argv[1]) / f"{kind}.gguf", (kind,), 4, embd=1024, ff=2816)
 PY

@@ -20,10 +20,10 @@ if [ -z "$build" ]; then
 fi
 prefix=$(bm which "$build")
 model=$out/tiny.gguf
-python3 -c "import sys; from pathlib import Path; from buildmgr.smoke import write_tiny_model; write_tiny_model(Path(sys.argv[1]))" "$model"
+python3 -c "import sys; from pathlib import Path; from buildmgr.proof.smoke import write_tiny_model; write_tiny_model(Path(sys.argv[1]))" "$model"
 export GGML_CUDA_DEVICES=2
 "$prefix/bin/llama-cli" --list-devices >"$out/list-devices-virtual.txt" 2>&1
-python3 -m buildmgr.ggml_api "$prefix/lib" >"$out/api-virtual.json" 2>"$out/api-virtual.stderr"
+python3 -m buildmgr.devices.ggml_api "$prefix/lib" >"$out/api-virtual.json" 2>"$out/api-virtual.stderr"
 "$prefix/bin/llama-bench" -m "$model" -dev CUDA0/CUDA1 -sm layer -p 16 -n 8 -r 1 >"$out/bench-split-virtual.txt" 2>&1
 unset GGML_CUDA_DEVICES
 {

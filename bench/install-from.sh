@@ -30,7 +30,7 @@ key=$(tail -1 "$out/key.txt")
 # weight type real models use, which the smoke run benches on each device)
 "$python" -c "import sys; from pathlib import Path; from buildmgr import proof_models as m; c = Path(sys.argv[1]); m.tiny_model(c); m.kernels_model(c)" "$out/models"
 model=$(ls "$out"/models/smoke/kernels-*.gguf)
-bench_args=$("$python" -c 'from buildmgr.smoke import BENCH_ARGS; print(" ".join(BENCH_ARGS))')
+bench_args=$("$python" -c 'from buildmgr.proof.smoke import BENCH_ARGS; print(" ".join(BENCH_ARGS))')
 blob=$(ls "$out"/repo/blobs/sha256/*/*.tar.gz)
 by_hand() {  # ROOT: what a user types: copy, check, unpack, then the smoke run's steps one after another (every
     # tool's --version, the devices the build lists, llama-bench on the CPU and on each of them)

@@ -28,7 +28,7 @@ def receipt_json(build_id: str = "cpu-0123abcd", *, recipe=None, source=None, ho
     """A receipt of the shape buildmgr writes, for tests that need one without building; nested parts merge."""
     import platform
 
-    from buildmgr.receipt import SCHEMA
+    from buildmgr.store.receipt import SCHEMA
 
     return {
         "schema": SCHEMA,
@@ -85,7 +85,7 @@ def receipt_json(build_id: str = "cpu-0123abcd", *, recipe=None, source=None, ho
 
 
 def make_receipt(build_id: str = "cpu-0123abcd", **parts):
-    from buildmgr.receipt import Receipt
+    from buildmgr.store.receipt import Receipt
 
     return Receipt.from_json(receipt_json(build_id, **parts))
 

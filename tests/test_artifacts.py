@@ -24,18 +24,19 @@ from pathlib import Path
 import pytest
 from conftest import COMMIT, assert_user_error, buildmgr, make_receipt
 
-from buildmgr import runtime, store
+from buildmgr import store
 from buildmgr.artifacts import archive as archives
 from buildmgr.artifacts import compat, reproduce
 from buildmgr.artifacts import matrix as matrices
 from buildmgr.artifacts.names import cpu_arch_of
 from buildmgr.backends.cuda import device_code as cuda_device_code
 from buildmgr.backends.hip import device_code as hip_device_code
-from buildmgr.config import Dirs
-from buildmgr.errors import CannotRunHere, UserError
-from buildmgr.options import all_recipes
-from buildmgr.progress import Reporter
-from buildmgr.receipt import Receipt
+from buildmgr.build import runtime
+from buildmgr.build.options import all_recipes
+from buildmgr.core.config import Dirs
+from buildmgr.core.errors import CannotRunHere, UserError
+from buildmgr.core.progress import Reporter
+from buildmgr.store.receipt import Receipt
 
 BUILD_ID = "cpu-0123abcd"
 VERSION_SCRIPT = "#!/bin/sh\necho 'version: 0.5.0-dev (build 11312, commit 0c1e570)'\n"
@@ -522,7 +523,7 @@ def test_ldconfig_lines_of_another_abi_are_not_this_hosts_libraries():
 
 
 def known(tmp_path: Path):
-    from buildmgr.config import Dirs
+    from buildmgr.core.config import Dirs
 
     return all_recipes(Dirs(tmp_path / "d", tmp_path / "c", tmp_path / "cfg"))
 
@@ -725,7 +726,7 @@ def test_verify_of_something_that_is_not_an_artifact_is_one_line(tmp_env, tmp_pa
 
 
 def test_verify_needs_a_source_it_can_fetch_again(tmp_path):
-    from buildmgr.config import Dirs
+    from buildmgr.core.config import Dirs
 
     known_recipes = all_recipes(Dirs(tmp_path / "d", tmp_path / "c", tmp_path / "cfg"))
     defines = {"GGML_NATIVE": "OFF", "CMAKE_CUDA_ARCHITECTURES": "86-real;89"}

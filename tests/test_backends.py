@@ -14,7 +14,7 @@ from buildmgr.backends.hip import arch as hip_arch
 from buildmgr.backends.hip import device_code as hip_device_code
 from buildmgr.backends.hip import preflight as hip_preflight
 from buildmgr.backends.vulkan import preflight as vulkan_preflight
-from buildmgr.errors import UserError
+from buildmgr.core.errors import UserError
 
 NVCC_13_ARCHS = (75, 80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121)
 
@@ -79,7 +79,7 @@ def test_native_cpu_with_backend_dl_is_refused_on_x86_only():
 
 
 def test_vulkan_preflight_reports_each_missing_piece(tmp_path):
-    from buildmgr.toolchain import detect
+    from buildmgr.tools.toolchain import detect
 
     host = Host({"VULKAN_SDK": str(tmp_path)}, "Linux", "x86_64", detect({}))
     report = vulkan_preflight.inspect(host, vulkan_preflight.locate(host), deep=False)
@@ -139,7 +139,7 @@ elif "-o" in sys.argv:
 
 def fake_cuda_host(tmp_path: Path) -> tuple[Host, Path, Path]:
     """A toolkit whose nvcc writes each of its runs to a log, with cuBLAS beside it."""
-    from buildmgr.toolchain import Tool, Toolchain
+    from buildmgr.tools.toolchain import Tool, Toolchain
 
     toolkit, log = tmp_path / "cuda", tmp_path / "nvcc-runs"
     (toolkit / "bin").mkdir(parents=True)
@@ -158,8 +158,8 @@ def preflight(host: Host, memo_file: Path, sm: str = "90"):
     from types import SimpleNamespace
 
     from buildmgr.backends import inspect
-    from buildmgr.memo import Memo
-    from buildmgr.options import BuildRequest, resolve_arch
+    from buildmgr.build.options import BuildRequest, resolve_arch
+    from buildmgr.core.memo import Memo
 
     memo = Memo.load(memo_file)
     report = inspect(("CUDA",), host, memo=memo)
@@ -226,9 +226,10 @@ def _hints(record_type):
     """A base record's field types, with the names it imports only for type checking."""
     import typing
 
-    from buildmgr import devices, toolchain
+    from buildmgr.core import device_records
+    from buildmgr.tools import toolchain
 
-    names = {"Captures": devices.Captures, "Device": devices.Device, "Toolchain": toolchain.Toolchain}
+    names = {"Captures": device_records.Captures, "Device": device_records.Device, "Toolchain": toolchain.Toolchain}
     return typing.get_type_hints(record_type, localns=names)
 
 
@@ -246,7 +247,7 @@ def _lazy_references(record, path=""):
             yield where, value, hints[name]
         items = value if isinstance(value, tuple) and not hasattr(value, "_fields") else (value,)
         for index, item in enumerate(items):
-            if type(item).__module__ == "buildmgr.backend" and not isinstance(item, str):
+            if type(item).__module__ == "buildmgr.backend_spec" and not isinstance(item, str):
                 yield from _lazy_references(item, path=f"{where}[{index}]." if items is not (value,) else f"{where}.")
 
 
@@ -271,7 +272,7 @@ def test_every_backend_package_declares_a_record_whose_functions_exist():
     user's host)."""
     import typing
 
-    from buildmgr.backend import resolve_lazy
+    from buildmgr.backend_spec import resolve_lazy
 
     hints = _hints(backends.Backend)
     found = backends._discovered()
@@ -292,7 +293,7 @@ def test_every_backend_package_declares_a_record_whose_functions_exist():
 
 
 def test_why_a_built_backend_has_no_device_comes_from_its_module():
-    from buildmgr.inventory import absence_reasons
+    from buildmgr.devices.inventory import absence_reasons
 
     assert absence_reasons(["CPU", "RPC"], set(), {}, {}) == []  # no device is expected of either
     reasons = absence_reasons(["CUDA", "ROCm", "Metal"], set(), {"HIP_VISIBLE_DEVICES": "-1"}, {})
@@ -305,8 +306,8 @@ def test_each_architecture_option_resolves_through_its_backend_in_a_fixed_order(
     """CUDA's before HIP's whatever the recipe's order: the labels join into the build id."""
     from types import SimpleNamespace
 
-    from buildmgr.memo import Memo
-    from buildmgr.options import BuildRequest, resolve_arch
+    from buildmgr.build.options import BuildRequest, resolve_arch
+    from buildmgr.core.memo import Memo
 
     host, _, _ = fake_cuda_host(tmp_path)
     request = BuildRequest("cuda+hip", (("--gfx", "gfx1100"), ("--sm", "90")))
@@ -330,7 +331,7 @@ def fake_rocm(root: Path, version: str = "6.4.3") -> Path:
 
 
 def test_rocm_is_located_once_and_its_checks_and_memo_inputs_come_from_that(tmp_path):
-    from buildmgr.toolchain import Tool, Toolchain
+    from buildmgr.tools.toolchain import Tool, Toolchain
 
     root = fake_rocm(tmp_path / "rocm")
     tools = Toolchain(Tool("cmake"), Tool("ninja"), Tool("cc"), Tool("c++"), Tool("ccache"))
@@ -392,7 +393,7 @@ def test_a_distributions_rocm_under_usr_is_found_with_its_own_paths(tmp_path):
     assert found.packages["hipblas"] == root / "lib" / "x86_64-linux-gnu" / "cmake" / "hipblas"
     assert found.clang == root / "lib" / "llvm-21" / "bin" / "clang"
     assert hip_preflight.rocblas_targets(found) == {"gfx1100", "gfx1101"}
-    from buildmgr.toolchain import Tool, Toolchain
+    from buildmgr.tools.toolchain import Tool, Toolchain
 
     tools = Toolchain(Tool("cmake"), Tool("ninja"), Tool("cc"), Tool("c++"), Tool("ccache"))
     report = hip_preflight.inspect(Host({"ROCM_PATH": str(root)}, "Linux", "x86_64", tools), found, deep=False)

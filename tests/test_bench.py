@@ -20,7 +20,6 @@ from conftest import assert_user_error, buildmgr, make_env
 from hypothesis import given
 from hypothesis import strategies as st
 
-from buildmgr import proc
 from buildmgr.backends import EngineReading
 from buildmgr.backends.cuda import engines as cuda_engines
 from buildmgr.backends.hip import engines as hip_engines
@@ -29,7 +28,8 @@ from buildmgr.bench import config as cfg
 from buildmgr.bench.judge import HOST as HOST_ROLE
 from buildmgr.bench.judge import MIN_IDLE_SECONDS, Role, Validity, Verdict, judge
 from buildmgr.bench.sampling import COUNTER_INTERVAL, CounterReading, ProcessReading, Sample, read_process, services
-from buildmgr.errors import UserError
+from buildmgr.core import proc
+from buildmgr.core.errors import UserError
 from buildmgr.placement.check import FFN_EXPS
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -865,7 +865,7 @@ def test_virtual_devices_are_judged_by_their_card_s_engines():
     """GGML_CUDA_DEVICES=2 on one H200 (fixtures/h200/virtual34): NVML reads the card, 0000:00:06.0; the two devices
     are 0000:00:06.0-v0 and -v1. Both must be read through the card, never 'not readable'."""
     from buildmgr.bench.prepare import roles_for
-    from buildmgr.probe import api_devices
+    from buildmgr.devices.probe import api_devices
 
     records = (FIXTURES / "h200" / "virtual34" / "api-virtual.json").read_text()
     devices, _ = api_devices(proc.Ran(0, records, "", 1.0))

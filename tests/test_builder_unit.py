@@ -3,12 +3,12 @@ from pathlib import Path
 
 import pytest
 
-from buildmgr.builder import BuildTree, configure_command, error_excerpt
-from buildmgr.errors import UserError
-from buildmgr.plan import default_jobs, make_plan, parse_jobs
-from buildmgr.recipes import Recipe
-from buildmgr.source import SourceTree
-from buildmgr.toolchain import Tool, Toolchain
+from buildmgr.build.builder import BuildTree, configure_command, error_excerpt
+from buildmgr.build.plan import default_jobs, make_plan, parse_jobs
+from buildmgr.build.recipes import Recipe
+from buildmgr.build.source.tree import SourceTree
+from buildmgr.core.errors import UserError
+from buildmgr.tools.toolchain import Tool, Toolchain
 
 
 def toolchain(ccache: bool = True, cc_version: str = "cc 12.2.0") -> Toolchain:
@@ -73,7 +73,7 @@ def test_identity_covers_toolchain_and_source_but_not_ccache_or_jobs():
 
 
 def test_a_toolchain_added_with_toolchain_add_is_identity_and_adds_its_rpath_and_the_others_keep_their_id():
-    from buildmgr.receipt import ToolchainRef
+    from buildmgr.store.receipt import ToolchainRef
 
     base = make_plan(RECIPE, SOURCE, toolchain(), 2)
     assert base.digest.startswith("bdf84003")  # what it was before toolchains could be added (#23)
@@ -100,9 +100,9 @@ def test_default_jobs_respects_memory_per_job():
 
 def test_generated_flags_for_hip_and_cuda_arches():
     from buildmgr.backends.hip import arch as hip_arch
-    from buildmgr.config import resource_path
-    from buildmgr.plan import Arch
-    from buildmgr.recipes import compose, load_recipes
+    from buildmgr.build.plan import Arch
+    from buildmgr.build.recipes import compose, load_recipes
+    from buildmgr.core.config import resource_path
 
     recipes = load_recipes(resource_path("recipes"))
     value, label = hip_arch.parse_gfx("gfx1151,gfx1100")
@@ -157,7 +157,7 @@ def test_generated_flags_for_hip_and_cuda_arches():
 
 
 def test_a_build_step_streams_both_outputs_in_order_into_the_log_and_the_feed(tmp_path):
-    from buildmgr import proc
+    from buildmgr.core import proc
 
     log, fed = tmp_path / "build.log", []
     code = proc.stream(["sh", "-c", "echo one; echo two >&2; echo three; exit 4"], log, feed=fed.append)

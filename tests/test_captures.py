@@ -5,10 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from buildmgr.captures import device_from_api, parse_list_devices, read_text
-from buildmgr.devices import normalize_pci
-from buildmgr.errors import UserError
-from buildmgr.identity import resolve
+from buildmgr.core.device_records import normalize_pci
+from buildmgr.core.errors import UserError
+from buildmgr.devices.captures import parse_list_devices, read_text
+from buildmgr.devices.identity import resolve
+from buildmgr.devices.probe import device_from_api
 
 CAPTURES = Path(__file__).parent / "fixtures" / "captures"
 

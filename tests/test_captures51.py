@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from conftest import buildmgr, make_env
 
-from buildmgr import source
-from buildmgr.captures import covered_formats, read_text
-from buildmgr.config import Dirs
-from buildmgr.errors import UserError
+from buildmgr.build.source import sdist
+from buildmgr.core.config import Dirs
+from buildmgr.core.errors import UserError
+from buildmgr.devices.captures import read_text
+from buildmgr.devices.captures.shapes import covered_formats
 
 CAPTURES = Path(__file__).parent / "fixtures" / "captures51"
 EXPECTED = json.loads((CAPTURES / "expected.json").read_text())
@@ -44,7 +45,7 @@ NOT_DEVICE_LINES = {
 @pytest.fixture(scope="module")
 def pinned_tree(tmp_path_factory) -> Path:
     """The pinned source: this user's synced tree where there is one, else synced for this test (a fresh CI host)."""
-    tree = source.pinned_tree(source.load_pin(), Dirs.from_environment(os.environ)).path
+    tree = sdist.pinned_tree(sdist.load_pin(), Dirs.from_environment(os.environ)).path
     if (tree / "ggml").is_dir():
         return tree
     env = make_env(tmp_path_factory.mktemp("pin"))

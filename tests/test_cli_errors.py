@@ -14,7 +14,7 @@ def written(root: Path) -> list[str]:
 
 
 def test_unknown_recipe_lists_known_ones(tmp_path: Path, tmp_env):
-    from buildmgr.config import resource_path
+    from buildmgr.core.config import resource_path
 
     shipped = sorted(path.stem for path in resource_path("recipes").glob("*.toml"))
     assert {"cpu", "cuda", "vulkan"} <= set(shipped)
@@ -99,6 +99,23 @@ def test_doctor_at_80_columns_folds_each_fix_under_its_check_whole(tmp_path: Pat
     assert wide[0].split() == ["check", "ok", "found", "fix"]  # the table, where it fits
 
 
+def test_piped_doctor_says_each_check_on_one_line_with_its_fix_and_no_padding(tmp_path: Path, tmp_env):
+    """Issue #67: piped (no terminal, no COLUMNS), doctor's checks were a table padded to 40 columns; saved or
+    grepped, a check is one line: yes/no, the check, what was found and the fix, with nothing padded."""
+    import json
+
+    env = {k: v for k, v in tmp_env.items() if k != "COLUMNS"}
+    result = buildmgr(env, "doctor")
+    assert result.returncode in (0, 1), result.stderr
+    lines = result.stdout.splitlines()
+    checks = json.loads(buildmgr(env, "doctor", "--json").stdout)["checks"]
+    assert len(lines) == len(checks), lines
+    for line, check in zip(lines, checks, strict=True):
+        said = f"{'yes' if check['ok'] else 'no'} {check['backend']}: {check['what']}: {check['found']}"
+        assert line == said + ("" if check["ok"] else f" (fix: {check['fix']})"), line
+        assert "  " not in line.removeprefix("no "), line
+
+
 def test_the_command_line_s_own_mistake_is_said_before_a_broken_config_file(tmp_path: Path, tmp_env):
     config = tmp_path / "config" / "buildmgr" / "config.toml"
     config.parent.mkdir(parents=True)
@@ -127,7 +144,7 @@ def test_a_shortened_option_is_offered_its_whole_name_and_a_context_too_small_ge
     """Issue #52: --reps got no did-you-mean for --repetitions; -p 512 -n 128 on a 256-token model gave no fix."""
     assert_user_error(buildmgr(tmp_env, "bench", "--reps", "3", "cpu"), "did you mean --repetitions?")
     assert_user_error(buildmgr(tmp_env, "build", "--rebuld"), "did you mean --rebuild?")
-    from buildmgr.proof_models import write_tiny_model
+    from buildmgr.proof.models import write_tiny_model
 
     model = tmp_path / "tiny.gguf"
     write_tiny_model(model)  # a context of 256

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import WORKS, assert_user_error, buildmgr, free_port, make_env, redis_keys, write_fake_tree
 
-from buildmgr import compile_cache, toolchain
+from buildmgr.tools import compile_cache, toolchain
 
 SOURCES = 24  # compilations in the fake project: enough that 90 % means something
 

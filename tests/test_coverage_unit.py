@@ -8,8 +8,9 @@ import dataclasses
 import gzip
 from pathlib import Path
 
-from buildmgr import backends, coverage
-from buildmgr.devices import Device, Role, Selection, State
+from buildmgr import backends
+from buildmgr.core.device_records import Device, Role, Selection, State
+from buildmgr.placement import coverage
 from buildmgr.placement.check import Here, check
 from buildmgr.placement.syntax import parse, shaping_args
 
@@ -296,7 +297,7 @@ def test_a_row_is_judged_by_its_own_graph():
 
 
 def test_removed_kernels_warn_so_bench_measures_them_but_run_check_refuses_and_ngl_0_moves_nothing():
-    from buildmgr.findings import errors
+    from buildmgr.core.findings import errors
     from buildmgr.placement.run import CheckReport, Tested
 
     [placement], _ = parse("llama-cli", ["-dev", "CUDA0", "-fa", "on"], {})

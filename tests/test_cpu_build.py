@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from conftest import assert_user_error, buildmgr, make_env, user_recipe
 
-from buildmgr import ggml_api
 from buildmgr.artifacts import index
 from buildmgr.bench import membw
-from buildmgr.fsutil import sha256_file
+from buildmgr.core.fsutil import sha256_file
+from buildmgr.devices import ggml_api
 
 pytestmark = [pytest.mark.compile, pytest.mark.configure, pytest.mark.network]
 COMMIT = "0c1e570"
@@ -97,14 +97,14 @@ def test_receipt_records_what_was_built_and_proven(env, first_build):
 
 
 def amx_here() -> bool:
-    from buildmgr import hostfacts
+    from buildmgr.core import hostfacts
 
     return {"amx_tile", "amx_int8"} <= hostfacts.read().cpu_flags
 
 
 def bench_each_type(bench: Path, models: Path, *extra: str) -> dict[str, int]:
     """llama-bench's exit code on a model of each weight type the proof runs, with llama.cpp's defaults."""
-    from buildmgr.proof_models import KERNEL_TYPES, kernels_model
+    from buildmgr.proof.models import KERNEL_TYPES, kernels_model
 
     codes = {}
     for kind in KERNEL_TYPES:
@@ -117,7 +117,7 @@ def test_the_readme_build_runs_every_weight_type_real_models_are_published_in(en
     """F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K with llama.cpp's default buffer types (repack, and AMX where built in),
     prefill and decode, on the CPU of this host: on this project's AMX machines the native build crashed on four of
     them, and its F32 proof passed."""
-    from buildmgr.proof_models import KERNEL_TYPES
+    from buildmgr.proof.models import KERNEL_TYPES
 
     bench = Path(buildmgr(env, "which", "cpu", "llama-bench").stdout.strip())
     assert bench_each_type(bench, tmp_path) == dict.fromkeys(KERNEL_TYPES, 0)
@@ -148,7 +148,7 @@ def test_on_a_cpu_whose_amx_kernels_crash_the_native_build_is_refused_then_built
 
 def verbose_load(env) -> str:
     """What the published cpu build's llama-bench says, verbose, as it loads the proof's Q4_0 model."""
-    from buildmgr.proof_models import kernels_model
+    from buildmgr.proof.models import kernels_model
 
     bench = Path(buildmgr(env, "which", "cpu", "llama-bench").stdout.strip())
     model = kernels_model(Path(env["XDG_CACHE_HOME"]) / "buildmgr", "Q4_0")
@@ -161,8 +161,8 @@ def test_a_build_whose_quantized_kernels_crash_is_refused_with_the_crash_and_pub
     with its signal, the weight types that crash alone, and the function. On an AMX host the crash is ggml's own
     (-D GGML_NATIVE=ON keeps the AMX kernels in, overruling the fix, and the known fault is named); on a host without
     AMX, a CPU feature the host lacks is compiled in (a real SIGILL, in the kernels that use it)."""
-    from buildmgr import hostfacts
     from buildmgr.backends.cpu import X86_FEATURES
+    from buildmgr.core import hostfacts
 
     flags = hostfacts.read().cpu_flags
     if amx_here() and "was not published" in first_build.stderr:
@@ -249,7 +249,7 @@ def test_llama_server_generates_text_on_the_tiny_model(env, first_build, tmp_pat
     Not llama-completion: its text goes through llama.cpp's log thread, which is not drained at exit,
     so its stdout was empty in 9 of 12 runs here.
     """
-    from buildmgr.proof_models import tiny_model
+    from buildmgr.proof.models import tiny_model
 
     model = tiny_model(Path(env["XDG_CACHE_HOME"]) / "buildmgr")
     assert 100_000 < model.stat().st_size < 2_000_000
@@ -426,7 +426,10 @@ def inventory_entry(env) -> tuple[dict, dict]:
 def test_the_probe_reads_ggml_s_own_device_api(env, first_build):
     prefix = Path(buildmgr(env, "which", "cpu").stdout.strip())
     child = subprocess.run(
-        [sys.executable, "-m", "buildmgr.ggml_api", str(prefix / "lib")], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "buildmgr.devices.ggml_api", str(prefix / "lib")],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     [line] = [ln for ln in child.stdout.splitlines() if ln.startswith(ggml_api.MARKER)]
     [cpu] = json.loads(line.removeprefix(ggml_api.MARKER))
@@ -497,7 +500,7 @@ def test_placement_check_on_the_cpu_build(env, first_build, tmp_path):
         (["cpu", "--", "llama-cli", "-ngl", "abc"], "a number, 'auto' or 'all'"),  # llama.cpp: stoi fails
     ):
         assert_user_error(buildmgr(env, "check", *args), message)
-    from buildmgr.proof_models import write_tiny_model
+    from buildmgr.proof.models import write_tiny_model
 
     model = tmp_path / "tiny.gguf"
     write_tiny_model(model)
@@ -547,7 +550,7 @@ def test_the_receipt_has_the_documented_shape(env, first_build):
 def test_runtime_needs_are_what_the_elf_files_say(env, first_build):
     from packaging.version import Version
 
-    from buildmgr import runtime
+    from buildmgr.build import runtime
 
     prefix = Path(buildmgr(env, "which", "cpu").stdout.strip())
     needs = receipt_of(env)["runtime"]
@@ -684,7 +687,7 @@ def test_publish_signed_then_install_from_the_repository_over_http_into_a_fresh_
 def test_bench_refuses_a_config_naming_no_device_here_before_anything_runs(env, first_build):
     """Issue #33's cross-backend pair on a host without the second card: `-dev CUDA0,Vulkan1` names no device of
     this build here, so bench stops with exit 2 before any CONFIG runs (the valid one too), and writes nothing."""
-    from buildmgr.proof_models import tiny_model
+    from buildmgr.proof.models import tiny_model
 
     model = tiny_model(Path(env["XDG_CACHE_HOME"]) / "buildmgr")
     results = Path(env["XDG_DATA_HOME"]) / "buildmgr" / "bench"
@@ -698,7 +701,7 @@ def test_bench_refuses_a_config_naming_no_device_here_before_anything_runs(env, 
 
 
 def public_id(line: str) -> str:
-    from buildmgr import signing
+    from buildmgr.trust import signing
 
     return signing.read_public(line).id
 
@@ -745,14 +748,15 @@ def test_a_cold_rebuild_from_the_receipt_in_another_data_dir_is_byte_identical(e
 
 
 def test_the_vendored_tree_is_the_pin_and_builds_as_a_local_source(env, first_build):
-    from buildmgr import source
+    from buildmgr.build.source import checkout
+    from buildmgr.build.source import sdist as pinned
 
     sdist = Path(env["XDG_CACHE_HOME"]) / "buildmgr" / "downloads" / "llama_cpp_python-0.3.36.tar.gz"
     synced = buildmgr(env, "source", "sync", "--vendor", "--archive", str(sdist))
     assert synced.returncode == 0, synced.stderr
-    vendored = source.vendor_dir()
-    tree = source.local_tree(vendored)
-    assert (tree.commit, tree.build_number, tree.state) == (source.load_pin().commit, 11312, "vendored")
+    vendored = pinned.vendor_dir()
+    tree = checkout.local_tree(vendored)
+    assert (tree.commit, tree.build_number, tree.state) == (pinned.load_pin().commit, 11312, "vendored")
     configured = buildmgr(env, "build", "--source", str(vendored), "--configure-only", "--json")
     assert configured.returncode == 0, configured.stderr
     assert json.loads(configured.stdout)["id"] != receipt_of(env)["id"]  # file stamps, not the commit, are its identity
@@ -935,10 +939,10 @@ def test_the_rules_whose_runs_lost_their_message_match_the_pinned_source_s_own_t
     """The pinned tree this build used holds the format string each such rule's line is printed from."""
     from test_placement import LINES_AT_THE_PIN
 
-    from buildmgr import source
-    from buildmgr.config import Dirs
+    from buildmgr.build.source import sdist
+    from buildmgr.core.config import Dirs
 
     dirs = Dirs(*(Path(env[f"XDG_{kind}_HOME"]) / "buildmgr" for kind in ("DATA", "CACHE", "CONFIG")))
-    tree = source.pinned_tree(source.load_pin(), dirs).path
+    tree = sdist.pinned_tree(sdist.load_pin(), dirs).path
     for rule_id, (path, text, _) in LINES_AT_THE_PIN.items():
         assert f'"{text}"' in (tree / path).read_text(), rule_id

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import VULKAN_PROVISIONED, assert_user_error, buildmgr, make_env, make_receipt
 
-from buildmgr.cmake import find_cmake, read_reply
+from buildmgr.tools.cmake import find_cmake, read_reply
 
 pytestmark = [
     pytest.mark.configure,

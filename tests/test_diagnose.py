@@ -2,7 +2,7 @@
 
 import pytest
 
-from buildmgr.diagnose import diagnose
+from buildmgr.proof.diagnose import diagnose
 
 # name → lines as real tools printed them
 REAL_LINES = {
@@ -36,7 +36,7 @@ REAL_LINES = {
 
 def test_every_known_failure_has_a_real_line():
     """A signature added without the line it was seen in fails here: every one is matched on a real one above."""
-    from buildmgr.diagnose import signatures
+    from buildmgr.proof.diagnose import signatures
 
     assert {s.name for s in signatures()} == set(REAL_LINES)
 

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from buildmgr import doctor, kits, memo, store
-from buildmgr.config import Dirs, Settings
-from buildmgr.receipt import Package, ToolchainReceipt
+from buildmgr import store
+from buildmgr.build import doctor, kits
+from buildmgr.core import memo
+from buildmgr.core.config import Dirs, Settings
+from buildmgr.store.receipt import Package, ToolchainReceipt
 
 FAKE_NVCC = """#!{python}
 import pathlib, sys

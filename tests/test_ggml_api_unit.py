@@ -4,10 +4,10 @@ from conftest import captured
 
 from buildmgr.backends.cuda.smi import NvidiaGpu
 from buildmgr.backends.vulkan.info import VulkanGpu
-from buildmgr.devices import Selection, State
-from buildmgr.identity import assign_physical_ids, default_selection, enrich
-from buildmgr.probe import api_devices, cross_check
-from buildmgr.proc import Ran
+from buildmgr.core.device_records import Selection, State
+from buildmgr.core.proc import Ran
+from buildmgr.devices.identity import assign_physical_ids, default_selection, enrich
+from buildmgr.devices.probe import api_devices, cross_check
 
 USED = Selection(State.USED)
 
@@ -46,7 +46,7 @@ TWO_H200 = [
 def api(records):
     import json
 
-    from buildmgr.ggml_api import MARKER
+    from buildmgr.devices.ggml_api import MARKER
 
     return api_devices(Ran(0, "noise\n" + MARKER + json.dumps(records) + "\n", "", 1.0))
 
@@ -127,7 +127,7 @@ def test_default_selection_leaves_the_igpu_out_beside_a_discrete_card():
 
 
 def test_without_ggml_types_the_choice_is_unknown_not_guessed():
-    from buildmgr.captures import parse_list_devices
+    from buildmgr.devices.captures import parse_list_devices
 
     listed = parse_list_devices("Available devices:\n  CUDA0: NVIDIA H200 (1 MiB, 1 MiB free)\n")
     assert default_selection(listed)["CUDA0"].state is State.UNKNOWN

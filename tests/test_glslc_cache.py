@@ -144,7 +144,7 @@ def test_a_hit_writes_the_depfile_that_glslc_wrote(tmp_path):
 
 
 def test_gc_prunes_only_shaders_unused_for_30_days(tmp_path):
-    from buildmgr.config import Dirs
+    from buildmgr.core.config import Dirs
     from buildmgr.store import gc
 
     dirs = Dirs(tmp_path / "data", tmp_path / "cache", tmp_path / "config")

@@ -4,13 +4,13 @@ captures are checked against what the code says today, from the same inputs."""
 import json
 from pathlib import Path
 
-from buildmgr import identity
 from buildmgr.backends.cuda import device_code as cuda_device_code
-from buildmgr.inventory import build_devices
-from buildmgr.inventory_file import Inventory
+from buildmgr.devices import identity
+from buildmgr.devices.inventory import build_devices
+from buildmgr.devices.inventory_file import Inventory
 from buildmgr.placement.check import Here, check
 from buildmgr.placement.syntax import parse
-from buildmgr.receipt import Receipt
+from buildmgr.store.receipt import Receipt
 
 RUN = Path(__file__).parent / "fixtures" / "h200" / "structure"
 
@@ -57,7 +57,7 @@ def test_one_card_under_two_names_is_one_row_with_both_names():
     import dataclasses
 
     from buildmgr.backends.cuda.smi import NvidiaGpu
-    from buildmgr.inventory import summarize
+    from buildmgr.devices.inventory import summarize
 
     stored = Inventory.from_text((RUN / "devices.json").read_text())
     gpus = [NvidiaGpu(**gpu) for gpu in json.loads((RUN / "devices.json").read_text())["host"]["nvidia_gpus"]]

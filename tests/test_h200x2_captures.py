@@ -7,11 +7,11 @@ from conftest import buildmgr, captured
 
 from buildmgr.backends.cuda.smi import parse_nvidia_smi_csv
 from buildmgr.backends.vulkan.info import parse_vulkaninfo_summary
-from buildmgr.captures import parse_list_devices
-from buildmgr.devices import Selection, State
-from buildmgr.identity import default_selection, resolve
-from buildmgr.probe import api_devices, cross_check
-from buildmgr.proc import Ran
+from buildmgr.core.device_records import Selection, State
+from buildmgr.core.proc import Ran
+from buildmgr.devices.captures import parse_list_devices
+from buildmgr.devices.identity import default_selection, resolve
+from buildmgr.devices.probe import api_devices, cross_check
 
 HOST = Path(__file__).parent / "fixtures" / "h200x2"
 

@@ -13,11 +13,11 @@ import pytest
 from conftest import assert_user_error, buildmgr, make_receipt, user_recipe
 
 from buildmgr import store
-from buildmgr.config import Dirs
-from buildmgr.errors import UserError
-from buildmgr.inventory import load
-from buildmgr.inventory_file import Inventory
-from buildmgr.source import parse_source_spec
+from buildmgr.build.source.tree import parse_source_spec
+from buildmgr.core.config import Dirs
+from buildmgr.core.errors import UserError
+from buildmgr.devices.inventory import load
+from buildmgr.devices.inventory_file import Inventory
 
 
 def fake_build(dirs: Dirs, name: str, recipe: str = "cpu", version_dir: str = "0.5.0-0c1e570") -> Path:
@@ -283,7 +283,7 @@ def test_defines_buildmgr_owns_are_refused_not_silently_overridden(tmp_path, tmp
     ],
 )
 def test_recipes_are_validated_when_parsed(text, message):
-    from buildmgr.recipes import parse_recipe
+    from buildmgr.build.recipes import parse_recipe
 
     with pytest.raises(UserError, match=re.escape(message)):
         parse_recipe("mine", text, "mine.toml")
@@ -298,7 +298,7 @@ def test_a_broken_user_recipe_fails_only_the_command_that_asks_for_it(tmp_path, 
 
 
 def test_gc_goes_by_the_locks_not_by_process_ids(tmp_env):
-    from buildmgr.fsutil import locked
+    from buildmgr.core.fsutil import locked
 
     dirs = dirs_of(tmp_env)
     orphan = dirs.staging / "cpu-77777777.1.abcd1234"  # pid 1 is alive, but no build holds the lock
@@ -315,7 +315,7 @@ def test_gc_goes_by_the_locks_not_by_process_ids(tmp_env):
 
 
 def test_gc_removes_the_lock_files_of_builds_not_running(tmp_env):
-    from buildmgr.fsutil import locked
+    from buildmgr.core.fsutil import locked
 
     dirs = dirs_of(tmp_env)
     for build_id in ("cpu-11111111", "cpu-22222222"):  # builds that finished: their lock files stay behind
@@ -329,7 +329,7 @@ def test_gc_removes_the_lock_files_of_builds_not_running(tmp_env):
 
 def test_gc_dry_run_lists_each_item_with_why_and_removes_nothing(tmp_env):
     """Issue #35: gc removed a build tree of a build never shown in `list`, and locks, without naming them first."""
-    from buildmgr.fsutil import locked
+    from buildmgr.core.fsutil import locked
 
     dirs = dirs_of(tmp_env)
     tree = dirs.build_trees / "cpu-44444444"
@@ -357,7 +357,7 @@ def test_gc_dry_run_lists_each_item_with_why_and_removes_nothing(tmp_env):
 HOLD_THE_LOCK = """
 import json, sys, time
 from pathlib import Path
-from buildmgr.fsutil import locked
+from buildmgr.core.fsutil import locked
 with locked(Path(sys.argv[1])):
     start = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process on the host
     time.sleep(1.5)
@@ -433,17 +433,17 @@ def test_a_bad_ref_leaves_no_clone_behind(tmp_path, tmp_env):
 
 
 def test_a_full_commit_already_cloned_is_not_fetched_again(tmp_path, monkeypatch):
-    from buildmgr import source
+    from buildmgr.build.source import git
 
     commit = git_repo(tmp_path / "repo")
     dirs = Dirs(tmp_path / "data", tmp_path / "cache", tmp_path / "config")
-    source.git_tree(str(tmp_path / "repo"), "main", dirs)
+    git.git_tree(str(tmp_path / "repo"), "main", dirs)
     calls = []
-    real_git = source._git
-    monkeypatch.setattr(source, "_git", lambda args, cwd=None: calls.append(args[0]) or real_git(args, cwd))
-    tree = source.git_tree(str(tmp_path / "repo"), commit, dirs)
+    real_git = git.run_git
+    monkeypatch.setattr(git, "run_git", lambda args, cwd=None: calls.append(args[0]) or real_git(args, cwd))
+    tree = git.git_tree(str(tmp_path / "repo"), commit, dirs)
     assert tree.commit == commit and "fetch" not in calls
-    source.git_tree(str(tmp_path / "repo"), "main", dirs)
+    git.git_tree(str(tmp_path / "repo"), "main", dirs)
     assert "fetch" in calls  # a branch may have moved
 
 
@@ -451,8 +451,8 @@ def test_a_full_commit_already_cloned_is_not_fetched_again(tmp_path, monkeypatch
 def test_install_rules_cannot_climb_out_of_the_prefix(tmp_path, destination, name):
     from types import SimpleNamespace
 
-    from buildmgr.errors import BuildFailed
-    from buildmgr.install import install_targets
+    from buildmgr.build.install import install_targets
+    from buildmgr.core.errors import BuildFailed
 
     (tmp_path / "build" / "tool").parent.mkdir(parents=True)
     (tmp_path / "build" / "tool").write_text("x")
@@ -472,19 +472,19 @@ def test_install_rules_cannot_climb_out_of_the_prefix(tmp_path, destination, nam
 def test_two_refs_get_two_trees_and_one_never_changes_under_the_other(tmp_path):
     import subprocess
 
-    from buildmgr import source
+    from buildmgr.build.source import git
 
     first = git_repo(tmp_path / "repo")
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path / "repo")]
+    git_cli = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path / "repo")]
     (tmp_path / "repo" / "tool.c").write_text("int main(void) { return 2; }\n")
-    subprocess.run([*git, "commit", "-q", "-am", "second"], check=True)
+    subprocess.run([*git_cli, "commit", "-q", "-am", "second"], check=True)
     dirs = Dirs(tmp_path / "data", tmp_path / "cache", tmp_path / "config")
-    at_first = source.git_tree(str(tmp_path / "repo"), first, dirs)
-    at_main = source.git_tree(str(tmp_path / "repo"), "main", dirs)
+    at_first = git.git_tree(str(tmp_path / "repo"), first, dirs)
+    at_main = git.git_tree(str(tmp_path / "repo"), "main", dirs)
     assert at_first.path != at_main.path and at_first.commit == first != at_main.commit
     assert (at_first.path / "tool.c").read_text() == "int main(void) { return 0; }\n"  # untouched by main's checkout
     assert (at_main.path / "tool.c").read_text() == "int main(void) { return 2; }\n"
-    assert source.git_tree(str(tmp_path / "repo"), first, dirs).path == at_first.path
+    assert git.git_tree(str(tmp_path / "repo"), first, dirs).path == at_first.path
 
 
 def test_eight_refreshes_and_a_remove_at_once_keep_one_valid_inventory(tmp_env):

@@ -5,9 +5,9 @@ from conftest import captured
 
 from buildmgr.backends.cuda.smi import NvidiaGpu, parse_nvidia_smi_csv
 from buildmgr.backends.vulkan.info import VulkanGpu, parse_vulkaninfo_summary
-from buildmgr.captures import parse_list_devices
-from buildmgr.identity import resolve
-from buildmgr.inventory import absence_reasons
+from buildmgr.devices.captures import parse_list_devices
+from buildmgr.devices.identity import resolve
+from buildmgr.devices.inventory import absence_reasons
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -141,7 +141,7 @@ VIRTUAL = FIXTURES / "h200" / "virtual34"
 
 
 def test_virtual_cuda_devices_from_ggml_s_api_are_one_card_with_the_vulkan_name_of_it():
-    from buildmgr.devices import Device
+    from buildmgr.core.device_records import Device
 
     stored = json.loads((VIRTUAL / "devices-virtual.json").read_text())["builds"]
     cuda = [Device.from_json(d) for d in stored["cuda-sm90-fb9bbb95"]["probe"]["devices"]]
@@ -172,8 +172,8 @@ def test_two_real_identical_cards_stay_two():
 def test_the_h200_s_inventory_under_virtual_devices_is_one_card_of_three_names():
     """`devices --env GGML_CUDA_DEVICES=2 --json` as the H200 printed it before virtual devices were known: read
     again, it is one card (not three), with the card's own description, PCI id and memory."""
-    from buildmgr.inventory import summarize
-    from buildmgr.inventory_file import Inventory
+    from buildmgr.devices.inventory import summarize
+    from buildmgr.devices.inventory_file import Inventory
 
     inventory = summarize(Inventory.from_json(json.loads((VIRTUAL / "devices-virtual.json").read_text())), {})
     [card] = inventory.cards
@@ -196,7 +196,7 @@ def test_virtual_devices_and_the_vulkan_name_of_their_card_pair_by_the_card_s_me
 def test_one_card_seen_through_two_drivers_pairs_without_memory():
     """h200/list-devices.txt's start-up lines alone (this project's H200): CUDA0 `NVIDIA H200` with its VRAM, Vulkan0
     `NVIDIA H200` through the `NVIDIA` Vulkan driver, no memory: one name, two drivers, paired (and said so)."""
-    from buildmgr.captures import read_text
+    from buildmgr.devices.captures import read_text
 
     lines = (FIXTURES / "h200" / "list-devices.txt").read_text().split("Available devices:")[0]
     parsed = read_text(lines).devices

@@ -2,10 +2,10 @@ from pathlib import Path
 
 from conftest import make_receipt
 
-from buildmgr.devices import Device
-from buildmgr.inventory import load, record_probe, summarize
-from buildmgr.inventory_file import BuildEntry, Inventory, ProbeRecord
-from buildmgr.probe import ProbeResult
+from buildmgr.core.device_records import Device
+from buildmgr.devices.inventory import load, record_probe, summarize
+from buildmgr.devices.inventory_file import BuildEntry, Inventory, ProbeRecord
+from buildmgr.devices.probe import ProbeResult
 from buildmgr.store import Build
 
 BUILD = Build("vulkan-1234abcd", Path("/p"), make_receipt("vulkan-1234abcd", recipe={"backends": ["CPU", "Vulkan"]}))
@@ -40,7 +40,7 @@ def test_a_corrupt_inventory_is_moved_aside_and_reported(tmp_path: Path):
 
 
 def test_vulkaninfo_runs_only_where_ggml_leaves_a_question():
-    from buildmgr.inventory import captures_wanted
+    from buildmgr.devices.inventory import captures_wanted
 
     def entry(backends, devices):
         probe = ProbeRecord(True, "", 0.1, "llama-bench", {}, "", tuple(devices))

@@ -20,9 +20,10 @@ from conftest import assert_user_error, buildmgr, make_env
 from test_repository import keyed, nothing_installed
 from test_repository_bounds import dirs_of, passing_archive
 
-from buildmgr import signing, store
+from buildmgr import store
 from buildmgr.artifacts import index
 from buildmgr.artifacts.repo import open_repo
+from buildmgr.trust import signing
 
 ROOT = Path(__file__).parent.parent
 WORKFLOW = ROOT / "ci" / "workflows" / "artifacts.yml"

@@ -15,15 +15,16 @@ from pathlib import Path
 import pytest
 from conftest import assert_user_error, buildmgr, make_env, make_receipt
 
-from buildmgr import kit_sources, kits, runtime, store
+from buildmgr import store
 from buildmgr.artifacts import compat
 from buildmgr.artifacts.matrix import MatrixRequest, matrix
 from buildmgr.backends import all_kits
 from buildmgr.backends.cuda import kit as cuda_kit
-from buildmgr.config import Dirs
-from buildmgr.errors import UserError
-from buildmgr.options import all_recipes
-from buildmgr.receipt import Package, ToolchainReceipt, ToolchainRef
+from buildmgr.build import kit_sources, kits, runtime
+from buildmgr.build.options import all_recipes
+from buildmgr.core.config import Dirs
+from buildmgr.core.errors import UserError
+from buildmgr.store.receipt import Package, ToolchainReceipt, ToolchainRef
 
 BUILD_ID = "cuda-sm75-0123abcd"
 

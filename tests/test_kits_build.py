@@ -19,7 +19,7 @@ import mounts
 import pytest
 from conftest import buildmgr, make_env
 
-from buildmgr.cmake import find_cmake, read_reply
+from buildmgr.tools.cmake import find_cmake, read_reply
 
 pytestmark = [
     pytest.mark.network,  # NVIDIA's wheels through pip

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from buildmgr.errors import UserError
-from buildmgr.identity import assign_physical_ids, default_selection
+from buildmgr.core.errors import UserError
+from buildmgr.core.proc import Ran
+from buildmgr.devices.identity import assign_physical_ids, default_selection
+from buildmgr.devices.probe import api_devices
 from buildmgr.placement.check import Here, check, cpu_overrides, memory_findings, suggest, weights_per_device
 from buildmgr.placement.syntax import Placement, bench_args, describe, parse, parse_bench, parse_common
 from buildmgr.placement.verify import classify
-from buildmgr.probe import api_devices
-from buildmgr.proc import Ran
 
 HOST = Path(__file__).parent / "fixtures" / "h200x2"
 PIN = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
@@ -201,7 +201,7 @@ def test_suggest_uses_each_card_once_discrete_first():
 
 
 def test_weights_per_device_from_the_gguf_header(tmp_path):
-    from buildmgr.proof_models import write_tiny_model
+    from buildmgr.proof.models import write_tiny_model
 
     model = tmp_path / "tiny.gguf"
     write_tiny_model(model)
@@ -278,7 +278,7 @@ def test_every_placement_rule_matches_a_line_llama_cpp_really_printed():
 
 def test_two_virtual_devices_of_one_card_are_warned_about_as_one_card():
     """GGML_CUDA_DEVICES=2 on one H200 (fixtures/h200/virtual34): -dev CUDA0,CUDA1 runs on one card."""
-    from buildmgr.inventory import moved_names
+    from buildmgr.devices.inventory import moved_names
 
     records = (Path(__file__).parent / "fixtures" / "h200" / "virtual34" / "api-virtual.json").read_text()
     devices, _ = api_devices(Ran(0, records, "", 1.0))

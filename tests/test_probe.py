@@ -6,10 +6,10 @@ import pytest
 
 from buildmgr.backends.cuda.smi import parse_nvidia_smi_csv
 from buildmgr.backends.vulkan.info import parse_vulkaninfo_summary
-from buildmgr.captures import parse_list_devices
-from buildmgr.devices import DrmCard
-from buildmgr.errors import UserError
-from buildmgr.probe import read_drm_cards
+from buildmgr.core.device_records import DrmCard
+from buildmgr.core.errors import UserError
+from buildmgr.devices.captures import parse_list_devices
+from buildmgr.devices.probe import read_drm_cards
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -120,7 +120,7 @@ def test_kernel_gpus_from_sysfs(tmp_path):
 )
 def test_a_probe_that_fails_says_how(tmp_path, script, mode, says):
     """A tool that cannot start is not a crash: the reason is the OS's, not a signal read from the -1."""
-    from buildmgr.probe import probe_build
+    from buildmgr.devices.probe import probe_build
 
     tool = tmp_path / "bin" / "llama-bench"
     tool.parent.mkdir()

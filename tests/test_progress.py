@@ -1,6 +1,6 @@
 import itertools
 
-from buildmgr.progress import NinjaCounter, parse_ninja_status
+from buildmgr.core.progress import NinjaCounter, parse_ninja_status
 
 
 def test_parse_status_lines():

@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from buildmgr import backends, host_faults
-from buildmgr.crashes import Crash, innermost_frame, short_function, signal_name, weight_buffers, weight_types
-from buildmgr.proof_models import KERNEL_TYPES, kernels_model
+from buildmgr import backends
+from buildmgr.core.crashes import Crash, innermost_frame, short_function, signal_name, weight_buffers, weight_types
+from buildmgr.proof import host_faults
+from buildmgr.proof.models import KERNEL_TYPES, kernels_model
 
 FIXTURES = Path(__file__).parent / "fixtures" / "crashes"
 AMX_HOST = frozenset("sse4_2 avx f16c fma avx2 bmi2 avx512f avx512cd avx512vl avx512dq avx512bw avx512vbmi".split())
@@ -137,7 +138,7 @@ def test_a_fault_seen_is_fixed_only_for_the_same_compiler_and_cpu_and_the_users_
 
 
 def test_a_remembered_fault_survives_a_second_one_and_a_broken_file_is_a_warning(tmp_path):
-    from buildmgr.config import Dirs
+    from buildmgr.core.config import Dirs
 
     dirs = Dirs(data=tmp_path / "d", config=tmp_path / "c", cache=tmp_path / "k")
     first = host_faults.Seen("amx-kernels", "c++ 12", "cpu A", "SIGILL on CPU", "cpu-1", "t1")
@@ -161,7 +162,7 @@ def test_a_crash_line_says_signal_device_types_and_function(returncode):
 
 def test_an_abort_is_named_by_ggml_s_own_backtrace_and_its_assertion():
     """ggml prints its backtrace (through gdb, where installed) as it aborts: a real GGML_ASSERT of llama.cpp's graph."""
-    from buildmgr.crashes import assertion
+    from buildmgr.core.crashes import assertion
 
     text = (FIXTURES / "gqa-assert-abort.txt").read_text()
     assert innermost_frame(text) == ("ggml_flash_attn_ext", "libggml-base.so.0")
@@ -174,11 +175,11 @@ def test_an_abort_is_named_by_ggml_s_own_backtrace_and_its_assertion():
 def test_a_receipts_fixes_are_carried_into_a_plan_whatever_this_host_remembers(tmp_path):
     """`verify` rebuilds a build from its receipt on a host that never saw the fault: the receipt's fix is taken, so
     the rebuild has the same defines and targets; where the host saw it too, the fix is taken once."""
-    from buildmgr.config import Dirs
-    from buildmgr.options import leave_out_faults
-    from buildmgr.receipt import FixRecord
-    from buildmgr.recipes import Recipe
-    from buildmgr.toolchain import Tool, Toolchain
+    from buildmgr.build.options import leave_out_faults
+    from buildmgr.build.recipes import Recipe
+    from buildmgr.core.config import Dirs
+    from buildmgr.store.receipt import FixRecord
+    from buildmgr.tools.toolchain import Tool, Toolchain
 
     dirs = Dirs(data=tmp_path / "d", config=tmp_path / "c", cache=tmp_path / "k")
     tools = Toolchain(*(Tool(name, f"/usr/bin/{name}", "1") for name in ("cmake", "ninja", "cc", "c++", "ccache")))

@@ -15,12 +15,12 @@ from buildmgr.backends.cuda.arch import parse_sm
 from buildmgr.backends.cuda.smi import parse_nvidia_smi_csv
 from buildmgr.backends.hip.arch import parse_gfx
 from buildmgr.backends.vulkan.info import parse_vulkaninfo_summary
-from buildmgr.captures import parse_list_devices, read_text
-from buildmgr.config import resource_path
-from buildmgr.errors import UserError
+from buildmgr.build.recipes import compose, load_recipes, parse_defines, parse_recipe
+from buildmgr.build.source.tree import parse_source_spec
+from buildmgr.core.config import resource_path
+from buildmgr.core.errors import UserError
+from buildmgr.devices.captures import parse_list_devices, read_text
 from buildmgr.placement import syntax
-from buildmgr.recipes import compose, load_recipes, parse_defines, parse_recipe
-from buildmgr.source import parse_source_spec
 from buildmgr.store import Build
 
 EXAMPLES = settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from buildmgr.config import resource_path
-from buildmgr.errors import UserError
-from buildmgr.recipes import compose, load_recipes, parse_recipe
+from buildmgr.build.recipes import compose, load_recipes, parse_recipe
+from buildmgr.core.config import resource_path
+from buildmgr.core.errors import UserError
 
 CUDA = """
 backends = ["CPU", "CUDA"]

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from buildmgr import store
-from buildmgr.inventory_file import Inventory
-from buildmgr.jsonshape import ShapeError
-from buildmgr.receipt import Receipt
+from buildmgr.core.jsonshape import ShapeError
+from buildmgr.devices.inventory_file import Inventory
+from buildmgr.store.receipt import Receipt
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REAL = sorted(FIXTURES.rglob("*receipt.json"))

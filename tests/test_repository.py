@@ -23,13 +23,13 @@ import pytest
 from conftest import QuietFiles, assert_user_error, buildmgr, make_env
 from test_artifacts import fake_build
 
-from buildmgr import signing
 from buildmgr.artifacts import archive as archives
 from buildmgr.artifacts import deliver, index, select
 from buildmgr.artifacts.repo import open_repo
-from buildmgr.config import Dirs
-from buildmgr.errors import RepositoryFault
-from buildmgr.receipt import RuntimeNeeds
+from buildmgr.core.config import Dirs
+from buildmgr.core.errors import RepositoryFault
+from buildmgr.store.receipt import RuntimeNeeds
+from buildmgr.trust import signing
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -750,11 +750,11 @@ def test_a_checkout_with_an_untracked_cu_file_is_built_and_attested_as_dirty(tmp
     """ggml-cuda's CMake globs *.cu: a file git does not track is built, so the tree is not its commit."""
     from test_artifacts import git_tree
 
-    from buildmgr import source
+    from buildmgr.build.source import checkout
 
     tree = Path(git_tree(tmp_path / "src", nondeterministic=False).removesuffix("@main"))
     git = ["git", "-C", str(tree)]
-    assert source.local_tree(tree).state == "clean"
+    assert checkout.local_tree(tree).state == "clean"
     (tree / "ggml" / "extra.cu").write_text("__global__ void k() {}\n")
     env, pub = keyed(tmp_path)
     built = buildmgr(env, "build", "--source", str(tree), "--json")

@@ -25,9 +25,10 @@ from test_artifacts import repack
 from test_repository import artifact, downloaded, keyed, nothing_installed, published, serve, the_blob
 from test_repository_bounds import dirs_of, passing_archive
 
-from buildmgr import signing, store
+from buildmgr import store
 from buildmgr.artifacts import archive as archives
 from buildmgr.artifacts import index
+from buildmgr.trust import signing
 
 FAST = {"BUILDMGR_NETWORK_TIMEOUT": "2"}  # the network timeout a host is given here: seconds, not half a minute
 
@@ -508,8 +509,8 @@ def test_a_build_listing_its_cpu_features_is_worded_from_its_defines_and_checked
     from conftest import make_receipt
 
     from buildmgr.artifacts import compat
-    from buildmgr.config import Dirs
-    from buildmgr.findings import Severity
+    from buildmgr.core.config import Dirs
+    from buildmgr.core.findings import Severity
 
     listed = {"GGML_NATIVE": "OFF", "GGML_AVX2": "ON", "GGML_AVX512": "ON", "GGML_AMX_TILE": "OFF"}
     summary = index.summary_of(make_receipt(recipe={"resolved_defines": listed}), "0" * 64)
@@ -734,8 +735,8 @@ def test_repo_list_verifies_no_index_this_host_would_refuse(tmp_path):
 
 
 def test_one_address_in_other_spellings_is_one_location_and_a_file_url_names_no_host():
-    from buildmgr import repo_location
-    from buildmgr.errors import UserError
+    from buildmgr.core.errors import UserError
+    from buildmgr.trust import repo_location
 
     assert repo_location.identity("http://[0:0:0:0:0:0:0:1]:8080/x") == repo_location.identity("http://[::1]:8080/x/")
     assert repo_location.identity("https://bücher.example/") == repo_location.identity("https://xn--bcher-kva.example/")
@@ -764,7 +765,7 @@ def test_within_cuts_a_block_off_and_leaves_no_timer_or_handler_behind():
     import threading
 
     from buildmgr.artifacts.repo.net import Limits, within
-    from buildmgr.errors import NetworkFault
+    from buildmgr.core.errors import NetworkFault
 
     before = signal.getsignal(signal.SIGALRM)
     began = time.monotonic()
@@ -824,7 +825,7 @@ def test_a_network_that_fails_after_the_archive_came_keeps_it_for_the_next_try(t
 
 
 def test_an_old_pin_written_with_a_user_in_its_url_holds_where_that_repository_is_reached_today():
-    from buildmgr import repo_location
+    from buildmgr.trust import repo_location
 
     assert (
         repo_location.canonical("oci://user@Registry.example:5000/ml/llama") == "oci://registry.example:5000/ml/llama"

@@ -18,13 +18,14 @@ from conftest import QuietFiles, buildmgr, make_env
 from test_artifacts import fake_build
 from test_repository import artifact, downloaded, keyed, nothing_installed, published, the_blob
 
-from buildmgr import signing, store
+from buildmgr import store
 from buildmgr.artifacts import archive as archives
 from buildmgr.artifacts import deliver, index
 from buildmgr.artifacts.repo import directory as repos
 from buildmgr.artifacts.repo import open_repo
-from buildmgr.config import Dirs
-from buildmgr.errors import RepositoryFault
+from buildmgr.core.config import Dirs
+from buildmgr.core.errors import RepositoryFault
+from buildmgr.trust import signing
 
 
 def dirs_of(env: dict[str, str]) -> Dirs:

@@ -17,9 +17,10 @@ from conftest import assert_user_error, buildmgr, make_env
 from test_repository import artifact, downloaded, keyed, nothing_installed, published, refused
 from test_repository_bounds import dirs_of, passing_archive
 
-from buildmgr import signing, store
+from buildmgr import store
 from buildmgr.artifacts import index
 from buildmgr.artifacts.repo import open_repo
+from buildmgr.trust import signing
 
 MINISIG = index.INDEX + ".minisig"
 

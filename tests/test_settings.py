@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from buildmgr.config import Dirs, Settings
-from buildmgr.errors import UserError
+from buildmgr.core.config import Dirs, Settings
+from buildmgr.core.errors import UserError
 
 SPEC = (Path(__file__).parent.parent / "docs" / "spec.md").read_text()
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from buildmgr.backends import enumeration_table, enumeration_variables
 from buildmgr.cli import parser
-from buildmgr.devices import Device
+from buildmgr.core.device_records import Device
 
 SPEC = (Path(__file__).parent.parent / "docs" / "spec.md").read_text()
 
@@ -48,8 +48,8 @@ def documented_receipt_fields() -> set[str]:
 
 def test_every_matrix_entry_field_is_documented(tmp_path):
     from buildmgr.artifacts import matrix
-    from buildmgr.config import Dirs
-    from buildmgr.options import all_recipes
+    from buildmgr.build.options import all_recipes
+    from buildmgr.core.config import Dirs
 
     known = all_recipes(Dirs(tmp_path / "d", tmp_path / "c", tmp_path / "cfg"))
     request = matrix.MatrixRequest(("cpu", "universal+cuda+vulkan"), {"--sm": ("90",)})
@@ -62,7 +62,7 @@ def test_every_field_of_the_typed_receipt_is_documented():
     from dataclasses import is_dataclass
     from typing import get_args, get_type_hints
 
-    from buildmgr.receipt import Receipt
+    from buildmgr.store.receipt import Receipt
 
     def names(record) -> set[str]:
         found = set()
@@ -78,7 +78,7 @@ def test_every_field_of_the_typed_receipt_is_documented():
 
 
 def test_every_field_of_the_typed_inventory_is_documented():
-    from buildmgr.inventory_file import BuildEntry, Card, Inventory, ProbeRecord
+    from buildmgr.devices.inventory_file import BuildEntry, Card, Inventory, ProbeRecord
 
     section = SPEC.split("### Inventory:")[1].split("\n## ")[0]
     for record in (Inventory, BuildEntry, ProbeRecord, Card):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from buildmgr import toolchain
+from buildmgr.tools import toolchain
 
 
 def refuse_programs(monkeypatch) -> None:

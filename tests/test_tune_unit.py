@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from buildmgr.errors import UserError
+from buildmgr.core.errors import UserError
 from buildmgr.tune import config, oracle, race, space
 from buildmgr.tune.space import Candidate, Card, Objective, Shape, Space
 
@@ -190,7 +190,7 @@ def test_an_emulated_card_is_fitted_from_the_free_memory_llama_cpp_sees_now_not_
     )
     free = oracle.parse_free(log)
     assert free == {"CUDA0": 80535}
-    from buildmgr.devices import Device, Selection, State
+    from buildmgr.core.device_records import Device, Selection, State
     from buildmgr.placement.check import Here
     from buildmgr.tune.inputs import margins
 
@@ -277,7 +277,7 @@ def test_a_process_compared_side_by_side_is_one_of_the_same_round():
 def test_forcing_flash_attention_on_is_not_run_only_where_its_twin_s_run_said_auto_turned_it_on(monkeypatch, resolved):
     from types import SimpleNamespace
 
-    from buildmgr import coverage
+    from buildmgr.placement import coverage
     from buildmgr.placement.cover import Covered
     from buildmgr.tune import prune
     from buildmgr.tune.result import Entry

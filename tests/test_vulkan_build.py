@@ -208,7 +208,7 @@ def test_run_check_runs_only_a_placement_that_works(root, built):
 
 
 def test_a_model_s_weights_are_placed_from_its_header(root, built):
-    from buildmgr.proof_models import tiny_model
+    from buildmgr.proof.models import tiny_model
 
     model = tiny_model(root / "cache" / "buildmgr")
     env = env_with(root, GGML_VK_VISIBLE_DEVICES="0")
@@ -540,7 +540,7 @@ def test_a_model_server_running_refuses_the_bench_in_one_line_and_nothing_is_wri
     shutil.copy(shutil.which("sleep"), server)
     running = subprocess.Popen([str(server), "60"])
     try:
-        from buildmgr.proof_models import tiny_model
+        from buildmgr.proof.models import tiny_model
 
         model = tiny_model(root / "cache" / "buildmgr")  # its context of 256 drops depth 4096
         results = root / "data" / "buildmgr" / "bench"

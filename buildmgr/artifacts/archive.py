@@ -20,16 +20,17 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, BinaryIO
 
-from buildmgr import backends, compile_cache, store
+from buildmgr import backends, store
 from buildmgr.artifacts.names import SYSTEM, artifact_stem, cpu_arch_of
-from buildmgr.errors import BuildFailed, UserError
-from buildmgr.extract import unsafe_entry
-from buildmgr.fsutil import atomic_write_text, fsync_file, sha256_file, umask_mode
-from buildmgr.jsonshape import ShapeError
-from buildmgr.receipt import FILE_NAME as RECEIPT
-from buildmgr.receipt import SCHEMA as RECEIPT_SCHEMA
-from buildmgr.receipt import Receipt
-from buildmgr.source import build_label, version_label
+from buildmgr.build.source.tree import build_label, version_label
+from buildmgr.core.errors import BuildFailed, UserError
+from buildmgr.core.extract import unsafe_entry
+from buildmgr.core.fsutil import atomic_write_text, fsync_file, sha256_file, umask_mode
+from buildmgr.core.jsonshape import ShapeError
+from buildmgr.store.receipt import FILE_NAME as RECEIPT
+from buildmgr.store.receipt import SCHEMA as RECEIPT_SCHEMA
+from buildmgr.store.receipt import Receipt
+from buildmgr.tools import compile_cache
 
 MANIFEST = "MANIFEST.sha256"
 _GZIP_LEVEL = 6  # what `tar -czf` uses: level 9 is slower for about 1 % less

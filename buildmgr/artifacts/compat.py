@@ -7,13 +7,15 @@ import dataclasses
 import re
 from collections.abc import Mapping
 
-from buildmgr import backends, hostfacts, kits
+from buildmgr import backends
 from buildmgr.artifacts.index import Summary, summary_of
 from buildmgr.artifacts.names import cpu_arch_of
-from buildmgr.config import Dirs
-from buildmgr.errors import CannotRunHere
-from buildmgr.findings import Finding, Severity, errors
-from buildmgr.receipt import Receipt
+from buildmgr.build import kits
+from buildmgr.core import hostfacts
+from buildmgr.core.config import Dirs
+from buildmgr.core.errors import CannotRunHere
+from buildmgr.core.findings import Finding, Severity, errors
+from buildmgr.store.receipt import Receipt
 
 _DL_MODULE = re.compile(r"(^|/)libggml-(?!base|cpu)[a-z0-9]+\.so$")
 
@@ -40,7 +42,7 @@ def summary_findings(
     (`backends.gpu_targets`), and `cpu_flags` this CPU's, read once by a caller that judges many artifacts."""
     from packaging.version import Version
 
-    from buildmgr import runtime
+    from buildmgr.build import runtime
 
     needs = summary.runtime
     built_on = summary.machine.lower()

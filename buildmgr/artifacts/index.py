@@ -10,9 +10,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from buildmgr import backends, jsonshape
-from buildmgr.jsonshape import OMIT_IF_EMPTY, OMIT_IF_NONE
-from buildmgr.receipt import Receipt, RuntimeNeeds, ToolchainRef, safe_id
+from buildmgr import backends
+from buildmgr.core import jsonshape
+from buildmgr.core.jsonshape import OMIT_IF_EMPTY, OMIT_IF_NONE
+from buildmgr.store.receipt import Receipt, RuntimeNeeds, ToolchainRef, safe_id
 
 INDEX = "index.json"
 INDEX_SIGNATURE = "index.json.minisig"  # beside it: `minisign -Vm index.json` checks it

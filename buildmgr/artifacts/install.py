@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING
 
 from buildmgr import store
 from buildmgr.artifacts.archive import Artifact, BadArchive, prefix_for, unpack
-from buildmgr.config import Dirs
-from buildmgr.errors import UserError
-from buildmgr.findings import Finding, warnings
-from buildmgr.receipt import InstalledFrom, safe_id
+from buildmgr.core.config import Dirs
+from buildmgr.core.errors import UserError
+from buildmgr.core.findings import Finding, warnings
+from buildmgr.store.receipt import InstalledFrom, safe_id
 
 if TYPE_CHECKING:
-    from buildmgr.probe import ProbeResult
-    from buildmgr.progress import Reporter
+    from buildmgr.core.progress import Reporter
+    from buildmgr.devices.probe import ProbeResult
 
 
 @dataclass(frozen=True)
@@ -46,8 +46,8 @@ def install(
     `signed_by`: the key that vouched for the archive, kept in `installed_from`."""
     from datetime import UTC, datetime
 
-    from buildmgr.fsutil import locked
-    from buildmgr.smoke import prove_runs
+    from buildmgr.core.fsutil import locked
+    from buildmgr.proof.smoke import prove_runs
 
     if not safe_id(build_id):  # it names the lock and the staging folder: never a path of its own
         raise UserError(f"{archive.name}: {build_id[:60]!r} is not a safe build id; nothing was installed")

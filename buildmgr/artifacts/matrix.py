@@ -9,9 +9,9 @@ from typing import Any
 
 from buildmgr import backends
 from buildmgr.artifacts.names import CPU_ARCH, SYSTEM, artifact_stem
-from buildmgr.errors import UserError
-from buildmgr.recipes import Recipe
-from buildmgr.source import build_label
+from buildmgr.build.recipes import Recipe
+from buildmgr.build.source.tree import build_label
+from buildmgr.core.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def matrix(
     request: MatrixRequest, known: dict[str, Recipe], build_number: int, commit: str
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(entries, left out with a reason). Unknown recipes and impossible archs raise UserError."""
-    from buildmgr.recipes import compose
+    from buildmgr.build.recipes import compose
 
     for system in request.systems:
         if system not in SYSTEM.values():

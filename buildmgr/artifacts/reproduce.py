@@ -13,19 +13,19 @@ from typing import TYPE_CHECKING, Any
 
 from buildmgr import backends
 from buildmgr.artifacts.archive import Artifact
-from buildmgr.config import Dirs
-from buildmgr.errors import UserError
-from buildmgr.options import BuildRequest
-from buildmgr.receipt import Receipt
+from buildmgr.build.options import BuildRequest
+from buildmgr.core.config import Dirs
+from buildmgr.core.errors import UserError
+from buildmgr.store.receipt import Receipt
 
 if TYPE_CHECKING:
-    from buildmgr.plan import BuildPlan
-    from buildmgr.progress import Reporter
+    from buildmgr.build.plan import BuildPlan
+    from buildmgr.core.progress import Reporter
 
 
 def request_from_receipt(receipt: Receipt, known: dict[str, Any], pinned_commit: str) -> BuildRequest:
     """The `build` that made this receipt: recipe, arch flags, extra -D and source. UserError if it cannot be asked."""
-    from buildmgr.recipes import BASE_DEFINES, compose
+    from buildmgr.build.recipes import BASE_DEFINES, compose
 
     source = receipt.source
     origin = source.origin
@@ -94,21 +94,23 @@ def verify(
     entries could be the artifact's own), and compare every installed file. `cold` also leaves the local cache out."""
     import uuid
 
-    from buildmgr import builder, compile_cache, kits, source
-    from buildmgr.config import Settings
-    from buildmgr.options import all_recipes, plan_build
+    from buildmgr.build import builder, kits
+    from buildmgr.build.options import all_recipes, plan_build
+    from buildmgr.build.source import sdist
+    from buildmgr.core.config import Settings
+    from buildmgr.tools import compile_cache
 
     receipt = artifact.receipt
-    pin = source.load_pin()
+    pin = sdist.load_pin()
     request = request_from_receipt(receipt, all_recipes(dirs, receipt.recipe.name, reporter.warn), pin.commit)
     scratch = dirs.cache / "verify" / f"{receipt.id}-{uuid.uuid4().hex[:8]}"
     work = Dirs(scratch / "data", scratch / "cache", dirs.config, scratch / "ccache" if cold else dirs.ccache)
     try:
         if request.source is None:  # the pinned tree this user already synced (and verified), read only
-            synced = source.pinned_tree(pin, dirs)
-            if source.is_synced(synced, pin):
+            synced = sdist.pinned_tree(pin, dirs)
+            if sdist.is_synced(synced, pin):
                 work.sources.mkdir(parents=True)
-                os.symlink(synced.path, source.pinned_tree(pin, work).path)
+                os.symlink(synced.path, sdist.pinned_tree(pin, work).path)
         for ref in receipt.toolchains:  # this user's own, checked, read only (at their real path, as built)
             added = kits.find(dirs, ref.id)
             kits.require_intact(added)

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from buildmgr import backends
 from buildmgr.artifacts.index import Entry
-from buildmgr.errors import UserError
-from buildmgr.findings import Finding, Severity
+from buildmgr.core.errors import UserError
+from buildmgr.core.findings import Finding, Severity
 
 
 class Tier(enum.IntEnum):

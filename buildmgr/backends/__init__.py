@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from buildmgr.backend import (
+from buildmgr.backend_spec import (
     NOT_A_CARD,
     ArchOption,
     Backend,
@@ -37,13 +37,13 @@ from buildmgr.backend import (
     ShaderCache,
     Virtual,
 )
-from buildmgr.errors import UserError
-from buildmgr.findings import Check, Finding, Signature
-from buildmgr.memo import Memo, stamps
+from buildmgr.core.errors import UserError
+from buildmgr.core.findings import Check, Finding, Signature
+from buildmgr.core.memo import Memo, stamps
 
 if TYPE_CHECKING:
-    from buildmgr.crashes import Crash
-    from buildmgr.devices import Captures
+    from buildmgr.core.crashes import Crash
+    from buildmgr.core.device_records import Captures
 
 __all__ = [
     "NOT_A_CARD",

@@ -20,9 +20,9 @@ from buildmgr.bench.prepare import Planned, bandwidths
 from buildmgr.bench.process import Run, peak_of, test_key
 from buildmgr.bench.sampling import Sample
 from buildmgr.bench.stats import CV_WARN, geomean, ratio, summarize
-from buildmgr.coverage import FA_AUTO_OFF
 from buildmgr.placement.cover import Covered
-from buildmgr.receipt import FILE_NAME as RECEIPT
+from buildmgr.placement.coverage import FA_AUTO_OFF
+from buildmgr.store.receipt import FILE_NAME as RECEIPT
 
 
 def _worst(judgements: Sequence[Judgement]) -> Judgement | None:

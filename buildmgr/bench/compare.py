@@ -31,7 +31,7 @@ from buildmgr.bench.rows import (
     workload_name,
 )
 from buildmgr.bench.stats import Ratio, geomean, ratio, summarize
-from buildmgr.errors import UserError
+from buildmgr.core.errors import UserError
 
 # --- comparing ---------------------------------------------------------------------------------------------------
 

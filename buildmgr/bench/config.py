@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildmgr.errors import UserError
-from buildmgr.fsutil import read_user_text
+from buildmgr.core.errors import UserError
+from buildmgr.core.fsutil import read_user_text
 from buildmgr.placement.check import bench_words, cpu_overrides
 from buildmgr.placement.syntax import BY_FLAG, Placement, parse_common
 

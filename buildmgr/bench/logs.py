@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from buildmgr.coverage import LAYER_LINE, OVERRIDE_LINE
+from buildmgr.placement.coverage import LAYER_LINE, OVERRIDE_LINE
 
 _PROGRESS = re.compile(r"^llama-bench: benchmark (\d+)/(\d+): (.*)$")
 # tools/llama-bench at the pin prints these before each timed phase, and "starting", "warmup … run" and "depth run"

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from buildmgr.fsutil import atomic_write_text, locked
-from buildmgr.hostfacts import usable_cpus
+from buildmgr.core.fsutil import atomic_write_text, locked
+from buildmgr.core.hostfacts import usable_cpus
 
 ARRAY_MIB = 1024  # far beyond any last-level cache: the sum reads memory
 PASSES = 3

@@ -12,7 +12,7 @@ from typing import Any
 from buildmgr.bench import rows
 from buildmgr.bench.judge import Validity
 from buildmgr.bench.stats import t975
-from buildmgr.errors import UserError
+from buildmgr.core.errors import UserError
 
 INSTALL = "pip install 'buildmgr[plot]'"
 

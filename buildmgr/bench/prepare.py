@@ -11,19 +11,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildmgr import backends, identity
+from buildmgr import backends
 from buildmgr.bench import limit, membw, rows
 from buildmgr.bench.config import Asked, BenchConfig, Request, parse_config, read_toml, resolve
 from buildmgr.bench.judge import BUSY_PERCENT, HOST, Role
 from buildmgr.bench.sampling import cpu_times, services
-from buildmgr.devices import Device
-from buildmgr.devices import Role as DeviceRole
-from buildmgr.errors import UserError
-from buildmgr.findings import Finding, errors
+from buildmgr.core.device_records import Device
+from buildmgr.core.device_records import Role as DeviceRole
+from buildmgr.core.errors import UserError
+from buildmgr.core.findings import Finding, errors
+from buildmgr.devices import identity
 from buildmgr.placement.check import check, memory_findings, model_devices, read_gguf, weights_per_device
 
 if TYPE_CHECKING:
-    from buildmgr.config import Dirs
+    from buildmgr.core.config import Dirs
     from buildmgr.store import Build
 BUSY_READINGS = 5  # engine readings taken before the first run to see whether another process keeps a GPU busy
 # Over that window, other work on this share of all CPUs makes the host busy: on 2 cores one busy process (pyperf
@@ -150,7 +151,7 @@ def host_record(
     dirs: Dirs, sources: Sequence[backends.EngineSource], *, busy: bool = False, again: bool = False
 ) -> rows.Host:
     """This machine as rows record it: name, CPU, every card the vendors' libraries see, the CPU's bandwidth."""
-    from buildmgr import hostfacts
+    from buildmgr.core import hostfacts
 
     facts = hostfacts.read()
     cards = tuple(

@@ -8,14 +8,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from buildmgr import backends, postmortem, proc
+from buildmgr import backends
 from buildmgr.bench import limit, logs, membw
 from buildmgr.bench.config import Request
 from buildmgr.bench.judge import Judgement, judge, slowdowns
 from buildmgr.bench.prepare import Planned
 from buildmgr.bench.sampling import Sample, Sampler
-from buildmgr.crashes import Crash
-from buildmgr.hostfacts import usable_cpus
+from buildmgr.core import proc
+from buildmgr.core.crashes import Crash
+from buildmgr.core.hostfacts import usable_cpus
+from buildmgr.proof import postmortem
 
 TAIL_LINES = 15
 

@@ -15,9 +15,9 @@ from typing import Any
 from buildmgr.bench.judge import Validity
 from buildmgr.bench.limit import Energy, Holding, Limit
 from buildmgr.bench.stats import geomean
-from buildmgr.errors import UserError
-from buildmgr.fsutil import read_user_text
-from buildmgr.jsonshape import OMIT_IF_EMPTY, OMIT_IF_NONE, ShapeError, dump, load
+from buildmgr.core.errors import UserError
+from buildmgr.core.fsutil import read_user_text
+from buildmgr.core.jsonshape import OMIT_IF_EMPTY, OMIT_IF_NONE, ShapeError, dump, load
 
 KEY = "buildmgr"
 FILE = "_file"  # what a row read from a file says of its file (--by _file compares two runs of one CONFIG)

@@ -24,12 +24,12 @@ from buildmgr.bench.judge import Validity, with_coverage
 from buildmgr.bench.prepare import Planned, bandwidths, busy_host, host_record, plan
 from buildmgr.bench.process import Run, run_once
 from buildmgr.bench.verdicts import verdicts
-from buildmgr.errors import UserError
-from buildmgr.findings import Severity
+from buildmgr.core.errors import UserError
+from buildmgr.core.findings import Severity
 from buildmgr.placement.cover import Covered, take
 
 if TYPE_CHECKING:
-    from buildmgr.config import Dirs
+    from buildmgr.core.config import Dirs
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def writable(path: Path, fix: str = "set XDG_DATA_HOME") -> None:
 def write_samples(rows_path: Path, executed: Sequence[tuple[Planned, Run]]) -> Path:
     """Every process's samples and phases, one line each in the order they ran, gzip (no time in its header), beside
     the rows; its path."""
-    from buildmgr.fsutil import atomic_write_bytes
+    from buildmgr.core.fsutil import atomic_write_bytes
 
     path = rows_path.with_suffix(".samples.jsonl.gz")  # not matched by the rows' *.jsonl
     text = "".join(json.dumps(_samples_json(p, r)) + "\n" for p, r in executed)
@@ -163,7 +163,7 @@ def bench(
     on_event: Callable[[str, int, logs.Event], None] = lambda label, round_, event: None,
 ) -> Result:
     """Plan, refuse a busy host, run every round of every CONFIG interleaved, and write the rows and samples."""
-    from buildmgr.fsutil import atomic_write_text
+    from buildmgr.core.fsutil import atomic_write_text
 
     notes = list(notes)  # the caller's stay as they were; this call's are added to its own
     planned = plan(dirs, request, environ)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Self
 
-from buildmgr.backend import process_name
+from buildmgr.backend_spec import process_name
 from buildmgr.backends import EngineReading, EngineSource
 
 # Process names of model servers that take a GPU (or the CPU) beside a benchmark.

@@ -14,10 +14,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from buildmgr import __version__
-from buildmgr.errors import BuildFailed, BuildmgrError, Deadline, UserError
+from buildmgr.core.errors import BuildFailed, BuildmgrError, Deadline, UserError
 
 if TYPE_CHECKING:
-    from buildmgr.config import Context
+    from buildmgr.core.config import Context
 
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -218,7 +218,7 @@ def _run(words: list[str], watched: _Watched | None) -> int:
     try:
         own, tool = split_tool(words)
         args = parse(own, tool)
-        from buildmgr.config import Context
+        from buildmgr.core.config import Context
 
         code: int = args.func(args, Context.from_environment(os.environ, render.warn))
         return code

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 from buildmgr import backends
 from buildmgr.cli import BUILD_HELP, command, render
-from buildmgr.config import Context, ensure_writable
-from buildmgr.errors import BuildFailed, UserError
+from buildmgr.core.config import Context, ensure_writable
+from buildmgr.core.errors import BuildFailed, UserError
 
 if TYPE_CHECKING:
     from buildmgr.cli import Subparsers
@@ -100,10 +100,10 @@ def register(sub: Subparsers, name: str) -> None:
 
 
 def matrix(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr import source
     from buildmgr.artifacts.matrix import MatrixRequest
     from buildmgr.artifacts.matrix import matrix as make_matrix
-    from buildmgr.options import all_recipes
+    from buildmgr.build.options import all_recipes
+    from buildmgr.build.source import sdist
 
     known = all_recipes(ctx.dirs, "+".join(args.recipes), warn=ctx.warn)
     request = MatrixRequest(
@@ -113,7 +113,7 @@ def matrix(args: argparse.Namespace, ctx: Context) -> int:
         tuple(args.cpu_arch or ["x64"]),
         args.toolchain,
     )
-    pin = source.load_pin()
+    pin = sdist.load_pin()
     entries, skipped = make_matrix(request, known, pin.build_number, pin.commit)
     reasons = [f"{s['recipe']} on {s['os']}/{s['cpu_arch']}: {s['reason']}" for s in skipped]
     if not entries:
@@ -158,11 +158,11 @@ def package(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def install_artifact(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr import hostfacts
     from buildmgr.artifacts import archive, compat
     from buildmgr.artifacts.install import install
     from buildmgr.cli.build import probe_after_build
-    from buildmgr.progress import Reporter
+    from buildmgr.core import hostfacts
+    from buildmgr.core.progress import Reporter
 
     artifact = archive.open_artifact(args.file)
     findings = compat.host_findings(artifact.receipt, ctx.environ, hostfacts.read().machine, ctx.dirs)
@@ -189,9 +189,9 @@ def install_artifact(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def verify(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr import compile_cache
     from buildmgr.artifacts import archive, reproduce
-    from buildmgr.progress import Reporter
+    from buildmgr.core.progress import Reporter
+    from buildmgr.tools import compile_cache
 
     artifact = archive.open_artifact(args.file, refusing="verify")
     ensure_writable(ctx.dirs.cache, "set XDG_CACHE_HOME to a writable directory")

@@ -13,8 +13,8 @@ from buildmgr.bench.compare import FORMATS
 from buildmgr.bench.config import DEFAULT_REQUEST, Workload
 from buildmgr.bench.rows import RANKS
 from buildmgr.cli import command, render
-from buildmgr.config import Context
-from buildmgr.errors import UserError
+from buildmgr.core.config import Context
+from buildmgr.core.errors import UserError
 
 if TYPE_CHECKING:
     from buildmgr.bench.logs import Event

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 
 from buildmgr import backends
 from buildmgr.cli import command
-from buildmgr.config import Context
-from buildmgr.proof_models import KERNELS_VERSION
+from buildmgr.core.config import Context
+from buildmgr.proof.models import KERNELS_VERSION
 
 if TYPE_CHECKING:
     from buildmgr.cli import Subparsers
-    from buildmgr.probe import ProbeResult
+    from buildmgr.devices.probe import ProbeResult
     from buildmgr.store import Build
 
 
@@ -63,14 +63,14 @@ def register(sub: Subparsers, name: str) -> None:
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr import store
-    from buildmgr.options import BuildRequest, plan_build
+    from buildmgr.build.options import BuildRequest, plan_build
 
     given = tuple((o.flag, getattr(args, o.dest)) for o in backends.arch_options() if getattr(args, o.dest) is not None)
     request = BuildRequest(args.recipe, given, args.source, args.jobs, tuple(args.define), tuple(args.toolchain))
     plan = plan_build(request, ctx.dirs, ctx.environ, lambda: ctx.settings, ctx.warn)
     if args.configure_only:
-        from buildmgr import builder  # a no-op never imports the pipeline (nor rich's progress, nor the File API)
-        from buildmgr.progress import Reporter
+        from buildmgr.build import builder  # a no-op never imports the pipeline (nor rich's progress, nor the File API)
+        from buildmgr.core.progress import Reporter
 
         configured = builder.configure_only(plan, ctx.dirs, Reporter.for_environment(ctx.environ), ctx.environ)
         if args.json:
@@ -95,12 +95,12 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         print(f"up to date: {plan.build_id} ({prefix}); --rebuild to build again", file=sys.stderr)
     else:
         if not plan.toolchain.ccache.found:
-            from buildmgr.toolchain import INSTALL_HINTS
+            from buildmgr.tools.toolchain import INSTALL_HINTS
 
             ctx.warn(f"ccache not found: building without a compile cache ({INSTALL_HINTS['ccache']})")
-        from buildmgr import builder
-        from buildmgr.progress import Reporter
-        from buildmgr.smoke import ProofFailed
+        from buildmgr.build import builder
+        from buildmgr.core.progress import Reporter
+        from buildmgr.proof.smoke import ProofFailed
 
         reporter = Reporter.for_environment(ctx.environ)
         try:
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
 
 def _stored_devices(ctx: Context, build_id: str) -> list[str] | None:
     """What the build's stored probe saw (a no-op starts no program to ask again); None if it was never probed."""
-    from buildmgr import inventory
+    from buildmgr.devices import inventory
 
     stored = inventory.read(ctx.dirs, ctx.warn)
     if stored is None or build_id not in stored.builds:
@@ -139,8 +139,8 @@ def _stored_devices(ctx: Context, build_id: str) -> list[str] | None:
 def probe_after_build(ctx: Context, build: Build, probed: ProbeResult | None = None) -> list[str]:
     """Probe a new build (or take what its smoke run's probe saw of the same files), record it in the inventory,
     and say what it sees (and why a backend shows nothing)."""
-    from buildmgr import inventory
     from buildmgr.cli import render
+    from buildmgr.devices import inventory
 
     known = {build.id: probed} if probed is not None else None
     entry = inventory.refresh(ctx.dirs, [build], ctx.environ, ctx.warn, known).builds[build.id]

@@ -7,7 +7,7 @@ import json
 from typing import TYPE_CHECKING
 
 from buildmgr.cli import BUILD_HELP, command, render
-from buildmgr.config import Context
+from buildmgr.core.config import Context
 
 if TYPE_CHECKING:
     from buildmgr.cli import Subparsers
@@ -121,7 +121,8 @@ def remove(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def gc(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr import kits, store
+    from buildmgr import store
+    from buildmgr.build import kits
 
     # toolchains themselves stay: builds load their run-time libraries from them ('toolchain remove' checks that)
     removed = store.gc(ctx.dirs, (kits.shelf(ctx.dirs),), dry=args.dry_run)

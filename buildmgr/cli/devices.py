@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 
 from buildmgr import backends
 from buildmgr.cli import command, render
-from buildmgr.config import Context, ensure_writable
-from buildmgr.errors import UserError
+from buildmgr.core.config import Context, ensure_writable
+from buildmgr.core.errors import UserError
 
 if TYPE_CHECKING:
     from buildmgr.cli import Subparsers
-    from buildmgr.inventory_file import Inventory
+    from buildmgr.devices.inventory_file import Inventory
 
 
 def register(sub: Subparsers, name: str) -> None:
@@ -97,8 +97,8 @@ def _env_assignments(items: list[str]) -> dict[str, str]:
 
 def _parse(args: argparse.Namespace) -> int:
     """The same view from text captured on any host."""
-    from buildmgr import identity, inventory
-    from buildmgr.captures import read_text
+    from buildmgr.devices import identity, inventory
+    from buildmgr.devices.captures import read_text
 
     if args.suggest:
         raise UserError("--suggest needs builds, and a capture has no builds: leave out --parse")
@@ -141,8 +141,9 @@ def _parse(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr import inventory, store
+    from buildmgr import store
     from buildmgr.cli.repos import warn_untrusted_installs
+    from buildmgr.devices import inventory
 
     _refuse_stray(args)
     if args.parse is not None:
@@ -185,7 +186,7 @@ def _removed_kernels(ctx: Context, data: Inventory) -> list[str]:
 
 
 def _suggest(data: Inventory, prefer: str, as_json: bool) -> int:
-    from buildmgr import identity, inventory
+    from buildmgr.devices import identity, inventory
     from buildmgr.placement.check import suggest
 
     suggestions = {}

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildmgr.cli import command, render
-from buildmgr.config import Context, ensure_writable
-from buildmgr.errors import UserError
+from buildmgr.core.config import Context, ensure_writable
+from buildmgr.core.errors import UserError
 
 if TYPE_CHECKING:
     from buildmgr.cli import Subparsers
@@ -79,7 +79,7 @@ def register(sub: Subparsers, name: str) -> None:
 
 def recipes(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr import backends
-    from buildmgr import doctor as host
+    from buildmgr.build import doctor as host
 
     states = host.recipes(ctx.dirs, ctx.environ, ctx.settings, ctx.warn)
     removed = {
@@ -113,8 +113,8 @@ def recipes(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def doctor(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr import doctor as host
-    from buildmgr import kit_sources
+    from buildmgr.build import doctor as host
+    from buildmgr.build import kit_sources
 
     report = host.doctor(ctx.dirs, ctx.environ, ctx.settings)
     if args.json:
@@ -144,7 +144,7 @@ def doctor(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def cache(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr import compile_cache, toolchain
+    from buildmgr.tools import compile_cache, toolchain
 
     ccache = toolchain.ccache_path(ctx.settings.ccache, ctx.environ)
     if ccache is None:
@@ -161,22 +161,22 @@ def cache(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def source(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr import source as sources
+    from buildmgr.build.source import sdist
 
     if args.action == "show" and (args.archive is not None or args.vendor):
         raise UserError("--archive and --vendor go with sync: buildmgr source sync --archive FILE [--vendor]")
     if args.action == "sync" and args.json:
         raise UserError("--json goes with show: buildmgr source sync && buildmgr source show --json")
-    pin = sources.load_pin()
-    tree = sources.pinned_tree(pin, ctx.dirs)
+    pin = sdist.load_pin()
+    tree = sdist.pinned_tree(pin, ctx.dirs)
     if args.action == "sync":
         if args.archive is not None and not args.archive.is_file():
             raise UserError(f"--archive {args.archive}: no such file")
         ensure_writable(ctx.dirs.data, "set XDG_DATA_HOME to a writable directory")
         ensure_writable(ctx.dirs.cache, "set XDG_CACHE_HOME to a writable directory")
-        target = sources.vendor_dir() if args.vendor else None
+        target = sdist.vendor_dir() if args.vendor else None
         with render.err().status(f"fetching and verifying {pin.requirement} …"):
-            tree = sources.sync_pinned(pin, ctx.dirs, args.archive, target)
+            tree = sdist.sync_pinned(pin, ctx.dirs, args.archive, target)
         render.say(f"synced llama.cpp {tree.short_commit} → {tree.path}")
         return 0
     info = {
@@ -188,7 +188,7 @@ def source(args: argparse.Namespace, ctx: Context) -> int:
         "llama_version": pin.llama_version,
         "ggml_version": pin.ggml_version,
         "path": str(tree.path),
-        "synced": sources.is_synced(tree, pin),
+        "synced": sdist.is_synced(tree, pin),
     }
     if args.json:
         print(json.dumps(info, indent=2))

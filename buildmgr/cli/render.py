@@ -9,16 +9,16 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, TextIO
 
-from buildmgr.coverage import FA_AUTO_OFF
-from buildmgr.findings import Severity
+from buildmgr.core.findings import Severity
+from buildmgr.placement.coverage import FA_AUTO_OFF
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from buildmgr.devices import Device
-    from buildmgr.findings import Check
-    from buildmgr.inventory_file import BuildEntry, Card
+    from buildmgr.core.device_records import Device
+    from buildmgr.core.findings import Check
+    from buildmgr.devices.inventory_file import BuildEntry, Card
     from buildmgr.placement.cover import Covered
     from buildmgr.placement.run import CheckReport
 
@@ -107,11 +107,17 @@ def escape(text: str) -> str:
 
 
 def checks(labelled: Sequence[tuple[str, Check]]) -> None:
-    """Preflight checks as a table where it fits the console; where it would not (an 80-column terminal, a long
-    path or fix), each check on a line of its own with what was found and the fix folded under it, never cut."""
+    """Preflight checks piped, one line each (yes/no, the check, what was found, the fix); in a terminal, a table
+    where it fits; where it would not (an 80-column terminal, a long path or fix), each check on a line of its own
+    with what was found and the fix folded under it, never cut."""
     cells = [(label, check.found, "" if check.ok else check.fix) for label, check in labelled]
     widest = [max((len(row[i]) for row in cells), default=0) for i in range(3)]
     console = out()
+    if console.width >= _UNBOUNDED:  # piped: saved and grepped, a check is one line
+        for (label, found, fix), (_, check) in zip(cells, labelled, strict=True):
+            said = f"{'yes' if check.ok else 'no'} {label}: {found}" + (f" (fix: {fix})" if fix else "")
+            console.print(inert(said), markup=False)
+        return
     if sum(widest) + len("check") + 3 * 2 + len("ok") <= console.width:
         grid = table("check", "ok", "found", "fix")
         for (label, found, fix), (_, check) in zip(cells, labelled, strict=True):
@@ -128,7 +134,7 @@ def checks(labelled: Sequence[tuple[str, Check]]) -> None:
 def placement(report: CheckReport, outcome_on_stdout: bool = True) -> None:
     """The check's findings, coverage and verify run: on stdout, where they are the command's result (`check`); on
     stderr before a tool's own output (`run --check`)."""
-    from buildmgr.findings import errors
+    from buildmgr.core.findings import errors
     from buildmgr.placement.syntax import describe
 
     line = result if outcome_on_stdout else say

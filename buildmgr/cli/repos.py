@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from buildmgr.cli import command, render
-from buildmgr.config import Context, Dirs, ensure_writable
-from buildmgr.errors import CannotRunHere, RepositoryFault, UserError
+from buildmgr.core.config import Context, Dirs, ensure_writable
+from buildmgr.core.errors import CannotRunHere, RepositoryFault, UserError
 
 if TYPE_CHECKING:
     from buildmgr.artifacts.deliver import Attempt
@@ -143,8 +143,8 @@ SHORT_DIGEST = 12  # of a sha256 in a table: enough to tell two archives of one 
 
 def _open(text: str, ctx: Context) -> Repo:
     """The repository `text` names, held to this user's network limits (the setting read only for a URL)."""
-    from buildmgr import repo_location as location
     from buildmgr.artifacts import repo
+    from buildmgr.trust import repo_location as location
 
     if location.kind_of(text) is location.Kind.DIRECTORY:
         return repo.open_repo(text)
@@ -155,7 +155,7 @@ def _open(text: str, ctx: Context) -> Repo:
 
 
 def key(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr import keyring
+    from buildmgr.trust import keyring
 
     if args.action == "generate":
         name = keyring.check_name(args.what or keyring.DEFAULT_NAME)  # before anything is written
@@ -202,7 +202,7 @@ def key(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _trust(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr import keyring
+    from buildmgr.trust import keyring
 
     if not args.what:
         raise UserError("key trust needs a .pub FILE or its KEY line, e.g. buildmgr key trust ci.pub")
@@ -221,7 +221,7 @@ def _trust(args: argparse.Namespace, ctx: Context) -> int:
 def _untrust(args: argparse.Namespace, ctx: Context) -> int:
     """The key's trust taken back; the builds installed on its word are named (they stay installed: the user
     decides)."""
-    from buildmgr import keyring
+    from buildmgr.trust import keyring
 
     if not args.what:
         raise UserError("key untrust needs the key's ID (as 'buildmgr key list' shows it), or its .pub FILE")
@@ -260,7 +260,7 @@ def _installed_on_word_of(ctx: Context, key_id: str) -> list[str]:
 def warn_untrusted_installs(ctx: Context, builds: list[Build]) -> None:
     """`list` and `devices`: each build installed on the word of a key this host no longer trusts, one warning
     each (a trusted key that cannot be read safely is said instead, in its one line)."""
-    from buildmgr import keyring
+    from buildmgr.trust import keyring
 
     signed = [(b, b.receipt.installed_from.signed_by) for b in builds if b.receipt.installed_from is not None]
     if not any(key_id for _, key_id in signed):
@@ -285,8 +285,8 @@ def publish(args: argparse.Namespace, ctx: Context) -> int:
     import getpass
     import socket
 
-    from buildmgr import keyring
     from buildmgr.artifacts import archive, index
+    from buildmgr.trust import keyring
 
     if not args.files and not args.sign:
         raise UserError("publish needs an ARTIFACT (or, with --sign NAME and none, signs the index again)")
@@ -462,9 +462,9 @@ def _show(ranked: list[Candidate], dirs: Dirs) -> None:
 
 
 def install_from(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr import hostfacts
     from buildmgr.artifacts import deliver
-    from buildmgr.progress import Reporter
+    from buildmgr.core import hostfacts
+    from buildmgr.core.progress import Reporter
 
     source = _open(args.source, ctx)
     machine = hostfacts.read().machine
@@ -490,7 +490,7 @@ def install_from(args: argparse.Namespace, ctx: Context) -> int:
     deliver.remember(ctx.dirs, source, listing)  # from now on an older index of it is refused (a dry run keeps none)
 
     def probe(done: Any) -> list[tuple[str, str]]:  # recorded in the inventory, as after a build
-        from buildmgr import inventory
+        from buildmgr.devices import inventory
 
         # the smoke run's probe saw these very files a moment ago, under this environment; one already installed
         # is probed now

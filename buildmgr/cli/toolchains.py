@@ -7,16 +7,16 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from buildmgr.cli import command, render
-from buildmgr.config import Context
+from buildmgr.core.config import Context
 
 if TYPE_CHECKING:
+    from buildmgr.build.kits import Added
     from buildmgr.cli import Subparsers
-    from buildmgr.kits import Added
-    from buildmgr.memo import Memo
+    from buildmgr.core.memo import Memo
 
 
 def register(sub: Subparsers, name: str) -> None:
-    from buildmgr import kit_sources
+    from buildmgr.build import kit_sources
 
     names = ", ".join(kit.name for kit in kit_sources.all_kits())
     p = command(
@@ -38,8 +38,8 @@ def register(sub: Subparsers, name: str) -> None:
 
 
 def toolchain(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr import kit_sources
-    from buildmgr.errors import UserError
+    from buildmgr.build import kit_sources
+    from buildmgr.core.errors import UserError
 
     if args.action == "list":
         if args.what:
@@ -52,9 +52,9 @@ def toolchain(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _add(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr import doctor, kit_sources, kits
-    from buildmgr.options import backend_host
-    from buildmgr.progress import Reporter
+    from buildmgr.build import doctor, kit_sources, kits
+    from buildmgr.build.options import backend_host
+    from buildmgr.core.progress import Reporter
 
     request = kit_sources.parse_request(args.what)
     host = backend_host(ctx.environ, ctx.dirs.toolchain_cache, ctx.settings.ccache)
@@ -76,7 +76,7 @@ def _add(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _row(added: Added, ctx: Context, memo: Memo | None = None) -> dict[str, Any]:
-    from buildmgr import kits
+    from buildmgr.build import kits
 
     receipt = added.receipt
     problem = kits.changed(added, memo)
@@ -99,8 +99,8 @@ def _row(added: Added, ctx: Context, memo: Memo | None = None) -> dict[str, Any]
 
 
 def _list(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr import kit_sources, kits
-    from buildmgr.memo import Memo
+    from buildmgr.build import kit_sources, kits
+    from buildmgr.core.memo import Memo
 
     added, broken = kits.scan(ctx.dirs)
     memo = Memo.load(ctx.dirs.preflight_cache)  # a large toolchain's hashes take seconds: kept while its files stay
@@ -127,7 +127,7 @@ def _list(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _remove(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr import kits
+    from buildmgr.build import kits
 
     removed = kits.remove(ctx.dirs, args.what)
     if args.json:

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildmgr.cli import BUILD_HELP, command, render
-from buildmgr.config import Context
-from buildmgr.errors import UserError
+from buildmgr.core.config import Context
+from buildmgr.core.errors import UserError
 
 if TYPE_CHECKING:
     from buildmgr.cli import Subparsers

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildmgr.cli import command, render
-from buildmgr.config import Context
+from buildmgr.core.config import Context
 from buildmgr.tune import config
 from buildmgr.tune.space import Objective
 

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from buildmgr import backends
-from buildmgr.backend import RemovedKernels
-from buildmgr.devices import Device, Role, Selection
-from buildmgr.errors import UserError
-from buildmgr.findings import Finding, Severity
+from buildmgr.backend_spec import RemovedKernels
+from buildmgr.core.device_records import Device, Role, Selection
+from buildmgr.core.errors import UserError
+from buildmgr.core.findings import Finding, Severity
 from buildmgr.placement import rules
 from buildmgr.placement.syntax import COMMON, Placement, bench_args
 

@@ -7,8 +7,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildmgr import coverage, proc
-from buildmgr.backend import RemovedKernels
+from buildmgr.backend_spec import RemovedKernels
+from buildmgr.core import proc
+from buildmgr.placement import coverage
 
 COVER_TIMEOUT_S = 300
 SCHED_DEBUG = {"GGML_SCHED_DEBUG": "2"}  # 2: every node with its backend, not only the splits

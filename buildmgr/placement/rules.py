@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from buildmgr import backends
-from buildmgr.findings import Finding, Severity, Signature
+from buildmgr.core.findings import Finding, Severity, Signature
 
 PIN = "0c1e570"  # the llama.cpp commit every rule below was observed at
 

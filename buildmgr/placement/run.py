@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from buildmgr.findings import Finding, errors
+from buildmgr.core.findings import Finding, errors
 from buildmgr.placement.check import Here, bench_words, check, memory_findings, model_devices, weights_per_device
 from buildmgr.placement.cover import Covered, take
 from buildmgr.placement.rules import KERNELS_REMOVED
@@ -18,8 +18,8 @@ from buildmgr.placement.syntax import Placement, describe, parse, shaping_args
 from buildmgr.placement.verify import Outcome, agreement, verify
 
 if TYPE_CHECKING:
-    from buildmgr.backend import RemovedKernels
-    from buildmgr.config import Dirs
+    from buildmgr.backend_spec import RemovedKernels
+    from buildmgr.core.config import Dirs
     from buildmgr.store import Build
 
 
@@ -112,8 +112,8 @@ def removed_kernels(build: Build) -> list[RemovedKernels]:
 def here_for(dirs: Dirs, build: Build, environ: Mapping[str, str]) -> tuple[Here, bool]:
     """The build's devices here under this environment, as the checks take them; and whether they were probed afresh
     (the stored probe was of another environment)."""
-    from buildmgr import inventory
-    from buildmgr.options import available_gib
+    from buildmgr.build.options import available_gib
+    from buildmgr.devices import inventory
 
     view = inventory.placement_view(dirs, build, environ)
     here = Here(
@@ -140,9 +140,9 @@ def run_check(
 ) -> CheckReport:
     """Parse TOOL ARGS… (TOOL checked by the caller), check every placement against the build's devices here, with
     `run_coverage` run it once on the model to see where each op runs, and with `run_verify` prove the check."""
-    from buildmgr.config import ensure_writable
-    from buildmgr.errors import UserError
-    from buildmgr.proof_models import tiny_model
+    from buildmgr.core.config import ensure_writable
+    from buildmgr.core.errors import UserError
+    from buildmgr.proof.models import tiny_model
 
     placements, notes = parse(command[0], command[1:], dict(environ))
     user_model = model or next((Path(p.model) for p in placements if p.model), None)

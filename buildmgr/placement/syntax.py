@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from buildmgr.errors import UserError
-from buildmgr.findings import Finding, Severity
+from buildmgr.core.errors import UserError
+from buildmgr.core.findings import Finding, Severity
 from buildmgr.placement import rules
 
 SPLIT_MODES = ("none", "layer", "row", "tensor")

@@ -6,12 +6,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildmgr import postmortem, proc
-from buildmgr.crashes import Crash
-from buildmgr.findings import Finding, errors, first_match
-from buildmgr.jsonshape import dump
+from buildmgr.core import proc
+from buildmgr.core.crashes import Crash
+from buildmgr.core.findings import Finding, errors, first_match
+from buildmgr.core.jsonshape import dump
 from buildmgr.placement import rules
 from buildmgr.placement.syntax import Placement, bench_args
+from buildmgr.proof import postmortem
 
 VERIFY_TIMEOUT_S = 120
 

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from buildmgr.errors import UserError
+from buildmgr.core.errors import UserError
 from buildmgr.tune.space import Objective
 
 DEFAULT_DEPTH = 0

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildmgr.bench import config as bench_config
-from buildmgr.errors import UserError
+from buildmgr.core.errors import UserError
 from buildmgr.placement.check import Here, model_devices, read_gguf
 from buildmgr.placement.syntax import Placement
 from buildmgr.tune import oracle, space

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildmgr import proc
+from buildmgr.core import proc
 
 TOOL = "llama-fit-params"
 TIMEOUT_S = 600.0  # it loads no weights: seconds, even for a large model
@@ -49,7 +49,7 @@ def parse_seed(stdout: str) -> tuple[int, tuple[str, ...]]:
 def parse_free(log: str) -> dict[str, int]:
     """Each device's free MiB as llama.cpp saw it when it loaded (its load log's `using device` lines, which
     llama-fit-params prints with -v), read as `devices --parse` reads them."""
-    from buildmgr.captures import read_text
+    from buildmgr.devices.captures import read_text
 
     return {d.name: d.memory_free_mib for d in read_text(log).devices if d.memory_free_mib is not None}
 

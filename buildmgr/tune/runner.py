@@ -22,8 +22,8 @@ from buildmgr.bench.prepare import Planned, bandwidths, model_context, plan
 from buildmgr.bench.process import Run, run_once, test_key
 from buildmgr.bench.runner import open_host, writable, write_samples
 from buildmgr.bench.stats import geomean, ratio
-from buildmgr.errors import UserError
-from buildmgr.hostfacts import usable_cpus
+from buildmgr.core.errors import UserError
+from buildmgr.core.hostfacts import usable_cpus
 from buildmgr.placement.cover import Covered
 from buildmgr.tune import measure, oracle, race, serve, space
 from buildmgr.tune.config import Request
@@ -32,7 +32,7 @@ from buildmgr.tune.prune import prune
 from buildmgr.tune.result import Entry, State, Tuned, decide, sampler_load, side_by_side, unmeasured_against_fit
 
 if TYPE_CHECKING:
-    from buildmgr.config import Dirs
+    from buildmgr.core.config import Dirs
 
 
 # --- the race ----------------------------------------------------------------------------------------------------
@@ -196,7 +196,7 @@ def tune(
     say: Callable[[str], None],
 ) -> Tuned:
     from buildmgr import store
-    from buildmgr.fsutil import atomic_write_text
+    from buildmgr.core.fsutil import atomic_write_text
     from buildmgr.placement.run import here_for
 
     started = time.monotonic()

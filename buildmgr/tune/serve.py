@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from buildmgr import proc
+from buildmgr.core import proc
 
 LOAD_TIMEOUT_S = 600.0
 REQUEST_TIMEOUT_S = 600.0

@@ -10,18 +10,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from buildmgr import backends, hostfacts, keyring, store
+from buildmgr import backends, store
 from buildmgr.artifacts import compat, index, select
 from buildmgr.artifacts.archive import BadArchive
 from buildmgr.artifacts.deliver.fetching import discard_held, fetch_held, held, installed_before, verify, vouched
 from buildmgr.artifacts.deliver.trust import untrusted, vouched_line
 from buildmgr.artifacts.install import Installed, install
 from buildmgr.artifacts.repo import Progress, Repo
-from buildmgr.config import Dirs
-from buildmgr.errors import BuildFailed, NetworkFault, RepositoryFault
+from buildmgr.core import hostfacts
+from buildmgr.core.config import Dirs
+from buildmgr.core.errors import BuildFailed, NetworkFault, RepositoryFault
+from buildmgr.trust import keyring
 
 if TYPE_CHECKING:
-    from buildmgr.progress import Reporter
+    from buildmgr.core.progress import Reporter
 
 
 def candidates(

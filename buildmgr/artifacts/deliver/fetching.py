@@ -10,18 +10,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from buildmgr import jsonshape, signing, store
+from buildmgr import store
 from buildmgr.artifacts import index, select
 from buildmgr.artifacts.archive import Artifact
 from buildmgr.artifacts.deliver.trust import voucher
 from buildmgr.artifacts.install import Installed
 from buildmgr.artifacts.repo import Progress, Repo
-from buildmgr.config import Dirs
-from buildmgr.errors import RepositoryFault
-from buildmgr.findings import Finding
-from buildmgr.fsutil import atomic_write_text, file_digests, locked, sha256_file
-from buildmgr.jsonshape import ShapeError
-from buildmgr.receipt import FILE_NAME as RECEIPT
+from buildmgr.core import jsonshape
+from buildmgr.core.config import Dirs
+from buildmgr.core.errors import RepositoryFault
+from buildmgr.core.findings import Finding
+from buildmgr.core.fsutil import atomic_write_text, file_digests, locked, sha256_file
+from buildmgr.core.jsonshape import ShapeError
+from buildmgr.store.receipt import FILE_NAME as RECEIPT
+from buildmgr.trust import signing
 
 
 def downloads(dirs: Dirs) -> Path:

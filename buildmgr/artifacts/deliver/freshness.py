@@ -10,14 +10,14 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from buildmgr import keyring, signing
 from buildmgr.artifacts import index
 from buildmgr.artifacts.deliver import seen
 from buildmgr.artifacts.deliver.trust import not_vouching
 from buildmgr.artifacts.repo import IndexFiles, Repo
 from buildmgr.artifacts.repo.base import parse_index
-from buildmgr.config import Dirs
-from buildmgr.errors import RepositoryFault
+from buildmgr.core.config import Dirs
+from buildmgr.core.errors import RepositoryFault
+from buildmgr.trust import keyring, signing
 
 _OLD = "is not there (a registry published to before indexes were: 'buildmgr publish --to REPO --sign NAME' signs one)"
 

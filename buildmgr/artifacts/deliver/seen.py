@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from buildmgr import repo_location as location
 from buildmgr.artifacts import index
 from buildmgr.artifacts.repo import Repo
-from buildmgr.config import Dirs
-from buildmgr.errors import UserError
-from buildmgr.fsutil import atomic_write_text, locked
-from buildmgr.jsonshape import ShapeError
+from buildmgr.core.config import Dirs
+from buildmgr.core.errors import UserError
+from buildmgr.core.fsutil import atomic_write_text, locked
+from buildmgr.core.jsonshape import ShapeError
+from buildmgr.trust import repo_location as location
 
 
 def load(dirs: Dirs) -> index.Seen:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from buildmgr import keyring, signing
 from buildmgr.artifacts import index
+from buildmgr.trust import keyring, signing
 
 
 def voucher(entry: index.Entry, keys: Mapping[str, signing.PublicKey]) -> str | None:

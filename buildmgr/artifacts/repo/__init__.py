@@ -15,14 +15,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from buildmgr import repo_location as location
 from buildmgr.artifacts.repo.base import IndexFiles, Progress, Published, Repo
 from buildmgr.artifacts.repo.directory import DirRepo
 from buildmgr.artifacts.repo.net import NO_LIMITS_GIVEN, PLAIN_HTTP, Limits, plain_http_refused
 from buildmgr.artifacts.repo.oci import OciRepo
 from buildmgr.artifacts.repo.web import HttpRepo
-from buildmgr.errors import UserError
-from buildmgr.repo_location import Kind
+from buildmgr.core.errors import UserError
+from buildmgr.trust import repo_location as location
+from buildmgr.trust.repo_location import Kind
 
 __all__ = ["IndexFiles", "Limits", "Progress", "Published", "Repo", "open_repo"]
 

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from buildmgr import signing
 from buildmgr.artifacts import index
 from buildmgr.artifacts.archive import Artifact
 from buildmgr.artifacts.repo.net import (
@@ -25,8 +24,9 @@ from buildmgr.artifacts.repo.net import (
     unreachable,
     within,
 )
-from buildmgr.errors import NetworkFault, RepositoryFault, UserError
-from buildmgr.jsonshape import NewerSchema, ShapeError
+from buildmgr.core.errors import NetworkFault, RepositoryFault, UserError
+from buildmgr.core.jsonshape import NewerSchema, ShapeError
+from buildmgr.trust import signing
 
 _BLOCK = 1 << 20
 # An index, a signature, a manifest or an entry is read whole into memory before any check: past this, none is what a

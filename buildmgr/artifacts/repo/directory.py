@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildmgr import signing
 from buildmgr.artifacts import index
 from buildmgr.artifacts.archive import Artifact
 from buildmgr.artifacts.repo import policy
@@ -28,8 +27,9 @@ from buildmgr.artifacts.repo.base import (
     declared,
     parse_index,
 )
-from buildmgr.errors import RepositoryFault, UserError
-from buildmgr.fsutil import atomic_write_bytes, atomic_write_text, fsync_file, locked, sha256_file
+from buildmgr.core.errors import RepositoryFault, UserError
+from buildmgr.core.fsutil import atomic_write_bytes, atomic_write_text, fsync_file, locked, sha256_file
+from buildmgr.trust import signing
 
 LOCK = ".lock"
 

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from buildmgr.config import where_set
-from buildmgr.errors import Deadline, NetworkFault, RepositoryFault, UserError
-from buildmgr.repo_location import on_this_machine
+from buildmgr.core.config import where_set
+from buildmgr.core.errors import Deadline, NetworkFault, RepositoryFault, UserError
+from buildmgr.trust.repo_location import on_this_machine
 
 if TYPE_CHECKING:
     import urllib.request

@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from buildmgr import jsonshape, signing
-from buildmgr import repo_location as location
 from buildmgr.artifacts import index
 from buildmgr.artifacts.archive import Artifact
 from buildmgr.artifacts.repo import oci_index, policy
@@ -42,8 +40,11 @@ from buildmgr.artifacts.repo.oci_store import (
     cosigned,
     layer,
 )
-from buildmgr.errors import BuildmgrError, NetworkFault, RepositoryFault, UserError
-from buildmgr.jsonshape import ShapeError
+from buildmgr.core import jsonshape
+from buildmgr.core.errors import BuildmgrError, NetworkFault, RepositoryFault, UserError
+from buildmgr.core.jsonshape import ShapeError
+from buildmgr.trust import repo_location as location
+from buildmgr.trust import signing
 
 LEGACY_MAX = 1000  # archive tags of a registry published to before indexes were, read one by one at the most
 # the OCI distribution spec's repository name: path components of lower-case letters and digits, . _ __ - between

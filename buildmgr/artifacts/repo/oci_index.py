@@ -10,7 +10,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from buildmgr import signing
 from buildmgr.artifacts import index
 from buildmgr.artifacts.repo import policy
 from buildmgr.artifacts.repo.base import parse_index
@@ -26,8 +25,9 @@ from buildmgr.artifacts.repo.oci_store import (
     cosigned,
     layer,
 )
-from buildmgr.errors import BuildmgrError, RepositoryFault
-from buildmgr.jsonshape import ShapeError
+from buildmgr.core.errors import BuildmgrError, RepositoryFault
+from buildmgr.core.jsonshape import ShapeError
+from buildmgr.trust import signing
 
 TRIES = 20  # rebuilds of an index that another publisher changed meanwhile, before giving up
 

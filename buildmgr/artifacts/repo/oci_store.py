@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from buildmgr import jsonshape
 from buildmgr.artifacts import index
 from buildmgr.artifacts.repo.base import IndexFiles, capped
 from buildmgr.artifacts.repo.net import Limits, guard, within
-from buildmgr.errors import RepositoryFault, UserError
+from buildmgr.core import jsonshape
+from buildmgr.core.errors import RepositoryFault, UserError
 
 if TYPE_CHECKING:
     from oras.provider import Registry

@@ -9,12 +9,12 @@ import json
 import secrets
 from datetime import UTC, datetime, timedelta
 
-from buildmgr import signing
 from buildmgr.artifacts import index
 from buildmgr.artifacts.archive import Artifact
 from buildmgr.artifacts.repo.base import IndexFiles
-from buildmgr.errors import RepositoryFault, UserError
-from buildmgr.jsonshape import ShapeError
+from buildmgr.core.errors import RepositoryFault, UserError
+from buildmgr.core.jsonshape import ShapeError
+from buildmgr.trust import signing
 
 
 def now() -> str:

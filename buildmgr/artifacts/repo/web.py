@@ -6,13 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildmgr import signing
 from buildmgr.artifacts import index
 from buildmgr.artifacts.archive import Artifact
 from buildmgr.artifacts.repo.base import Progress, Published, append, capped, declared, http_total
 from buildmgr.artifacts.repo.directory import Layout
 from buildmgr.artifacts.repo.net import NO_LIMITS_GIVEN, Limits, opener, unreachable, within
-from buildmgr.errors import NetworkFault, UserError
+from buildmgr.core.errors import NetworkFault, UserError
+from buildmgr.trust import signing
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from buildmgr.backend import Backend, Fix, Host, Names, Report, RuntimeFault
-from buildmgr.errors import UserError
-from buildmgr.findings import Check
+from buildmgr.backend_spec import Backend, Fix, Host, Names, Report, RuntimeFault
+from buildmgr.core.errors import UserError
+from buildmgr.core.findings import Check
 
 if TYPE_CHECKING:
-    from buildmgr.crashes import Crash
+    from buildmgr.core.crashes import Crash
 
 # with GGML_CPU_ALL_VARIANTS its targets are ggml-cpu-haswell, ggml-cpu-skylakex, …
 NAMES = Names("CPU", "cpu", "CPU", "", "ggml-cpu")

@@ -9,7 +9,7 @@ the highest, so newer GPUs can still JIT it: `--sm 86,89` → CMAKE_CUDA_ARCHITE
 
 from __future__ import annotations
 
-from buildmgr.backend import (
+from buildmgr.backend_spec import (
     ArchOption,
     Backend,
     Capture,
@@ -24,8 +24,8 @@ from buildmgr.backend import (
     Virtual,
     lazy,
 )
-from buildmgr.devices import Role
-from buildmgr.findings import Signature
+from buildmgr.core.device_records import Role
+from buildmgr.core.findings import Signature
 
 NAMES = Names("CUDA", "cuda", "CUDA", "GGML_CUDA", "ggml-cuda")
 NAME = NAMES.device

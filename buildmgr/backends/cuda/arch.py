@@ -7,13 +7,13 @@ import functools
 import re
 from collections.abc import Mapping
 
-from buildmgr import proc
-from buildmgr.backend import Host
+from buildmgr.backend_spec import Host
 from buildmgr.backends.cuda import CI_IMAGE_VERSION, LOWEST_BY_MAJOR
 from buildmgr.backends.cuda.preflight import find_nvcc, locate, parse_nvcc_version
 from buildmgr.backends.cuda.smi import visible_capabilities
-from buildmgr.errors import UserError
-from buildmgr.memo import Memo, stamps
+from buildmgr.core import proc
+from buildmgr.core.errors import UserError
+from buildmgr.core.memo import Memo, stamps
 
 _SM = re.compile(r"^(\d{1,2})\.?(\d)([af]?)$")
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from buildmgr.backends.cuda import NAME
 from buildmgr.backends.cuda.smi import visible_capabilities
-from buildmgr.findings import Finding, Severity
+from buildmgr.core.findings import Finding, Severity
 
 _FATBIN_MAGIC = 0xBA55ED50
 _FATBIN_PTX, _FATBIN_ELF = 1, 2

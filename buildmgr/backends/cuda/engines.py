@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from buildmgr.backend import CardFacts, EngineReading, process_name
+from buildmgr.backend_spec import CardFacts, EngineReading, process_name
 
 # nvml.h's clocks-event reasons that hold the clocks down under load (idle, application clocks, sync boost and the
 # display clock are left out: they are not a slowdown of a busy GPU).
@@ -41,7 +41,7 @@ def nvml_reading(raw: Mapping[str, object]) -> EngineReading:
 
 
 def _pci(raw: Mapping[str, object]) -> str:
-    from buildmgr.devices import normalize_pci
+    from buildmgr.core.device_records import normalize_pci
 
     return normalize_pci(str(raw.get("bus_id", ""))) or str(raw.get("bus_id", "")).lower()
 

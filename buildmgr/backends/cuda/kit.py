@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from buildmgr import proc
 from buildmgr.backends.cuda import TOOLKIT_ROOTS
-from buildmgr.errors import UserError
+from buildmgr.core import proc
+from buildmgr.core.errors import UserError
 
 _NOT_TOOLKIT = {"__init__.py", "__pycache__"}  # what makes the wheels' folders Python packages
 

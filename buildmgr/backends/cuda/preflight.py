@@ -10,10 +10,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
-from buildmgr import proc
-from buildmgr.backend import Host, Report
+from buildmgr.backend_spec import Host, Report
 from buildmgr.backends.cuda import NAME, TOOLKIT_ROOTS
-from buildmgr.findings import Check
+from buildmgr.core import proc
+from buildmgr.core.findings import Check
 
 _DEFAULT_BIN = "/usr/local/cuda/bin"
 _CUBLAS_LIBRARIES = ("lib64/libcublas.so*", "targets/*/lib/libcublas.so*", "lib/libcublas.so*")

@@ -9,12 +9,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from buildmgr import proc
-from buildmgr.backend import one_to_one
+from buildmgr.backend_spec import one_to_one
 from buildmgr.backends.cuda import NAME
+from buildmgr.core import proc
 
 if TYPE_CHECKING:
-    from buildmgr.devices import Captures, Device
+    from buildmgr.core.device_records import Captures, Device
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ def parse_nvidia_smi_csv(text: str) -> list[NvidiaGpu]:
     """`nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total[,driver_version] --format=csv[,noheader]`."""
     import csv  # here, not at the top: a no-op build imports this module and reads no capture
 
-    from buildmgr.devices import normalize_pci
+    from buildmgr.core.device_records import normalize_pci
 
     gpus = []
     for row in csv.reader(text.splitlines()):  # any line ending, a stray \r included

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from buildmgr.backend import ArchOption, Backend, Ci, DeviceCode, NameRole, Names, RemovedKernels, lazy
-from buildmgr.devices import Role
+from buildmgr.backend_spec import ArchOption, Backend, Ci, DeviceCode, NameRole, Names, RemovedKernels, lazy
+from buildmgr.core.device_records import Role
 
 NAMES = Names("ROCm", "hip", "HIP", "GGML_HIP", "ggml-hip")
 NAME = NAMES.device

@@ -7,13 +7,13 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from buildmgr import proc
-from buildmgr.backend import Host
+from buildmgr.backend_spec import Host
 from buildmgr.backends.hip import gfx_key
 from buildmgr.backends.hip.device_code import visible_targets
 from buildmgr.backends.hip.preflight import Rocm, find_rocm, rocblas_targets
-from buildmgr.errors import UserError
-from buildmgr.memo import Memo
+from buildmgr.core import proc
+from buildmgr.core.errors import UserError
+from buildmgr.core.memo import Memo
 
 _GFX = re.compile(r"^gfx[0-9a-f]{3,4}$")
 

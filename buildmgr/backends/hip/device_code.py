@@ -8,13 +8,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildmgr import proc
-from buildmgr.backend import read_file
+from buildmgr.backend_spec import read_file
 from buildmgr.backends.hip import NAMES, gfx_key
-from buildmgr.findings import Finding, Severity
+from buildmgr.core import proc
+from buildmgr.core.findings import Finding, Severity
 
 if TYPE_CHECKING:
-    from buildmgr.devices import Captures
+    from buildmgr.core.device_records import Captures
 
 _HIP_TARGET = re.compile(rb"amdgcn-amd-amdhsa--(gfx[0-9a-f]+)")
 KFD = Path("/dev/kfd")  # amdkfd's device: present wherever amdgpu drives a GPU that HIP can use

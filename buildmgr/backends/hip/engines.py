@@ -7,7 +7,7 @@ import re
 from collections.abc import Collection
 from pathlib import Path
 
-from buildmgr.backend import CardFacts, EngineReading, process_name, read_file
+from buildmgr.backend_spec import CardFacts, EngineReading, process_name, read_file
 from buildmgr.backends.hip import AMD_VENDOR
 
 
@@ -42,7 +42,7 @@ def amd_reading(device: Path) -> EngineReading | None:
 
 
 def _pci(device: Path) -> str:
-    from buildmgr.devices import normalize_pci
+    from buildmgr.core.device_records import normalize_pci
 
     uevent = dict(line.split("=", 1) for line in (read_file(device / "uevent") or "").splitlines() if "=" in line)
     return normalize_pci(uevent.get("PCI_SLOT_NAME")) or uevent.get("PCI_SLOT_NAME", "")

@@ -11,10 +11,10 @@ from typing import NamedTuple
 
 from packaging.version import InvalidVersion, Version
 
-from buildmgr import proc
-from buildmgr.backend import Host, Report, read_file
+from buildmgr.backend_spec import Host, Report, read_file
 from buildmgr.backends.hip import LAYOUTS, MIN_ROCM, NAME, PACKAGES, ROCM_FIX, TOO_OLD, Layout, gfx_key
-from buildmgr.findings import Check
+from buildmgr.core import proc
+from buildmgr.core.findings import Check
 
 
 def _first(root: Path, pattern: str) -> Path:

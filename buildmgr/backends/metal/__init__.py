@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from buildmgr.backend import Backend, Host, LogDevice, NameRole, Names, Report, Virtual
-from buildmgr.devices import Role
-from buildmgr.findings import Check
+from buildmgr.backend_spec import Backend, Host, LogDevice, NameRole, Names, Report, Virtual
+from buildmgr.core.device_records import Role
+from buildmgr.core.findings import Check
 
 NAMES = Names("Metal", "metal", "Metal", "GGML_METAL", "ggml-metal")
 

@@ -3,8 +3,8 @@ people paste. Only what reading those logs needs (`built=False`: no recipe, chec
 
 from __future__ import annotations
 
-from buildmgr.backend import Backend, LogDevice, NameRole, Names
-from buildmgr.devices import Role
+from buildmgr.backend_spec import Backend, LogDevice, NameRole, Names
+from buildmgr.core.device_records import Role
 
 # ggml-opencl names every device GPUOpenCL (no index) and describes it by the OpenCL device name; its start-up line
 # adds the version: "ggml_opencl: device: 'QUALCOMM Adreno(TM) 830 (OpenCL 3.0 Adreno(TM) 830)'" (2025: "selecting").

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from buildmgr.backend import Backend, Names
+from buildmgr.backend_spec import Backend, Names
 
 NAMES = Names("RPC", "rpc", "RPC", "GGML_RPC", "ggml-rpc")
 

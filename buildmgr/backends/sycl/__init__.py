@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from buildmgr import proc
-from buildmgr.backend import Backend, Host, LogDevice, NameRole, Names, Report
-from buildmgr.devices import Role
-from buildmgr.findings import Check
+from buildmgr.backend_spec import Backend, Host, LogDevice, NameRole, Names, Report
+from buildmgr.core import proc
+from buildmgr.core.device_records import Role
+from buildmgr.core.findings import Check
 
 NAMES = Names("SYCL", "sycl", "SYCL", "GGML_SYCL", "ggml-sycl")
 FIX = "install Intel oneAPI Base Toolkit and `source /opt/intel/oneapi/setvars.sh` first"

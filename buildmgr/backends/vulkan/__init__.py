@@ -9,7 +9,7 @@ as a folder where newer Debian header packages were unpacked); anything it lacks
 
 from __future__ import annotations
 
-from buildmgr.backend import (
+from buildmgr.backend_spec import (
     AptSource,
     Backend,
     Capture,
@@ -22,8 +22,8 @@ from buildmgr.backend import (
     ShaderCache,
     lazy,
 )
-from buildmgr.devices import Role
-from buildmgr.findings import Signature
+from buildmgr.core.device_records import Role
+from buildmgr.core.findings import Signature
 
 NAMES = Names("Vulkan", "vulkan", "Vulkan", "GGML_VULKAN", "ggml-vulkan")
 NAME = NAMES.device

@@ -160,7 +160,7 @@ def launcher(directory: Path, glslc: str, cache: Path) -> Path:
     """Write the program CMake is given as glslc: this Python, a copy of this file alone beside it (not the package:
     each import costs every shader; and not buildmgr's own file, which a pip upgrade may replace mid-build), the real
     glslc and the cache."""
-    from buildmgr.fsutil import atomic_write_text  # in buildmgr's process, never a shader's
+    from buildmgr.core.fsutil import atomic_write_text  # in buildmgr's process, never a shader's
 
     with open(__file__, encoding="utf-8") as handle:
         module = handle.read()

@@ -9,12 +9,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from buildmgr.backend import one_to_one
+from buildmgr.backend_spec import one_to_one
 from buildmgr.backends.vulkan import NAME
-from buildmgr.devices import Role
+from buildmgr.core.device_records import Role
 
 if TYPE_CHECKING:
-    from buildmgr.devices import Captures, Device
+    from buildmgr.core.device_records import Captures, Device
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def why_absent(environ: Mapping[str, str], captures: Captures) -> str | None:
 def match_vulkaninfo(devices: list[Device], vulkan: list[VulkanGpu], notes: list[str]) -> list[Device]:
     """vulkaninfo's UUID and device type for the Vulkan devices: by UUID, else by name where one to one. Its type
     settles what ggml cannot: a CPU driver (lavapipe) that ggml calls a GPU is a CPU, said in `notes`."""
-    from buildmgr.devices import RoleBasis
+    from buildmgr.core.device_records import RoleBasis
 
     mine = [d for d in devices if d.backend == NAME]
     by_uuid = {g.uuid: g for g in vulkan if g.uuid}

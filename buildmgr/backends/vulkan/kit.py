@@ -8,7 +8,7 @@ from packaging.version import Version
 
 from buildmgr.backends.vulkan import MIN_HEADERS
 from buildmgr.backends.vulkan.preflight import parse_header_version
-from buildmgr.errors import UserError
+from buildmgr.core.errors import UserError
 
 
 def lay_out_headers(fetched: Path, root: Path, cc: str | None) -> str:

@@ -12,10 +12,10 @@ from typing import NamedTuple
 
 from packaging.version import Version
 
-from buildmgr import proc
-from buildmgr.backend import Host, Report
+from buildmgr.backend_spec import Host, Report
 from buildmgr.backends.vulkan import HEADERS_FIX, MIN_HEADERS, NAME, SHADER_COMPILER
-from buildmgr.findings import Check
+from buildmgr.core import proc
+from buildmgr.core.findings import Check
 
 
 def parse_header_version(text: str) -> Version | None:
