@@ -9,7 +9,7 @@ against 0.1 ms (docs/benchmarks.md)."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from buildmgr.core.crashes import Crash
 from buildmgr.core.device_records import Role
+from buildmgr.core.engines import EngineSource
 from buildmgr.core.findings import Check, Finding, Signature
 from buildmgr.core.memo import Memo
+from buildmgr.tools.kit_spec import Kit
 
 if TYPE_CHECKING:
     from buildmgr.core.device_records import Captures, Device
@@ -195,94 +197,6 @@ class Virtual(NamedTuple):
     device_id: str | None  # the suffix ggml's device id gains (a `-vN` after the card's PCI id); None: no id
     reason: str
     source: str
-
-
-class EngineReading(NamedTuple):
-    """One card's engines at one instant, as its vendor's library or the kernel reports them (None: not reported)."""
-
-    pci_bus_id: str  # devices.normalize_pci spelling: how a reading is matched to a device of a build
-    busy_percent: float | None  # share of the last sampling period the GPU ran a kernel
-    memory_used_mib: int | None
-    clock_mhz: int | None  # the graphics/SM clock
-    power_w: float | None
-    slowdowns: tuple[str, ...] = ()  # active reasons the clocks are held down (power cap, thermal …)
-    energy_mj: float | None = None  # a counter that only grows (NVML's total energy, amdgpu's hwmon energy)
-
-
-class CardFacts(NamedTuple):
-    """A card as its vendor's library states it: what a row's host records, and its peak memory bandwidth (the
-    decode limit's denominator; None with the reason where the library does not state it)."""
-
-    pci_bus_id: str
-    model: str
-    driver: str | None
-    peak_gbs: float | None
-    peak_basis: str
-
-
-class EngineSource(Protocol):
-    """A vendor's live view of its cards, opened for one benchmark: read often, closed once."""
-
-    def read(self) -> list[EngineReading]: ...
-
-    def counters(self, cards: Collection[str]) -> list[tuple[str, float]]:
-        """The energy counter alone of each of these cards (PCI ids) it has, (PCI id, mJ), where it has one: one call
-        a card, read around the counter's updates under tune's energy objective (a counter that moves in steps is
-        timed by when it moves; an NVML read costs an H100's host about 3 ms of CPU)."""
-        ...
-
-    def users(self) -> list[tuple[int, str]]:
-        """Processes holding its GPUs (pid, what they run; the name may be unknown inside a container)."""
-        ...
-
-    def limits(self) -> list[str]:
-        """Sentences on what caps the cards' speed before any run (a power limit below the card's default …)."""
-        ...
-
-    def cards(self) -> list[CardFacts]: ...
-
-    def close(self) -> None: ...
-
-
-class PipSource(NamedTuple):
-    """Wheels from PyPI, installed with the user's pip (its index settings and hashes): `package[extras]==VERSION.*`."""
-
-    package: str
-    extras: tuple[str, ...]
-    releases: tuple[int, ...]  # the major releases whose wheels the kit's layout knows
-    example: str  # a version for error messages, e.g. 13.0
-    vendor: str  # whose wheels, for messages: NVIDIA
-    wheels: tuple[str, ...] = ()  # the wheels it takes from this Python where it has them already (no download)
-    wheel_suffix: str = ""  # how a release's wheels may be named too, "{major}" filled in: nvidia-cublas-cu12
-    wheel_folder: str = ""  # the folder of site-packages those wheels install their files into
-    refused: Mapping[int, str] = MappingProxyType({})  # release → why its wheels cannot make this kit
-
-
-class AptSource(NamedTuple):
-    """Packages of a release of this host's own distribution, downloaded with a private apt configuration (the system's
-    sources, lists and cache stay untouched; apt checks the release's signature and each file's hash) and unpacked
-    into the kit, never installed."""
-
-    packages: tuple[str, ...]
-    release: Mapping[str, str]  # this host's release (VERSION_CODENAME) → the release whose packages are used
-    keyrings: Mapping[str, str]  # distribution (os-release ID) → its archive keyring
-    components: Mapping[str, str]  # distribution → the archive components the packages are in
-    elsewhere: str  # what to do on a host apt cannot serve
-
-
-class Kit(NamedTuple):
-    """A toolchain that `buildmgr toolchain add NAME` assembles for a backend under <data>/toolchains/NAME-VERSION."""
-
-    name: str
-    backend: str  # the backend it builds or runs (NAME)
-    summary: str
-    source: PipSource | AptSource
-    lay_out: Callable[[Path, Path, str | None], str]  # (what was fetched, the kit's root, a C compiler) → its version
-    environ: Callable[[Path], dict[str, str]]  # the variables that point a build at the kit's root
-    runpath: str = ""  # its folder of run-time libraries, which builds made with it search ("" none)
-    libraries: tuple[str, ...] = ()  # soname stems it provides at run time
-    builds: bool = True  # False: run-time libraries only, for builds made elsewhere
-    runtime: str = ""  # the kit with its run-time libraries alone ("" none), which builds made with it search too
 
 
 class Names(NamedTuple):
@@ -463,20 +377,3 @@ def one_to_one(devices: list[Any], rows: list[Any], same: Callable[[Any, Any], b
     matches = {d.name: [r for r in rows if same(d, r)] for d in devices}
     claimed = Counter(id(r) for found in matches.values() for r in found)
     return {name: found[0] for name, found in matches.items() if len(found) == 1 and claimed[id(found[0])] == 1}
-
-
-def process_name(pid: int, proc: str = "/proc") -> str:
-    """What a process runs (/proc/PID/comm); a process of another PID namespace (a container's host) is not visible."""
-    try:
-        with open(f"{proc}/{pid}/comm", encoding="utf-8", errors="replace") as handle:
-            return handle.read().strip()
-    except OSError:
-        return "not visible here"
-
-
-def read_file(path: Path) -> str | None:
-    """A small file's text (sysfs, a CMake package's version file), stripped; None where it cannot be read."""
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None

@@ -31,7 +31,7 @@ step "pip install" .venv/bin/python -m pip install -q --disable-pip-version-chec
 # contracts in pyproject.toml), each a failure of the whole command, before minutes of building.
 step "ruff check" .venv/bin/ruff check buildmgr tests bench
 step "ruff format" .venv/bin/ruff format --check buildmgr tests bench
-step "mypy" .venv/bin/mypy --strict buildmgr
+step "mypy" .venv/bin/mypy --strict --cache-dir "$HOME/.cache/buildmgr-tests/mypy" buildmgr
 step "import contracts" .venv/bin/lint-imports
 
 # The CUDA toolkit the CUDA tests configure and compile with, added by buildmgr itself from NVIDIA's PyPI wheels and

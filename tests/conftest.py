@@ -19,6 +19,9 @@ from nethosts import test_host  # noqa: F401  (a fixture: a host of its own in a
 TEST_CCACHE = Path(os.environ.get("BUILDMGR_TEST_CCACHE", Path.home() / ".cache" / "buildmgr-tests" / "ccache"))
 # and one shader cache beside it, for the same reason: glslc's 1,100 runs are most of a Vulkan build with warm ccache
 TEST_SHADERS = TEST_CCACHE.parent / "shader-cache"
+# and Mesa's own cache of the pipelines lavapipe compiled with LLVM (keyed by their SPIR-V and the driver): an empty one
+# in each test's XDG_CACHE_HOME cost ~170 s of every fresh data dir's first Vulkan run; the pipelines still run
+TEST_MESA_CACHE = TEST_CCACHE.parent / "mesa-shader-cache"
 
 
 COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
@@ -91,13 +94,18 @@ def make_receipt(build_id: str = "cpu-0123abcd", **parts):
 
 
 def make_env(root: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "CCACHE_", "BUILDMGR_SHADER_CACHE"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("XDG_", "CCACHE_", "BUILDMGR_SHADER_CACHE", "MESA_SHADER_CACHE"))
+    }
     env.update(
         XDG_DATA_HOME=str(root / "data"),
         XDG_CACHE_HOME=str(root / "cache"),
         XDG_CONFIG_HOME=str(root / "config"),
         CCACHE_DIR=str(TEST_CCACHE),
         BUILDMGR_SHADER_CACHE=str(TEST_SHADERS),
+        MESA_SHADER_CACHE_DIR=str(TEST_MESA_CACHE),
         PYTHONUNBUFFERED="1",
     )
     env.update(extra)
@@ -161,11 +169,15 @@ VULKAN_PROVISIONED = pytest.mark.skipif(not os.environ.get("BUILDMGR_TEST_VULKAN
 
 
 @pytest.fixture(scope="session")
-def vulkan_toolchain(tmp_path_factory) -> dict:
+def vulkan_toolchain() -> dict:
     """`buildmgr toolchain add vulkan` for real, once a run: the next Debian release's header packages (this Debian 12
     host's own are too old for the pinned llama.cpp), downloaded once and used by every test that needs them. Its
-    `--json`, and `root`: the data dirs it was added to, where tests/test_vulkan_build.py builds."""
-    root = tmp_path_factory.mktemp("vulkan")
+    `--json`, and `root`: the data dirs it was added to, where tests/test_vulkan_build.py builds. The root is one path
+    every run, made anew: the headers' path is in every compile's ccache key, and a new one each run missed on
+    ggml-vulkan.cpp, the largest object, every time."""
+    root = TEST_CCACHE.parent / "vulkan-session"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
     added = buildmgr(make_env(root), "toolchain", "add", "vulkan", "--json")
     assert added.returncode == 0, added.stderr[-3000:]
     return json.loads(added.stdout) | {"root": root}

@@ -28,6 +28,7 @@ from buildmgr import store
 from buildmgr.artifacts import archive as archives
 from buildmgr.artifacts import compat, reproduce
 from buildmgr.artifacts import matrix as matrices
+from buildmgr.artifacts import unpack as unpacking
 from buildmgr.artifacts.names import cpu_arch_of
 from buildmgr.backends.cuda import device_code as cuda_device_code
 from buildmgr.backends.hip import device_code as hip_device_code
@@ -284,7 +285,7 @@ def test_the_one_pass_extraction_writes_nothing_outside_staging(tmp_path, hostil
     staging = tmp_path / "staging"
     staging.mkdir()
     with pytest.raises(UserError, match=re.escape(why)):
-        archives.unpack(archive, hashlib.sha256(archive.read_bytes()).hexdigest(), staging)
+        unpacking.unpack(archive, hashlib.sha256(archive.read_bytes()).hexdigest(), staging)
     assert list(outside.iterdir()) == []
     assert not (tmp_path / "x").exists()
 
@@ -295,9 +296,9 @@ def test_the_one_pass_extraction_refuses_another_archive_than_the_one_checked(tm
     staging = tmp_path / "staging"
     staging.mkdir()
     with pytest.raises(UserError, match=r"checksum mismatch .* it was checked as 000000000000"):
-        archives.unpack(archive, "0" * 64, staging)
+        unpacking.unpack(archive, "0" * 64, staging)
     (tmp_path / "again").mkdir()
-    done = archives.unpack(archive, hashlib.sha256(archive.read_bytes()).hexdigest(), tmp_path / "again")
+    done = unpacking.unpack(archive, hashlib.sha256(archive.read_bytes()).hexdigest(), tmp_path / "again")
     assert store.file_hashes(tmp_path / "again") == done.receipt.files
     assert os.access(tmp_path / "again" / "bin" / "llama-cli", os.X_OK)
 

@@ -157,8 +157,8 @@ def fake_cuda_host(tmp_path: Path) -> tuple[Host, Path, Path]:
 def preflight(host: Host, memo_file: Path, sm: str = "90"):
     from types import SimpleNamespace
 
-    from buildmgr.backends import inspect
     from buildmgr.build.options import BuildRequest, resolve_arch
+    from buildmgr.build.preflight import inspect
     from buildmgr.core.memo import Memo
 
     memo = Memo.load(memo_file)
@@ -247,7 +247,9 @@ def _lazy_references(record, path=""):
             yield where, value, hints[name]
         items = value if isinstance(value, tuple) and not hasattr(value, "_fields") else (value,)
         for index, item in enumerate(items):
-            if type(item).__module__ == "buildmgr.backend_spec" and not isinstance(item, str):
+            if type(item).__module__ in ("buildmgr.backend_spec", "buildmgr.tools.kit_spec") and not isinstance(
+                item, str
+            ):
                 yield from _lazy_references(item, path=f"{where}[{index}]." if items is not (value,) else f"{where}.")
 
 

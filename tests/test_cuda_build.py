@@ -76,7 +76,8 @@ def test_real_cuda_objects_compile_in_that_tree(root, configured, source):
     assert cmake is not None
     result = subprocess.run(
         [str(cmake.path), "--build", str(build_dir), "--target", target],
-        env=cuda_env(root),
+        # as buildmgr's own builds do: paths under the root made relative, so this run hits the last one's entry
+        env=cuda_env(root) | {"CCACHE_BASEDIR": str(root), "CCACHE_NOHASHDIR": "1"},
         capture_output=True,
         text=True,
         check=False,

@@ -25,6 +25,7 @@ from test_artifacts import fake_build
 
 from buildmgr.artifacts import archive as archives
 from buildmgr.artifacts import deliver, index, select
+from buildmgr.artifacts import unpack as unpacking
 from buildmgr.artifacts.repo import open_repo
 from buildmgr.core.config import Dirs
 from buildmgr.core.errors import RepositoryFault
@@ -191,7 +192,7 @@ def test_publish_then_list_then_again_is_a_no_op_and_the_attestation_names_the_a
     assert index.attested_digest(statement, blob.name) == blob.parent.name
     assert statement["predicateType"] == index.SLSA_PROVENANCE
     receipt_digest = statement["predicate"]["runDetails"]["byproducts"][0]["digest"]["sha256"]
-    assert receipt_digest == archives.open_artifact(blob).receipt_sha256
+    assert receipt_digest == unpacking.open_artifact(blob).receipt_sha256
 
 
 def test_two_publishers_at_once_lose_nothing(tmp_path):

@@ -28,6 +28,7 @@ from test_repository_bounds import dirs_of, passing_archive
 from buildmgr import store
 from buildmgr.artifacts import archive as archives
 from buildmgr.artifacts import index
+from buildmgr.artifacts import unpack as unpacking
 from buildmgr.trust import signing
 
 FAST = {"BUILDMGR_NETWORK_TIMEOUT": "2"}  # the network timeout a host is given here: seconds, not half a minute
@@ -412,7 +413,7 @@ def republished(repo: Path, entry: index.Entry, archive: Path) -> index.Entry:
     blob = repo / changed.path
     blob.parent.mkdir(parents=True)
     blob.write_bytes(data)
-    original = archives.open_artifact(repo / entry.path)  # the receipt the statement is about: unchanged
+    original = unpacking.open_artifact(repo / entry.path)  # the receipt the statement is about: unchanged
     statement = index.statement(entry.name, digest, original.receipt, original.receipt_sha256, "test")
     blob.with_name(blob.name + index.MINISIG).write_text(
         key.sign(data, index.artifact_comment(entry.name, digest, entry.summary.id))

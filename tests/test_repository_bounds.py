@@ -21,6 +21,7 @@ from test_repository import artifact, downloaded, keyed, nothing_installed, publ
 from buildmgr import store
 from buildmgr.artifacts import archive as archives
 from buildmgr.artifacts import deliver, index
+from buildmgr.artifacts import unpack as unpacking
 from buildmgr.artifacts.repo import directory as repos
 from buildmgr.artifacts.repo import open_repo
 from buildmgr.core.config import Dirs
@@ -109,7 +110,7 @@ def test_a_source_changed_after_it_was_hashed_is_not_what_gets_signed(tmp_path, 
     _, pub = keyed(tmp_path)
     key = signing.read_secret(pub.with_suffix(".key").read_text())
     source = artifact(tmp_path)
-    opened = archives.open_artifact(source)
+    opened = unpacking.open_artifact(source)
     other = artifact(tmp_path, "other").read_bytes()
     real = repos.atomic_write_text
     swapped: list[bool] = []
@@ -136,7 +137,7 @@ def test_an_archive_changed_after_it_was_opened_is_neither_pushed_nor_signed(tmp
     _, pub = keyed(tmp_path)
     key = signing.read_secret(pub.with_suffix(".key").read_text())
     source = artifact(tmp_path)
-    opened = archives.open_artifact(source)
+    opened = unpacking.open_artifact(source)
     source.write_bytes(artifact(tmp_path, "other").read_bytes())
     oci = open_repo(registry.url())
     with pytest.raises(RepositoryFault, match="changed while it was being published"):

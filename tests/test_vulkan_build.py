@@ -422,7 +422,7 @@ BENCH_CONFIGS = (
 @pytest.fixture(scope="module")
 def benched(root, built):
     """A 24 MB random-weight model (bench/gguf_model.py): decode phases of tens of ms on 2 cores, sampled every 10 ms
-    (lavapipe builds its pipelines again in every process: about 14 s a run, the most of this test's time)."""
+    (lavapipe compiles each pipeline with LLVM once, into the suite's Mesa cache: conftest.TEST_MESA_CACHE)."""
     sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
     from gguf_model import write_model
 

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildmgr import store
-from buildmgr.artifacts.archive import Artifact, BadArchive, prefix_for, unpack
+from buildmgr.artifacts.archive import prefix_for
+from buildmgr.artifacts.unpack import Artifact, BadArchive, unpack
 from buildmgr.core.config import Dirs
 from buildmgr.core.errors import UserError
 from buildmgr.core.findings import Finding, warnings

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from buildmgr import backends
 from buildmgr.artifacts.names import CPU_ARCH, SYSTEM, artifact_stem
+from buildmgr.build import kit_sources
 from buildmgr.build.recipes import Recipe
 from buildmgr.build.source.tree import build_label
 from buildmgr.core.errors import UserError
+from buildmgr.tools.kit_spec import Kit
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,7 @@ def runner_for(system: str, cpu_arch: str, recipe_backends: tuple[str, ...]) -> 
     if system != "linux":
         return None
     suffix = "-arm" if cpu_arch == "arm64" else ""
-    release, container = backends.ci_runner(recipe_backends) or ("ubuntu-22.04", "")
+    release, container = ci_runner(recipe_backends) or ("ubuntu-22.04", "")
     return Runner(f"{release}{suffix}", container)
 
 
@@ -80,20 +82,22 @@ def matrix(
         for system in request.systems:
             for cpu_arch in request.cpu_archs:
                 where = {"recipe": recipe.name, "os": system, "cpu_arch": cpu_arch}
-                setup = backends.ci_setup(recipe.backends)
+                setup = ci_setup(recipe.backends)
                 loadable = dict(recipe.defines).get("GGML_BACKEND_DL") == "ON"
-                reason = why_none or backends.unbuildable_in_ci(recipe.backends, system, loadable)
-                kits = backends.pypi_kits(recipe.backends) if request.toolchain == "pypi" and system == "linux" else ()
+                reason = why_none or unbuildable_in_ci(recipe.backends, system, loadable)
+                kits = (
+                    kit_sources.pypi_kits(recipe.backends) if request.toolchain == "pypi" and system == "linux" else ()
+                )
                 runner = runner_for(system, cpu_arch, recipe.backends)
                 if kits and runner is not None:  # the release the container would have had, without the container
                     runner = Runner(runner.label)
-                    setup = tuple(s for s in setup if s not in {backends.setup_of_kit(k) for k in kits})
+                    setup = tuple(s for s in setup if s not in {setup_of_kit(k) for k in kits})
                 if reason is None and runner is None:
                     reason = f"no runner for {system}/{cpu_arch}"
                 if reason is not None or runner is None:
                     skipped.append(where | {"reason": reason})
                     continue
-                apt, apt_options = backends.ci_apt(recipe.backends, setup)
+                apt, apt_options = ci_apt(recipe.backends, setup)
                 for flags, arch in variants:
                     args = ["build", recipe.name, *flags]
                     args += [word for kit in kits for word in ("--toolchain", kit.name)]
@@ -112,10 +116,56 @@ def matrix(
                             "apt": " ".join(apt),
                             "apt_options": " ".join(apt_options),
                             # what `buildmgr toolchain add` adds first (the workflow caches <data>/toolchains)
-                            "toolchains": " ".join(backends.kit_request(kit) for kit in kits),
+                            "toolchains": " ".join(kit_sources.kit_request(kit) for kit in kits),
                             "artifact": artifact_stem(label, system, recipe.name, arch, cpu_arch) + ".tar.gz",
                             "ccache_key": f"buildmgr-ccache-{cache_scope}-",
                             "native_cpu": dict(recipe.defines).get("GGML_NATIVE") == "ON",
                         }
                     )
     return entries, skipped
+
+
+# --- what the workflow needs for a recipe's backends, from their records ---
+
+
+def unbuildable_in_ci(names: tuple[str, ...], system: str, loadable: bool) -> str | None:
+    """Why the artifacts workflow cannot build (and smoke-run) these backends on a GPU-less runner of this OS."""
+    for name in names:
+        known = backends.backend(name)
+        if system not in known.systems:
+            return f"{name} does not build on {system}"
+        if known.ci is None:
+            return f"the artifacts workflow has no step that installs {name}'s toolkit"
+        if known.driver_library and not loadable:
+            return (
+                f"every tool of a non-DL {name} build loads {known.driver_library} at start, which a GPU-less runner "
+                f"lacks, so its smoke run cannot pass; add universal (backends as loadable modules)"
+            )
+    return None
+
+
+def ci_setup(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The workflow's provisioning steps these backends need, e.g. ('cuda', 'vulkan')."""
+    return tuple(sorted({ci.setup for name in names if (ci := backends.backend(name).ci) is not None and ci.setup}))
+
+
+def ci_apt(names: tuple[str, ...], setup: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(packages, apt-get update options) the workflow installs for these backends' provisioning steps in `setup`."""
+    chosen = [ci for name in names if (ci := backends.backend(name).ci) is not None and ci.setup in setup]
+    packages = tuple(dict.fromkeys(p for ci in chosen for p in ci.apt))
+    options = tuple(o for ci in chosen if ci.apt for o in ci.apt_options)
+    return packages, options
+
+
+def setup_of_kit(kit: Kit) -> str:
+    """The provisioning step a toolchain from `toolchain add` stands in for ("" none)."""
+    ci = backends.backend(kit.backend).ci
+    return ci.setup if ci is not None else ""
+
+
+def ci_runner(names: tuple[str, ...]) -> tuple[str, str] | None:
+    """The (ubuntu release, container) these backends need on a Linux runner: a container wins, then the newest
+    release; None where any runner does."""
+    needs = [ci.runner for name in names if (ci := backends.backend(name).ci) is not None]
+    found = [n for n in needs if n is not None]
+    return max(found, key=lambda n: (bool(n[1]), n[0]), default=None)

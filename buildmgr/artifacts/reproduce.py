@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from buildmgr import backends
-from buildmgr.artifacts.archive import Artifact
+from buildmgr.artifacts.unpack import Artifact
 from buildmgr.build.options import BuildRequest
 from buildmgr.core.config import Dirs
 from buildmgr.core.errors import UserError

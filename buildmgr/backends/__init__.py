@@ -20,26 +20,22 @@ from buildmgr.backend_spec import (
     ArchOption,
     Backend,
     Capture,
-    CardFacts,
     DeviceCode,
-    EngineReading,
-    EngineSource,
     Fix,
     Host,
-    Kit,
     Layered,
     LogDevice,
     NameRole,
-    PipSource,
     RemovedKernels,
     Report,
     RuntimeFault,
     ShaderCache,
     Virtual,
 )
+from buildmgr.core.engines import CardFacts, EngineReading, EngineSource
 from buildmgr.core.errors import UserError
 from buildmgr.core.findings import Check, Finding, Signature
-from buildmgr.core.memo import Memo, stamps
+from buildmgr.tools.kit_spec import Kit, PipSource
 
 if TYPE_CHECKING:
     from buildmgr.core.crashes import Crash
@@ -350,66 +346,6 @@ def inputs(name: str, host: Host) -> tuple[str, ...]:
     return backend(name).locate(host).inputs
 
 
-def inspect(backends: tuple[str, ...], host: Host, deep: bool = True, memo: Memo | None = None) -> Report:
-    """Preflight every backend of a recipe. `deep` also compiles a probe (nvcc) where that is the only proof.
-
-    With a memo, a backend that runs programs (its `locate` names their files) is not asked again while those files
-    stay. A failed check is never taken from it, so a fix is seen at once: a kept report with a failure is given back
-    only while the checks without `deep` say the same again, so that what `deep` adds (nvcc's compile probe, seconds)
-    is asked once while it passes, on a host whose own toolkit lacks cuBLAS too."""
-    checks: list[Check] = []
-    defines: dict[str, str] = {}
-    versions: dict[str, str] = {}
-    for name in backends:
-        known = backend(name)
-        found = known.locate(host)
-        if memo is not None and found.inputs:
-            report = memo.recall(
-                ["inspect", name, deep, stamps(found.inputs)],
-                functools.partial(known.inspect, host, found, deep),
-                Report.to_json,
-                Report.from_json,
-                keep=lambda r: deep or not r.failures,
-                fresh=functools.partial(_still_failing_alike, known, host, found),
-            )
-        else:
-            report = known.inspect(host, found, deep)
-        checks.extend(report.checks)
-        defines.update(report.host_defines)
-        versions.update(report.versions)
-        minimum = known.min_cmake
-        cmake = host.toolchain.cmake
-        if cmake.found and _older(cmake.version, minimum):
-            checks.append(
-                Check(
-                    name,
-                    "cmake",
-                    False,
-                    cmake.version or "?",
-                    f"the {name} backend needs cmake >= {minimum}: pip install -U cmake",
-                )
-            )
-    return Report(tuple(checks), defines, versions)
-
-
-def _still_failing_alike(known: Backend, host: Host, found: Any, kept: Report) -> bool:
-    """A kept report with a failure holds while the checks that need no probe say exactly what they said: each of
-    its failures is among them, asked now, and the rest it kept (what only `deep` adds) passed."""
-    if not kept.failures:
-        return True
-    again = known.inspect(host, found, False).checks
-    return all(check in kept.checks for check in again) and all(check in again for check in kept.failures)
-
-
-def _older(version: str | None, minimum: str) -> bool:
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return Version(version or "0") < Version(minimum)
-    except InvalidVersion:
-        return False
-
-
 def enumeration_variables() -> tuple[str, ...]:
     """Every variable that changes which devices some backend enumerates, and under which names."""
     return tuple(dict.fromkeys(v for b in all_backends() for v in b.enumeration_env))
@@ -456,58 +392,3 @@ def own_build_conflict(parts: Sequence[tuple[str, tuple[str, ...]]], defines: Ma
                     "non-DL build; add universal to load each as a module"
                 )
     return None
-
-
-def unbuildable_in_ci(backends: tuple[str, ...], system: str, loadable: bool) -> str | None:
-    """Why the artifacts workflow cannot build (and smoke-run) these backends on a GPU-less runner of this OS."""
-    for name in backends:
-        known = backend(name)
-        if system not in known.systems:
-            return f"{name} does not build on {system}"
-        if known.ci is None:
-            return f"the artifacts workflow has no step that installs {name}'s toolkit"
-        if known.driver_library and not loadable:
-            return (
-                f"every tool of a non-DL {name} build loads {known.driver_library} at start, which a GPU-less runner "
-                f"lacks, so its smoke run cannot pass; add universal (backends as loadable modules)"
-            )
-    return None
-
-
-def ci_setup(backends: tuple[str, ...]) -> tuple[str, ...]:
-    """The workflow's provisioning steps these backends need, e.g. ('cuda', 'vulkan')."""
-    return tuple(sorted({ci.setup for name in backends if (ci := backend(name).ci) is not None and ci.setup}))
-
-
-def ci_apt(backends: tuple[str, ...], setup: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(packages, apt-get update options) the workflow installs for these backends' provisioning steps in `setup`."""
-    chosen = [ci for name in backends if (ci := backend(name).ci) is not None and ci.setup in setup]
-    packages = tuple(dict.fromkeys(p for ci in chosen for p in ci.apt))
-    options = tuple(o for ci in chosen if ci.apt for o in ci.apt_options)
-    return packages, options
-
-
-def setup_of_kit(kit: Kit) -> str:
-    """The provisioning step a toolchain from `toolchain add` stands in for ("" none)."""
-    ci = backend(kit.backend).ci
-    return ci.setup if ci is not None else ""
-
-
-def pypi_kits(backends: tuple[str, ...]) -> tuple[Kit, ...]:
-    """The build toolchains `toolchain add` makes from PyPI for these backends (CUDA's), so a stock runner builds them."""
-    return tuple(
-        kit for name in backends for kit in backend(name).kits if kit.builds and isinstance(kit.source, PipSource)
-    )
-
-
-def kit_request(kit: Kit) -> str:
-    """The request that adds a kit at its example release (cuda==13.0), or by its name where it has none."""
-    return f"{kit.name}=={kit.source.example}" if isinstance(kit.source, PipSource) else kit.name
-
-
-def ci_runner(backends: tuple[str, ...]) -> tuple[str, str] | None:
-    """The (ubuntu release, container) these backends need on a Linux runner: a container wins, then the newest
-    release; None where any runner does."""
-    needs = [ci.runner for name in backends if (ci := backend(name).ci) is not None]
-    found = [n for n in needs if n is not None]
-    return max(found, key=lambda n: (bool(n[1]), n[0]), default=None)

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Self
 
-from buildmgr.backend_spec import process_name
 from buildmgr.backends import EngineReading, EngineSource
+from buildmgr.core.engines import process_name
 
 # Process names of model servers that take a GPU (or the CPU) beside a benchmark.
 SERVICES = ("llama-server", "ollama", "vllm", "text-generation-launcher", "sglang", "lmdeploy", "tritonserver")

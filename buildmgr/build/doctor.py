@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from buildmgr import backends
-from buildmgr.build import kits
+from buildmgr.build import kits, preflight
 from buildmgr.build.options import all_recipes, backend_host
 from buildmgr.build.recipes import Recipe
 from buildmgr.core.config import Dirs, Settings
@@ -56,7 +56,7 @@ def recipes(
     memo = Memo.load(dirs.preflight_cache)
     states = []
     for recipe in all_recipes(dirs, warn=warn).values():
-        report = backends.inspect(recipe.backends, host, deep=False)
+        report = preflight.inspect(recipe.backends, host, deep=False)
         picked: tuple[kits.Added, ...] = ()
         failures = [c.line() for c in report.failures]
         if report.failures:  # as `build` does: the one added toolchain of a backend this host lacks
@@ -66,7 +66,7 @@ def recipes(
                 failures.append(str(err))
             if picked:
                 overlaid = dataclasses.replace(host, environ=kits.overlay(environ, picked))
-                failures = [c.line() for c in backends.inspect(recipe.backends, overlaid, deep=False).failures]
+                failures = [c.line() for c in preflight.inspect(recipe.backends, overlaid, deep=False).failures]
         missing = toolchain.problems(host.toolchain, recipe.tools, environ) + failures
         states.append(RecipeState(recipe, tuple(missing), tuple(a.id for a in picked)))
     return states
@@ -79,14 +79,14 @@ def doctor(dirs: Dirs, environ: Mapping[str, str], settings: Settings) -> Report
 
     host = backend_host(environ, ccache=settings.ccache)
     memo = Memo.load(dirs.preflight_cache)
-    report = backends.inspect(backends.known_backends(), host, memo=memo)
+    report = preflight.inspect(backends.known_backends(), host, memo=memo)
     checks = toolchain.checks(host.toolchain) + list(report.checks)
     states = []
     for added in kits.scan(dirs)[0]:
         with_it: tuple[Check, ...] = ()
         if added.kit.builds:
             overlaid = dataclasses.replace(host, environ=kits.overlay(environ, (added,)))
-            with_it = backends.inspect((added.receipt.backend,), overlaid, memo=memo).checks
+            with_it = preflight.inspect((added.receipt.backend,), overlaid, memo=memo).checks
         states.append(ToolchainState(added, kits.changed(added, memo), with_it))
     with contextlib.suppress(OSError):  # a read-only cache: every answer is still right, just not remembered
         memo.save(dirs.preflight_cache)
@@ -99,5 +99,5 @@ def still_lacking(added: kits.Added, environ: Mapping[str, str], settings: Setti
     if not added.kit.builds:
         return []
     host = backend_host(kits.overlay(environ, (added,)), ccache=settings.ccache)
-    report = backends.inspect((added.receipt.backend,), host, deep=False)
+    report = preflight.inspect((added.receipt.backend,), host, deep=False)
     return [check.line() for check in report.failures]

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildmgr import backends
-from buildmgr.backend_spec import AptSource, Kit, PipSource
 from buildmgr.core import proc
 from buildmgr.core.errors import BuildFailed, UserError
 from buildmgr.core.fsutil import sha256_file
 from buildmgr.store.receipt import Package
+from buildmgr.tools.kit_spec import AptSource, Kit, PipSource
 
 if TYPE_CHECKING:
     from buildmgr.core.progress import Reporter
@@ -78,7 +78,7 @@ def parse_request(text: str) -> Request:
 
 def example() -> str:
     """A request to show in messages: the first kit from PyPI at its example release (cuda==13.0)."""
-    return backends.kit_request(next(k for k in all_kits() if isinstance(k.source, PipSource)))
+    return kit_request(next(k for k in all_kits() if isinstance(k.source, PipSource)))
 
 
 def kit_named(name: str) -> Kit:
@@ -346,3 +346,15 @@ def _apt_failure(output: str, mirror: str, release: str, log: Path) -> UserError
         return UserError(f"apt could not reach {mirror} for {release} (no network?); nothing was added; the log: {log}")
     last = next((line for line in reversed(output.strip().splitlines()) if line.strip()), "no output")
     return UserError(f"apt could not download from {mirror} {release}: {last}; nothing was added; the log: {log}")
+
+
+def pypi_kits(names: tuple[str, ...]) -> tuple[Kit, ...]:
+    """The build toolchains `toolchain add` makes from PyPI for these backends (CUDA's), so a stock runner builds them."""
+    return tuple(
+        kit for name in names for kit in backends.backend(name).kits if kit.builds and isinstance(kit.source, PipSource)
+    )
+
+
+def kit_request(kit: Kit) -> str:
+    """The request that adds a kit at its example release (cuda==13.0), or by its name where it has none."""
+    return f"{kit.name}=={kit.source.example}" if isinstance(kit.source, PipSource) else kit.name

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildmgr import __version__, store
-from buildmgr.backend_spec import AptSource, Kit, PipSource
 from buildmgr.build import kit_sources
 from buildmgr.build.kit_sources import Request, all_kits, kit_named
 from buildmgr.core.config import Dirs, ensure_writable
@@ -23,6 +22,7 @@ from buildmgr.core.errors import UserError
 from buildmgr.core.fsutil import locked, sha256_file
 from buildmgr.core.memo import Memo, settled, stamp
 from buildmgr.store.receipt import ToolchainReceipt, ToolchainRef
+from buildmgr.tools.kit_spec import AptSource, Kit, PipSource
 
 if TYPE_CHECKING:
     from buildmgr.core.progress import Reporter

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from buildmgr import backends
-from buildmgr.build import kits, source
+from buildmgr.build import kits, preflight, source
 from buildmgr.build.plan import RPATH_KEYS, Arch, BuildPlan, make_plan, parse_jobs
 from buildmgr.build.recipes import Recipe, compose, load_recipes, parse_defines, with_defines
 from buildmgr.build.source import sdist
@@ -165,13 +165,13 @@ def resolve(
             )
     if chosen:
         host = dataclasses.replace(host, environ=kits.overlay(environ, chosen))
-    report = backends.inspect(recipe.backends, host, memo=memo)
+    report = preflight.inspect(recipe.backends, host, memo=memo)
     if report.failures and not request.toolchains:
         picked = pick_toolchains(dirs, report, memo)
         if picked:
             chosen = picked
             host = dataclasses.replace(host, environ=kits.overlay(environ, chosen))
-            report = backends.inspect(recipe.backends, host, memo=memo)
+            report = preflight.inspect(recipe.backends, host, memo=memo)
             for added in chosen:
                 warn(f"using toolchain {added.id} (buildmgr toolchain add): this host's own {added.receipt.backend} "
                      "toolchain is incomplete ('buildmgr doctor' says what it lacks)")  # fmt: skip

@@ -42,7 +42,7 @@ COMMANDS = {
     "matrix": "artifacts",
     "package": "artifacts",
     "install-artifact": "artifacts",
-    "key": "repos",
+    "key": "keys",
     "publish": "repos",
     "repo": "repos",
     "install": "repos",

@@ -32,6 +32,9 @@ def register(sub: Subparsers, name: str) -> None:
         p.add_argument("file", type=Path, help="llama-…-bin-….tar.gz with its .sha256 beside it")
         p.add_argument("--cold", action="store_true", help="compile everything: no local compile cache either")
     elif name == "matrix":
+        from buildmgr.build import kit_sources
+        from buildmgr.tools.kit_spec import PipSource
+
         p = command(
             sub,
             "matrix",
@@ -64,8 +67,8 @@ def register(sub: Subparsers, name: str) -> None:
             + "; ".join(
                 f"{kit.backend} entries add {kit.source.vendor}'s PyPI toolkit ('buildmgr toolchain add') on a stock "
                 f"runner, instead of {kit.source.vendor}'s container"
-                for kit in backends.pypi_kits(backends.known_backends())
-                if isinstance(kit.source, backends.PipSource)
+                for kit in kit_sources.pypi_kits(backends.known_backends())
+                if isinstance(kit.source, PipSource)
             ),
         )
     elif name == "package":
@@ -158,13 +161,13 @@ def package(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def install_artifact(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr.artifacts import archive, compat
+    from buildmgr.artifacts import compat, unpack
     from buildmgr.artifacts.install import install
     from buildmgr.cli.build import probe_after_build
     from buildmgr.core import hostfacts
     from buildmgr.core.progress import Reporter
 
-    artifact = archive.open_artifact(args.file)
+    artifact = unpack.open_artifact(args.file)
     findings = compat.host_findings(artifact.receipt, ctx.environ, hostfacts.read().machine, ctx.dirs)
     for found in findings:
         render.say(found.line(), render.STYLES.get(found.severity, "yellow"))
@@ -189,11 +192,11 @@ def install_artifact(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def verify(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr.artifacts import archive, reproduce
+    from buildmgr.artifacts import reproduce, unpack
     from buildmgr.core.progress import Reporter
     from buildmgr.tools import compile_cache
 
-    artifact = archive.open_artifact(args.file, refusing="verify")
+    artifact = unpack.open_artifact(args.file, refusing="verify")
     ensure_writable(ctx.dirs.cache, "set XDG_CACHE_HOME to a writable directory")
     result = reproduce.verify(ctx.dirs, artifact, ctx.environ, Reporter.for_environment(ctx.environ), cold=args.cold)
     if args.json:

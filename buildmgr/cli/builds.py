@@ -69,7 +69,7 @@ def register(sub: Subparsers, name: str) -> None:
 
 def list_builds(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr import store
-    from buildmgr.cli.repos import warn_untrusted_installs
+    from buildmgr.cli.keys import warn_untrusted_installs
 
     builds, unreadable = store.scan(ctx.dirs)
     for skipped in unreadable:

@@ -142,7 +142,7 @@ def _parse(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr import store
-    from buildmgr.cli.repos import warn_untrusted_installs
+    from buildmgr.cli.keys import warn_untrusted_installs
     from buildmgr.devices import inventory
 
     _refuse_stray(args)

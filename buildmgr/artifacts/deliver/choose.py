@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 
 from buildmgr import backends, store
 from buildmgr.artifacts import compat, index, select
-from buildmgr.artifacts.archive import BadArchive
 from buildmgr.artifacts.deliver.fetching import discard_held, fetch_held, held, installed_before, verify, vouched
 from buildmgr.artifacts.deliver.trust import untrusted, vouched_line
 from buildmgr.artifacts.install import Installed, install
 from buildmgr.artifacts.repo import Progress, Repo
+from buildmgr.artifacts.unpack import BadArchive
 from buildmgr.core import hostfacts
 from buildmgr.core.config import Dirs
 from buildmgr.core.errors import BuildFailed, NetworkFault, RepositoryFault

@@ -12,10 +12,10 @@ from typing import Any
 
 from buildmgr import store
 from buildmgr.artifacts import index, select
-from buildmgr.artifacts.archive import Artifact
 from buildmgr.artifacts.deliver.trust import voucher
 from buildmgr.artifacts.install import Installed
 from buildmgr.artifacts.repo import Progress, Repo
+from buildmgr.artifacts.unpack import Artifact
 from buildmgr.core import jsonshape
 from buildmgr.core.config import Dirs
 from buildmgr.core.errors import RepositoryFault

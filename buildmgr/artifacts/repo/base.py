@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import IO
 
 from buildmgr.artifacts import index
-from buildmgr.artifacts.archive import Artifact
 from buildmgr.artifacts.repo.net import (
     MIN_RATE,
     NO_LIMITS_GIVEN,
@@ -24,6 +23,7 @@ from buildmgr.artifacts.repo.net import (
     unreachable,
     within,
 )
+from buildmgr.artifacts.unpack import Artifact
 from buildmgr.core.errors import NetworkFault, RepositoryFault, UserError
 from buildmgr.core.jsonshape import NewerSchema, ShapeError
 from buildmgr.trust import signing

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from buildmgr.artifacts import index
-from buildmgr.artifacts.archive import Artifact
 from buildmgr.artifacts.repo import policy
 from buildmgr.artifacts.repo.base import (
     IndexFiles,
@@ -27,6 +26,7 @@ from buildmgr.artifacts.repo.base import (
     declared,
     parse_index,
 )
+from buildmgr.artifacts.unpack import Artifact
 from buildmgr.core.errors import RepositoryFault, UserError
 from buildmgr.core.fsutil import atomic_write_bytes, atomic_write_text, fsync_file, locked, sha256_file
 from buildmgr.trust import signing

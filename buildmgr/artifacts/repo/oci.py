@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from buildmgr.artifacts import index
-from buildmgr.artifacts.archive import Artifact
 from buildmgr.artifacts.repo import oci_index, policy
 from buildmgr.artifacts.repo.base import (
     IndexFiles,
@@ -40,6 +39,7 @@ from buildmgr.artifacts.repo.oci_store import (
     cosigned,
     layer,
 )
+from buildmgr.artifacts.unpack import Artifact
 from buildmgr.core import jsonshape
 from buildmgr.core.errors import BuildmgrError, NetworkFault, RepositoryFault, UserError
 from buildmgr.core.jsonshape import ShapeError

@@ -10,8 +10,8 @@ import secrets
 from datetime import UTC, datetime, timedelta
 
 from buildmgr.artifacts import index
-from buildmgr.artifacts.archive import Artifact
 from buildmgr.artifacts.repo.base import IndexFiles
+from buildmgr.artifacts.unpack import Artifact
 from buildmgr.core.errors import RepositoryFault, UserError
 from buildmgr.core.jsonshape import ShapeError
 from buildmgr.trust import signing

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from buildmgr.artifacts import index
-from buildmgr.artifacts.archive import Artifact
 from buildmgr.artifacts.repo.base import Progress, Published, append, capped, declared, http_total
 from buildmgr.artifacts.repo.directory import Layout
 from buildmgr.artifacts.repo.net import NO_LIMITS_GIVEN, Limits, opener, unreachable, within
+from buildmgr.artifacts.unpack import Artifact
 from buildmgr.core.errors import NetworkFault, UserError
 from buildmgr.trust import signing
 

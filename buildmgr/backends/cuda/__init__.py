@@ -15,17 +15,16 @@ from buildmgr.backend_spec import (
     Capture,
     Ci,
     DeviceCode,
-    Kit,
     LogDevice,
     NameRole,
     Names,
-    PipSource,
     RemovedKernels,
     Virtual,
     lazy,
 )
 from buildmgr.core.device_records import Role
 from buildmgr.core.findings import Signature
+from buildmgr.tools.kit_spec import Kit, PipSource
 
 NAMES = Names("CUDA", "cuda", "CUDA", "GGML_CUDA", "ggml-cuda")
 NAME = NAMES.device

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from buildmgr.backend_spec import CardFacts, EngineReading, process_name
+from buildmgr.core.engines import CardFacts, EngineReading, process_name
 
 # nvml.h's clocks-event reasons that hold the clocks down under load (idle, application clocks, sync boost and the
 # display clock are left out: they are not a slowdown of a busy GPU).

@@ -8,9 +8,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildmgr.backend_spec import read_file
 from buildmgr.backends.hip import NAMES, gfx_key
 from buildmgr.core import proc
+from buildmgr.core.engines import read_file
 from buildmgr.core.findings import Finding, Severity
 
 if TYPE_CHECKING:

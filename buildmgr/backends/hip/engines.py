@@ -7,8 +7,8 @@ import re
 from collections.abc import Collection
 from pathlib import Path
 
-from buildmgr.backend_spec import CardFacts, EngineReading, process_name, read_file
 from buildmgr.backends.hip import AMD_VENDOR
+from buildmgr.core.engines import CardFacts, EngineReading, process_name, read_file
 
 
 def _int(path: Path) -> int | None:

@@ -11,9 +11,10 @@ from typing import NamedTuple
 
 from packaging.version import InvalidVersion, Version
 
-from buildmgr.backend_spec import Host, Report, read_file
+from buildmgr.backend_spec import Host, Report
 from buildmgr.backends.hip import LAYOUTS, MIN_ROCM, NAME, PACKAGES, ROCM_FIX, TOO_OLD, Layout, gfx_key
 from buildmgr.core import proc
+from buildmgr.core.engines import read_file
 from buildmgr.core.findings import Check
 
 

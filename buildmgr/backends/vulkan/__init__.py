@@ -9,21 +9,10 @@ as a folder where newer Debian header packages were unpacked); anything it lacks
 
 from __future__ import annotations
 
-from buildmgr.backend_spec import (
-    AptSource,
-    Backend,
-    Capture,
-    Ci,
-    Kit,
-    Layered,
-    LogDevice,
-    NameRole,
-    Names,
-    ShaderCache,
-    lazy,
-)
+from buildmgr.backend_spec import Backend, Capture, Ci, Layered, LogDevice, NameRole, Names, ShaderCache, lazy
 from buildmgr.core.device_records import Role
 from buildmgr.core.findings import Signature
+from buildmgr.tools.kit_spec import AptSource, Kit
 
 NAMES = Names("Vulkan", "vulkan", "Vulkan", "GGML_VULKAN", "ggml-vulkan")
 NAME = NAMES.device
