@@ -180,3 +180,27 @@ def test_a_configured_tree_forgets_its_configure_and_keeps_what_it_compiled(tmp_
     tree.forget_configure()
     assert not (tree.build / "CMakeCache.txt").exists() and not (tree.build / "CMakeFiles").exists()
     assert all(path.read_text() == "x" for path in kept)
+
+
+def test_a_host_whose_available_memory_is_unknown_gets_a_job_per_core_and_is_told(tmp_path, monkeypatch):
+    """Issue #67: where /proc/meminfo has no MemAvailable (macOS has no /proc at all), the jobs were chosen as if
+    4.0 GiB were free, silently. Unknown is unknown: a job per core, and the build says why and how to set fewer."""
+    from buildmgr.build import options
+    from buildmgr.build.options import BuildRequest
+    from buildmgr.core import hostfacts
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       16384000 kB\nMemFree:         1024000 kB\n")
+    assert hostfacts.meminfo_kib("MemTotal", meminfo) == 16384000
+    assert hostfacts.available_mib(meminfo) is None and hostfacts.available_mib(tmp_path / "none") is None
+    meminfo.write_text("MemTotal:       16384000 kB\nMemAvailable:    9216000 kB\n")
+    assert hostfacts.available_mib(meminfo) == 9000
+    assert default_jobs(16, None, 2.0) == 16
+
+    said: list[str] = []
+    monkeypatch.setattr(hostfacts, "available_mib", lambda path=None: None)
+    jobs = options.build_jobs(BuildRequest(), ("CPU",), said.append)
+    assert jobs == (hostfacts.read().cpus or 1)
+    assert len(said) == 1 and "MemAvailable" in said[0] and "--jobs" in said[0]
+    monkeypatch.setattr(hostfacts, "available_mib", lambda path=None: 1024)
+    assert options.build_jobs(BuildRequest(), ("CPU",), said.append) == 1 and len(said) == 1

@@ -6,6 +6,7 @@ from buildmgr.backends.cuda.smi import NvidiaGpu
 from buildmgr.backends.vulkan.info import VulkanGpu
 from buildmgr.core.device_records import Selection, State
 from buildmgr.core.proc import Ran
+from buildmgr.devices.ggml_api import MARKER
 from buildmgr.devices.identity import assign_physical_ids, default_selection, enrich
 from buildmgr.devices.probe import api_devices, cross_check
 
@@ -145,4 +146,19 @@ def test_cross_check_reports_names_missing_on_either_side():
 def test_a_crashed_or_silent_child_is_explained():
     assert api_devices(Ran(-11, "", "", 1.0)) == (None, "crashed (SIGSEGV)")
     assert api_devices(Ran(-1, "", "", 60.0, timed_out=True)) == (None, "timed out after 60 s")
-    assert api_devices(Ran(0, "no marker", "", 1.0))[1].startswith("unreadable answer")
+    assert api_devices(Ran(0, "no marker", "", 1.0)) == (None, "no 'buildmgr-ggml-api:' line in its output")
+
+
+def test_an_answer_of_another_shape_is_named_for_what_it_lacks():
+    """Issue #67: a missing answer line was read as None and iterated to raise a TypeError on purpose, which the same
+    handler caught with any other TypeError: each shape says what is wrong with it instead."""
+    said = {
+        "no marker": "no 'buildmgr-ggml-api:' line in its output",
+        MARKER + "{": "unreadable answer (not JSON:",
+        MARKER + '{"name": "CUDA0"}': "unreadable answer (not a list of device records)",
+        MARKER + "[1, 2]": "unreadable answer (not a list of device records)",
+        MARKER + '[{"name": "CUDA0"}]': "unreadable answer (a device record without 'backend')",
+    }
+    for stdout, why in said.items():
+        devices, reason = api_devices(Ran(0, stdout, "", 1.0))
+        assert devices is None and reason.startswith(why), (stdout, reason)

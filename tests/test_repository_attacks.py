@@ -980,3 +980,35 @@ def test_a_build_number_in_other_digits_is_a_user_error(tmp_path):
 
     repo, _, host = published(tmp_path)
     assert_user_error(buildmgr(host, "install", "\u00b2", "--from", str(repo)))
+
+
+def test_a_defect_under_a_registry_call_is_a_traceback_never_a_registry_fault_nor_retried(registry, monkeypatch):
+    """Issue #67: every exception under an OCI call was said as one line (`… failed (…)`), and a publish retried any
+    exception 20 times: a defect of buildmgr's own (a TypeError) read as the registry's answer. Only what oras and the
+    libraries under it raise for an answer is the registry's; anything else goes up as itself, at once."""
+    from buildmgr.artifacts import repo
+    from buildmgr.artifacts.repo import oci_index, oci_store
+    from buildmgr.core.errors import RepositoryFault
+
+    source = repo.open_repo(registry.url())
+    calls = []
+
+    def defect(*args, **kwargs):
+        calls.append(args)
+        raise TypeError("a defect here")
+
+    monkeypatch.setattr(oci_store.Remote, "tags", defect)
+    with pytest.raises(TypeError, match="a defect here"):
+        source.require()
+    monkeypatch.setattr(oci_index, "_rebuild", defect)
+    calls.clear()
+    with pytest.raises(TypeError, match="a defect here"):
+        oci_index.push_index(source._remote(), None, 30, None)
+    assert len(calls) == 1  # not retried
+
+    def answer(*args, **kwargs):  # what oras raises for a status it did not expect
+        raise ValueError("Issue with http://127.0.0.1/v2/: Bad Request")
+
+    monkeypatch.setattr(oci_store.Remote, "tags", answer)
+    with pytest.raises(RepositoryFault, match="reading its tags failed"):
+        source.require()

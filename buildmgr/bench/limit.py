@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 from buildmgr.bench.logs import LoadLog, Phase
 from buildmgr.bench.sampling import BRACKET, Sample
+from buildmgr.core import units
 
 CPU = "CPU"  # every CPU-side buffer (CPU, CPU_Mapped, CPU_REPACK, CUDA_Host …) and the CPU's energy
-MIB = 1.048576  # MB
 NEGLIGIBLE = 0.001  # of a token's bytes: a device reading less bounds nothing
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
 # llama.cpp's tensor names (src/llama-arch.cpp at the pin): expert tensors, merged (ffn_up_exps, ffn_gate_up_exps,
@@ -153,7 +153,7 @@ def read_per_token(
         owner = device_of(buffer, devices)
         assert cells is not None
         read[owner] = read.get(owner, 0.0) + size * min((n_depth + n_gen / 2) / cells, 1.0)
-    return {d: round(max(v, 0.0) * MIB, 2) for d, v in read.items()}
+    return {d: round(max(v, 0.0) * units.MB_PER_MIB, 2) for d, v in read.items()}
 
 
 def decode_limit(

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from buildmgr.core import hostfacts
 from buildmgr.core.fsutil import atomic_write_text, locked
 from buildmgr.core.hostfacts import usable_cpus
 
@@ -28,11 +29,8 @@ class Bandwidth(NamedTuple):
 
 
 def _host_key(hostname: str, cpu: str) -> str:
-    try:
-        total = next(ln for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal"))
-    except (OSError, StopIteration):
-        total = "?"
-    return f"{hostname}|{cpu}|{total.split()[1] if total != '?' else total}"
+    total = hostfacts.meminfo_kib("MemTotal")
+    return f"{hostname}|{cpu}|{'?' if total is None else total}"
 
 
 def measure() -> Bandwidth:

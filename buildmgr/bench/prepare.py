@@ -16,6 +16,7 @@ from buildmgr.bench import limit, membw, rows
 from buildmgr.bench.config import Asked, BenchConfig, Request, parse_config, read_toml, resolve
 from buildmgr.bench.judge import BUSY_PERCENT, HOST, Role
 from buildmgr.bench.sampling import cpu_times, services
+from buildmgr.core import hostfacts
 from buildmgr.core.device_records import Device
 from buildmgr.core.device_records import Role as DeviceRole
 from buildmgr.core.errors import UserError
@@ -151,8 +152,6 @@ def host_record(
     dirs: Dirs, sources: Sequence[backends.EngineSource], *, busy: bool = False, again: bool = False
 ) -> rows.Host:
     """This machine as rows record it: name, CPU, every card the vendors' libraries see, the CPU's bandwidth."""
-    from buildmgr.core import hostfacts
-
     facts = hostfacts.read()
     cards = tuple(
         rows.Card(c.model, c.pci_bus_id, c.driver, c.peak_gbs, c.peak_basis) for s in sources for c in s.cards()
@@ -179,7 +178,7 @@ def busy_host(sources: Sequence[backends.EngineSource], interval: float) -> list
     if before is not None and after is not None and after[1] > before[1]:
         busy = (after[0] - before[0]) / (after[1] - before[1])
         if busy * 100 > CPU_BUSY_PERCENT:
-            cores = busy * (os.cpu_count() or 1)
+            cores = busy * (hostfacts.read().cpus or 1)  # /proc/stat's share is of every CPU, not ours alone
             found.append(f"the CPUs are {busy * 100:.0f} % busy with other work (about {cores:.1f} cores)")
     found += [
         f"GPU {pci} is {sum(v) / len(v):.0f} % busy before any run"

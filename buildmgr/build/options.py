@@ -61,15 +61,17 @@ def backend_host(
     )
 
 
-def available_gib() -> float:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) / (1 << 20)
-    except OSError:
-        pass
-    return 4.0
+def build_jobs(request: BuildRequest, names: tuple[str, ...], warn: Callable[[str], None]) -> int:
+    """--jobs, else a job per core as far as the memory free now allows each its backends' budget; where the host does
+    not say what is free, a job per core, said."""
+    free = hostfacts.available_mib()
+    cores = hostfacts.read().cpus or 1
+    if free is None and request.jobs is None:
+        warn(
+            f"this host does not say how much memory is free (no MemAvailable in /proc/meminfo): {cores} compile "
+            "jobs, one per core; --jobs N sets fewer"
+        )
+    return parse_jobs(request.jobs, cores, None if free is None else free / 1024, backends.gib_per_job(names))
 
 
 def check_arch_flags(recipe: Recipe, request: BuildRequest) -> None:
@@ -153,8 +155,7 @@ def resolve(
     host = backend_host(environ, dirs.toolchain_cache, loaded.ccache)
     # ggml-cpu is in every build, whatever the recipe lists: its refusals always apply
     backends.check_defines(tuple(dict.fromkeys(("CPU", *recipe.backends))), dict(recipe.defines), host.machine)
-    gib_per_job = backends.gib_per_job(recipe.backends)
-    jobs = parse_jobs(request.jobs, hostfacts.read().cpus or 1, available_gib(), gib_per_job)
+    jobs = build_jobs(request, recipe.backends, warn)
     toolchain.require(host.toolchain, recipe.tools, recipe.name, environ)
     memo = Memo.load(dirs.preflight_cache)
     chosen = kits.chosen_for_build(dirs, request.toolchains, memo)

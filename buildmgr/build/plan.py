@@ -37,12 +37,15 @@ def rpath_defines(system: str, extra: tuple[str, ...] = ()) -> dict[str, str]:
 BUILD_LAYOUT = 3
 
 
-def default_jobs(cores: int, available_gib: float, gib_per_job: float) -> int:
-    """As many jobs as cores, but never more than memory allows (at least one)."""
+def default_jobs(cores: int, available_gib: float | None, gib_per_job: float) -> int:
+    """As many jobs as cores, but never more than memory allows (at least one); where the memory free is unknown
+    (None), as many as cores."""
+    if available_gib is None:
+        return cores
     return max(1, min(cores, int(available_gib // gib_per_job)))
 
 
-def parse_jobs(text: str | None, cores: int, available_gib: float, gib_per_job: float) -> int:
+def parse_jobs(text: str | None, cores: int, available_gib: float | None, gib_per_job: float) -> int:
     if text is None:
         return default_jobs(cores, available_gib, gib_per_job)
     if not text.isdigit() or int(text) < 1:

@@ -1,4 +1,4 @@
-"""This host, read once: the receipt, the backends' checks, the artifact checks and the inventory all describe it
+"""This host, read once (its memory free, read when asked): the receipt, the backends' checks, the artifact checks and the inventory all describe it
 from here. The cheap facts come from uname; the costly ones (platform's OS string, /proc/cpuinfo) only when asked,
 so a no-op never pays for them."""
 
@@ -66,6 +66,30 @@ class HostFacts:
     def inventory_json(self) -> dict[str, object]:
         """The machine the inventory describes (its `host`, before the drivers and GPUs)."""
         return {"hostname": self.hostname, "os": self.os, "cpu": self.cpu, "cpus": self.cpus, "ram_mib": self.ram_mib}
+
+
+MEMINFO = Path("/proc/meminfo")
+
+
+def meminfo_kib(name: str, path: Path = MEMINFO) -> int | None:
+    """A field of /proc/meminfo in KiB (`MemTotal`, `MemAvailable`), read now; None where the file or the field is not
+    there (no /proc on macOS; MemAvailable came with Linux 3.14)."""
+    try:
+        text = path.read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        field, _, rest = line.partition(":")
+        if field == name:
+            value = rest.split()[:1]
+            return int(value[0]) if value and value[0].isdigit() else None
+    return None
+
+
+def available_mib(path: Path = MEMINFO) -> int | None:
+    """The memory the kernel says new work may take without swapping, now; None where it does not say."""
+    kib = meminfo_kib("MemAvailable", path)
+    return None if kib is None else kib // 1024
 
 
 @functools.cache

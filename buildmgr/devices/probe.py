@@ -109,11 +109,20 @@ def api_devices(ran: proc.Ran) -> tuple[list[Device] | None, str]:
     if not ran.ok:
         return None, ran.failure()
     line = next((ln for ln in ran.stdout.splitlines() if ln.startswith(MARKER)), None)
+    if line is None:
+        return None, f"no {MARKER!r} line in its output"
     try:
-        records = json.loads(line[len(MARKER) :]) if line else None
-        return [device_from_api(r) for r in records if r["type"] != "cpu"], ""  # type: ignore[union-attr]  # None: TypeError
-    except (TypeError, ValueError, KeyError) as err:
-        return None, f"unreadable answer ({err})"
+        records = json.loads(line[len(MARKER) :])
+    except ValueError as err:
+        return None, f"unreadable answer (not JSON: {err})"
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        return None, "unreadable answer (not a list of device records)"
+    try:
+        return [device_from_api(r) for r in records if r.get("type") != "cpu"], ""
+    except KeyError as err:
+        return None, f"unreadable answer (a device record without {err})"
+    except (TypeError, ValueError) as err:  # a field of another type: int(None), int("x")
+        return None, f"unreadable answer (a device record's field: {err})"
 
 
 def cross_check(api: list[Device], listed: list[Device]) -> tuple[str, ...]:

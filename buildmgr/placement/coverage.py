@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from buildmgr.backend_spec import RemovedKernels
+from buildmgr.core import units
 
 HOST = "CPU"  # the CPU backend's name in the scheduler's lines
 PHASES = ("prefill", "decode")
@@ -43,7 +44,6 @@ FA_AUTO_OFF = (
 )
 _SUFFIX = re.compile(r"-(\d+)$")
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
-_UNITS = {"K": 2**10, "M": 2**20, "": 2**20}  # a size of 10000M and more loses its unit to "%5.5s"
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,8 @@ class Log:
 
 
 def _size(number: str, unit: str) -> int:
-    return int(number) * _UNITS[unit]
+    """A size the scheduler printed with "%5.5s": K or M, and none where 10000M and more lost its M."""
+    return int(number) * units.LETTERS[unit or "M"]
 
 
 def _sources(rest: str) -> tuple[Source, ...]:

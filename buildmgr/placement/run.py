@@ -112,7 +112,7 @@ def removed_kernels(build: Build) -> list[RemovedKernels]:
 def here_for(dirs: Dirs, build: Build, environ: Mapping[str, str]) -> tuple[Here, bool]:
     """The build's devices here under this environment, as the checks take them; and whether they were probed afresh
     (the stored probe was of another environment)."""
-    from buildmgr.build.options import available_gib
+    from buildmgr.core import hostfacts
     from buildmgr.devices import inventory
 
     view = inventory.placement_view(dirs, build, environ)
@@ -122,7 +122,7 @@ def here_for(dirs: Dirs, build: Build, environ: Mapping[str, str]) -> tuple[Here
         build.receipt.source.commit or "",
         view.moved,
         {d.name: d.memory_free_mib for d in view.devices},
-        int(available_gib() * 1024),
+        hostfacts.available_mib(),
         tuple(removed_kernels(build)),
     )
     return here, view.fresh

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from buildmgr.core import units
 from buildmgr.core.errors import UserError
 from buildmgr.tune.space import Objective
 
@@ -25,8 +26,6 @@ DEFAULT_MAX_RUNS = 4
 DEFAULT_REPETITIONS = 4
 DEFAULT_BUDGET_MIN = 30.0
 CTX_STEP = 256  # the context served is rounded up to this
-UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30}
-UNITS |= {"kb": 1000, "mb": 1000**2, "gb": 1000**3, "t": 1 << 40, "tib": 1 << 40, "tb": 1000**4}
 HOST_NAMES = ("CPU", "Host")  # --memory CPU=… limits what the host's memory may hold
 
 
@@ -90,10 +89,10 @@ def shape_of_runs(grid: bool, max_runs: int | None, repetitions: int | None) -> 
 def parse_size(text: str, flag: str) -> int:
     """A size in MiB from '24GiB', '24G', '512MiB', '24000000000' (bytes)."""
     found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
-    unit = found.group(2).lower() if found else ""
-    if not found or unit not in UNITS:
+    size = (units.unit_bytes(found.group(2), any_case=True) if found.group(2) else 1) if found else None
+    if found is None or size is None:
         raise UserError(f"{flag} {text!r}: a size such as 24GiB, 24G or 512MiB")
-    mib = float(found.group(1)) * UNITS[unit] / (1 << 20)
+    mib = float(found.group(1)) * size / units.MIB
     if mib < 1:
         raise UserError(f"{flag} {text!r}: at least 1 MiB")
     return int(mib)

@@ -250,3 +250,13 @@ def transport_errors() -> tuple[type[Exception], ...]:
     if "urllib3" in sys.modules:  # what requests' streamed body raises as it is read (a read timed out, cut short)
         found.append(sys.modules["urllib3"].exceptions.HTTPError)
     return tuple(found)
+
+
+def registry_errors() -> tuple[type[Exception], ...]:
+    """What oras and the libraries under it raise for a registry's answer, and nothing else: oras' own ValueError and
+    RuntimeError (a status or header it did not expect) and AuthenticationException, jsonschema's ValidationError (a
+    manifest of another shape), the transport's errors. A TypeError or AttributeError is a defect here, said as one."""
+    import jsonschema
+    from oras.auth import AuthenticationException
+
+    return (ValueError, RuntimeError, AuthenticationException, jsonschema.ValidationError, *transport_errors())

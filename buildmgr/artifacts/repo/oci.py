@@ -27,7 +27,15 @@ from buildmgr.artifacts.repo.base import (
     http_total,
     parse_index,
 )
-from buildmgr.artifacts.repo.net import NO_LIMITS_GIVEN, Limits, TooSlow, transport_errors, unreachable, within
+from buildmgr.artifacts.repo.net import (
+    NO_LIMITS_GIVEN,
+    Limits,
+    TooSlow,
+    registry_errors,
+    transport_errors,
+    unreachable,
+    within,
+)
 from buildmgr.artifacts.repo.oci_store import (
     ENTRY_MEDIA_TYPE,
     OCI_SIGNATURE_TAG,
@@ -92,7 +100,7 @@ class OciRepo(Repo):
             return action(remote)
         except BuildmgrError:
             raise
-        except Exception as err:  # oras raises requests', jsonschema's and its own errors, and ValueError
+        except registry_errors() as err:
             if why := unreachable(err, self.limits.timeout_s):  # the words the http:// case says for the same fault
                 raise NetworkFault(f"cannot reach {self.registry} ({self.text}): {why}") from None
             shown = str(err).splitlines()[0] if str(err) else type(err).__name__
@@ -172,7 +180,7 @@ class OciRepo(Repo):
                 append(response.raw, part, "ab" if resumed else "wb", start, entry.size, progress, self.limits)
         except said:
             raise  # `Repo.fetch` says each, and keeps the intact bytes of a download cut short
-        except Exception as err:  # oras' own (a 401 it cannot answer), a manifest of another shape
+        except registry_errors() as err:  # oras' own (a 401 it cannot answer), a manifest of another shape
             shown = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise RepositoryFault(f"{self.text}: downloading {entry.name} failed ({shown})") from None
 
