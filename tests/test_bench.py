@@ -1345,3 +1345,26 @@ def test_every_h100_row_that_strays_from_the_hand_runs_is_one_bench_calls_noisy_
                 strays += 1
                 assert stats.summarize(row["samples_ts"]).noisy or meta["validity"] == "unproven", meta["config"]
     assert strays == 4
+
+
+def test_an_undecided_ratio_is_worded_once_wherever_it_is_told():
+    """Issue #67: one state ("one run each", "inside the noise") was worded five ways, and tune's line against
+    llama.cpp's fit called a ratio of one process each "inside the noise". One typed verdict, one table of words."""
+    from types import SimpleNamespace
+
+    from buildmgr.bench import compare
+    from buildmgr.bench.stats import Ratio, Verdict
+
+    one, noise, apart = Ratio(1.2, None, None), Ratio(1.02, 0.9, 1.1), Ratio(1.3, 1.2, 1.4)
+    assert [Verdict.of(r) for r in (None, one, noise, apart)] == [
+        Verdict.NO_SAMPLES,
+        Verdict.ONE_RUN,
+        Verdict.NOISE,
+        Verdict.APART,
+    ]
+    assert len({v.said for v in Verdict}) == len(Verdict)
+    for found, verdict in ((one, Verdict.ONE_RUN), (noise, Verdict.NOISE)):
+        assert verdict.said in stats.compared(found, "A", "B")
+        cell = compare._ratio_cell(SimpleNamespace(vs_baseline=found, value=2.0, baseline=1.0))
+        assert cell.endswith(f"({verdict.said})"), cell
+    assert compare._ratio_cell(SimpleNamespace(vs_baseline=apart, value=2.0, baseline=1.0)) == "1.30× [1.20, 1.40]"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from enum import Enum
 from typing import NamedTuple
 
 CV_WARN = 0.05  # a coefficient of variation above this is warned about: the result moves more than 5 % run to run
@@ -112,12 +113,43 @@ def ratio(base: Sequence[float], other: Sequence[float]) -> Ratio | None:
     return Ratio(math.exp(diff), math.exp(diff - half), math.exp(diff + half))
 
 
+class Verdict(Enum):
+    """What a ratio and its interval let one say; the undecided ones worded once, in `said`, wherever they are told
+    (bench's verdicts and tables, tune's reasons and its line against llama.cpp's fit)."""
+
+    NO_SAMPLES = "no samples"  # nothing to take a ratio of
+    ONE_RUN = "one run"  # a ratio of one process each: no interval
+    NOISE = "noise"  # the interval holds 1
+    APART = "apart"  # the interval is wholly above or below 1
+
+    @classmethod
+    def of(cls, found: Ratio | None) -> Verdict:
+        if found is None:
+            return cls.NO_SAMPLES
+        if found.low is None or found.high is None:
+            return cls.ONE_RUN
+        return cls.NOISE if found.low <= 1.0 <= found.high else cls.APART
+
+    @property
+    def said(self) -> str:
+        return _SAID[self]
+
+
+_SAID = {
+    Verdict.NO_SAMPLES: "too few samples to compare",
+    Verdict.ONE_RUN: "too few runs to tell",
+    Verdict.NOISE: "inside the noise",
+    Verdict.APART: "apart",
+}
+
+
 def compared(ratio_: Ratio | None, winner: str, other: str) -> str:
     """'A is 1.16× [1.10, 1.22] B', or that they cannot be told apart."""
+    verdict = Verdict.of(ratio_)
     if ratio_ is None:
-        return f"{winner} and {other}: too few samples to compare"
-    if ratio_.low is None:
-        return f"{winner} ahead of {other} by {ratio_.text()} in one run each: too few runs to tell"
-    if ratio_.within_noise:
-        return f"cannot tell {winner} from {other} ({ratio_.text()}: inside the noise)"
+        return f"{winner} and {other}: {verdict.said}"
+    if verdict is Verdict.ONE_RUN:
+        return f"{winner} ahead of {other} by {ratio_.text()} in one run each: {verdict.said}"
+    if verdict is Verdict.NOISE:
+        return f"cannot tell {winner} from {other} ({ratio_.text()}: {verdict.said})"
     return f"{winner} wins by {ratio_.text()} over {other}"

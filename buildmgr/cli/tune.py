@@ -160,7 +160,12 @@ def _print(tuned: Tuned) -> None:
         print(f"winner: {name}: {found['value']:.4g} {unit}{interval} ({tuned.request.objective.value}{limit})")
         versus = tuned.versus_fit
         if versus is not None and winner["label"] != "fit":
-            print(f"against llama.cpp's fit: {versus.text()}" + (" (inside the noise)" if versus.within_noise else ""))
+            from buildmgr.bench.stats import Verdict
+
+            verdict = Verdict.of(versus)
+            print(
+                f"against llama.cpp's fit: {versus.text()}" + ("" if verdict is Verdict.APART else f" ({verdict.said})")
+            )
         for name, line in tuned.commands.items():
             print(f"{name}: {line}")
         for name, need in winner["memory_mib"].items():

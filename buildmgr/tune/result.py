@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from buildmgr.bench import rows
-from buildmgr.bench.stats import Ratio, geomean, ratio, t975
+from buildmgr.bench.stats import Ratio, Verdict, geomean, ratio, t975
 from buildmgr.tune import oracle, race, serve, space
 from buildmgr.tune.config import Request
 
@@ -212,15 +212,17 @@ def decide(raced: Sequence[Entry], objective: str, incumbent: Entry) -> Entry | 
     else:
         ahead = f"{over_seed.text()}" if over_seed is not None else "one process each"
         held = "llama.cpp's fit" if winner.candidate.seed else winner.candidate.label
-        winner.reason = f"{held} stays: {lead.label} is ahead by {ahead}, inside the noise"
+        undecided = Verdict.ONE_RUN if over_seed is None else Verdict.of(over_seed)  # None: one process each
+        winner.reason = f"{held} stays: {lead.label} is ahead by {ahead}, {undecided.said}"
     for label, found in race.versus(standings, chosen):
         entry = finalists[label]
         entry.versus_best = found
+        verdict = Verdict.of(found)
         entry.reason = (
-            f"too few processes to tell from {chosen.label}"
-            if found is None or found.low is None
+            f"{verdict.said} against {chosen.label}"
+            if found is None or verdict is Verdict.ONE_RUN
             else f"cannot tell from {chosen.label} ({found.text()})"
-            if found.within_noise
+            if verdict is Verdict.NOISE
             else f"{found.text()} of {chosen.label}"
         )
     return winner
