@@ -26,7 +26,7 @@ from buildmgr.backends.hip import engines as hip_engines
 from buildmgr.bench import compare, limit, logs, rows, stats, verdicts
 from buildmgr.bench import config as cfg
 from buildmgr.bench.judge import HOST as HOST_ROLE
-from buildmgr.bench.judge import MIN_IDLE_SECONDS, Role, Validity, Verdict, judge
+from buildmgr.bench.judge import MIN_IDLE_SECONDS, Placed, Validity, Verdict, judge
 from buildmgr.bench.sampling import COUNTER_INTERVAL, CounterReading, ProcessReading, Sample, read_process, services
 from buildmgr.core import proc
 from buildmgr.core.errors import UserError
@@ -176,7 +176,7 @@ def test_the_cpu_decode_of_ngl_0_is_a_fallback_in_the_recorded_h200_samples():
     """-dev CUDA0 -ngl 0: the GPU read 0 % through every long decode (without the load log's evidence too)."""
     for _, phases, samples in _recorded("moe-ngl0"):
         decode = [p for p in phases if p.kind == "generation"]
-        verdict = judge(decode, samples, [Role("CUDA0", H200_PCI)], 0.1)
+        verdict = judge(decode, samples, [Placed("CUDA0", H200_PCI)], 0.1)
         assert verdict.validity is Validity.FALLBACK
         assert any(e.startswith("CUDA0 idle during generation (at most 0 %") for e in verdict.evidence)
 
@@ -187,7 +187,7 @@ def test_the_all_gpu_runs_in_the_recorded_h200_samples_are_never_called_fallback
         for _, phases, samples in _recorded(name):
             for test in {p.test for p in phases}:
                 mine = [p for p in phases if p.test == test]
-                verdict = judge(mine, samples, [Role(name, H200_PCI)], 0.1)
+                verdict = judge(mine, samples, [Placed(name, H200_PCI)], 0.1)
                 # a phase NVML can sample was seen working; one shorter than its period may be left unproven
                 short = all(p.end - p.start < MIN_IDLE_SECONDS for p in mine)
                 allowed = {Validity.VALID, Validity.UNPROVEN} if short else {Validity.VALID}
@@ -199,10 +199,10 @@ def test_the_all_gpu_runs_in_the_recorded_h200_samples_are_never_called_fallback
 def test_the_same_decode_with_experts_on_the_cpu_waits_rather_than_falls_back():
     for _, phases, samples in _recorded("moe-cpu-experts"):
         decode = [p for p in phases if p.kind == "generation"]
-        waited = judge(decode, samples, [Role("CUDA0", H200_PCI, waits=True)], 0.1)
+        waited = judge(decode, samples, [Placed("CUDA0", H200_PCI, waits=True)], 0.1)
         assert Verdict.WAITING in {w.verdict for w in waited.work} and waited.validity is not Validity.FALLBACK
         # the same readings without the overrides behind them: an idle card is the fallback it then is
-        assert judge(decode, samples, [Role("CUDA0", H200_PCI)], 0.1).validity is Validity.FALLBACK
+        assert judge(decode, samples, [Placed("CUDA0", H200_PCI)], 0.1).validity is Validity.FALLBACK
 
 
 def _gpu(at: float, busy: float, pci: str = H200_PCI) -> Sample:
@@ -213,13 +213,13 @@ def test_a_phase_shorter_than_a_sampling_period_is_judged_over_its_test_s_timed_
     """Issue #48: a busy reading before the timed phase (the load, llama-bench's untimed warm-up) counted as work."""
     phases = [logs.Phase(1, "generation", 10.0, 10.1), logs.Phase(1, "generation", 10.5, 10.6)]
     quiet = [_gpu(t / 10, 0.0) for t in range(95, 110)]
-    assert judge(phases[:1], quiet, [Role("CUDA0", H200_PCI)], 0.1).validity is Validity.UNPROVEN
+    assert judge(phases[:1], quiet, [Placed("CUDA0", H200_PCI)], 0.1).validity is Validity.UNPROVEN
     before = sorted([*quiet, _gpu(9.85, 60.0)])
-    found = judge(phases[:1], before, [Role("CUDA0", H200_PCI)], 0.1)
+    found = judge(phases[:1], before, [Placed("CUDA0", H200_PCI)], 0.1)
     assert found.validity is Validity.UNPROVEN and found.work[0].verdict is Verdict.TOO_SHORT
     # a reading in another repetition's phase of the same test (up to one interval after it: NVML's share looks back)
     inside = sorted([*quiet, _gpu(10.62, 60.0)])
-    found = judge(phases, inside, [Role("CUDA0", H200_PCI)], 0.1)
+    found = judge(phases, inside, [Placed("CUDA0", H200_PCI)], 0.1)
     assert found.validity is Validity.VALID and {w.verdict for w in found.work} == {Verdict.WORKED_OVER_TEST}
 
 
@@ -229,26 +229,26 @@ def test_a_gpu_outside_the_placement_that_works_is_a_fallback_and_one_nothing_re
         Sample(t / 10, (EngineReading(H200_PCI, 80.0, 1, 1, 1.0), EngineReading("0000:00:07.0", 0.0, 1, 1, 1.0)), None)
         for t in range(1, 22)
     ]
-    found = judge([phase], samples, [Role("CUDA1", "0000:00:07.0")], 0.1)
+    found = judge([phase], samples, [Placed("CUDA1", "0000:00:07.0")], 0.1)
     assert found.validity is Validity.FALLBACK
     assert found.evidence == (
         "CUDA1 idle during prompt (at most 0 % over 11 readings)",
         "GPU 0000:00:06.0, outside the placement, busy 80 % during prompt",
     )
-    assert judge([phase], samples, [Role("Vulkan0", None)], 0.1).validity is Validity.UNPROVEN
+    assert judge([phase], samples, [Placed("Vulkan0", None)], 0.1).validity is Validity.UNPROVEN
 
 
 def test_the_cpu_side_is_judged_by_the_process_s_cpu_time():
     phase = logs.Phase(1, "generation", 0.0, 1.0)
     busy = [Sample(t / 10, (), ProcessReading(t / 10 * 2, {})) for t in range(12)]
     idle = [Sample(t / 10, (), ProcessReading(0.01, {})) for t in range(12)]
-    assert judge([phase], busy, [Role("CPU", None, on_cpu=True)], 0.1).validity is Validity.VALID
-    assert judge([phase], idle, [Role("CPU", None, on_cpu=True)], 0.1).validity is Validity.FALLBACK
+    assert judge([phase], busy, [Placed("CPU", None, on_cpu=True)], 0.1).validity is Validity.VALID
+    assert judge([phase], idle, [Placed("CPU", None, on_cpu=True)], 0.1).validity is Validity.FALLBACK
 
 
 def test_no_layer_offloaded_is_a_fallback_from_the_load_log_alone():
     load = logs.LoadLog(offloaded=(0, 13))
-    found = judge([], [], [Role("CUDA0", H200_PCI)], 0.1, load)
+    found = judge([], [], [Placed("CUDA0", H200_PCI)], 0.1, load)
     assert found.validity is Validity.FALLBACK and "offloaded 0/13 layers" in found.evidence[0]
 
 
@@ -592,16 +592,16 @@ def test_one_run_each_is_never_called_a_difference_or_none():
 def test_a_single_thread_on_a_loaded_host_is_not_an_idle_cpu_and_a_tick_is_not_a_rate():
     phase = logs.Phase(1, "prompt", 0.0, 1.0)
     one_thread_slowed = [Sample(t / 10, (), ProcessReading(t / 10 * 0.4, {})) for t in range(12)]
-    assert judge([phase], one_thread_slowed, [Role("CPU", None, on_cpu=True)], 0.1).validity is Validity.VALID
+    assert judge([phase], one_thread_slowed, [Placed("CPU", None, on_cpu=True)], 0.1).validity is Validity.VALID
     short = logs.Phase(1, "prompt", 0.0, 0.03)
     no_tick_yet = [Sample(t / 100, (), ProcessReading(0.5, {})) for t in range(4)]
-    assert judge([short], no_tick_yet, [Role("CPU", None, on_cpu=True)], 0.01).validity is Validity.UNPROVEN
+    assert judge([short], no_tick_yet, [Placed("CPU", None, on_cpu=True)], 0.01).validity is Validity.UNPROVEN
 
 
 def test_a_gpu_whose_utilisation_nvml_cannot_read_is_not_readable_rather_than_too_short():
     phase = logs.Phase(1, "generation", 0.0, 3.0)
     no_util = [Sample(t / 10, (EngineReading(H200_PCI, None, 1000, 1980, 300.0),), None) for t in range(1, 32)]
-    found = judge([phase], no_util, [Role("CUDA0", H200_PCI)], 0.1)
+    found = judge([phase], no_util, [Placed("CUDA0", H200_PCI)], 0.1)
     assert found.validity is Validity.UNPROVEN and found.evidence == ("CUDA0: not readable (generation)",)
 
 
@@ -694,7 +694,7 @@ def test_partial_offload_is_judged_against_its_share_and_a_full_one_idle_is_a_fa
     """-dev CUDA0 -ngl 4 on the H200 decoded with CUDA0 at about 1 % in every reading (issue #31)."""
     decode = logs.Phase(1, "generation", 0.0, 6.0)
     quiet = [_gpu(t / 10, 1.0) for t in range(1, 62)]
-    roles = [Role("CUDA0", H200_PCI)]
+    roles = [Placed("CUDA0", H200_PCI)]
     four = _load(4, 450.0, 1450.0)
     shares = {"CUDA0": 0.004, "CPU": 0.996}  # 4/17 of the weights at 4.9 TB/s beside the rest at ~60 GB/s
     found = judge([decode], quiet, roles, 0.1, four, expected=shares)
@@ -709,9 +709,9 @@ def test_partial_offload_is_judged_against_its_share_and_a_full_one_idle_is_a_fa
 
 
 def test_rows_of_two_hosts_are_never_pooled_and_compare_by_host():
-    h200 = rows.Host("gpu-a", "Xeon", (rows.Card("NVIDIA H200", H200_PCI, "570.1", 4916.7, "NVML"),), 60.0, "m")
-    rtx = rows.Host(
-        "gpu-b", "Ryzen", (rows.Card("NVIDIA GeForce RTX 3090", "0000:01:00.0", "570.1", 936.2, "NVML"),), 40.0, "m"
+    h200 = rows.HostRow("gpu-a", "Xeon", (rows.CardRow("NVIDIA H200", H200_PCI, "570.1", 4916.7, "NVML"),), 60.0, "m")
+    rtx = rows.HostRow(
+        "gpu-b", "Ryzen", (rows.CardRow("NVIDIA GeForce RTX 3090", "0000:01:00.0", "570.1", 936.2, "NVML"),), 40.0, "m"
     )
     import dataclasses
 
@@ -832,11 +832,13 @@ def test_the_recorded_h200_partial_offload_is_unproven_by_its_share_and_ngl_0_a_
         host = row["host"]
         bandwidth = {"CUDA0": (host["cards"][0]["peak_gbs"], ""), "CPU": (host["cpu_gbs"], "")}
         shares = limit.time_shares(read, bandwidth)
-        found = judge(decode, samples, [Role("CUDA0", H200_PCI)], 0.1, load, expected=shares)
+        found = judge(decode, samples, [Placed("CUDA0", H200_PCI)], 0.1, load, expected=shares)
         judged.setdefault(run["config"], set()).add(found.validity)
         if run["config"] == "ngl4":
             assert found.evidence[0].startswith("CUDA0 holds 4/17 layers: idle readings during generation")
-            assert judge(decode, samples, [Role("CUDA0", H200_PCI)], 0.1).validity is Validity.FALLBACK  # the old rule
+            assert (
+                judge(decode, samples, [Placed("CUDA0", H200_PCI)], 0.1).validity is Validity.FALLBACK
+            )  # the old rule
     assert judged["ngl4"] == {Validity.UNPROVEN} and judged["ngl0"] == {Validity.FALLBACK}
     assert Validity.FALLBACK not in judged["all"]  # all 17 layers on CUDA0: short decodes, never idle
 
@@ -875,7 +877,10 @@ def test_virtual_devices_are_judged_by_their_card_s_engines():
     for _, phases, samples in _recorded("cuda0"):  # the card's real NVML samples of a run on it
         verdict = judge(phases, samples, roles, 0.1)
         assert {w.device for w in verdict.work} == {"CUDA0", "CUDA1"}
-        assert {w.verdict for w in verdict.work} <= {Verdict.WORKED, Verdict.WORKED_OVER_TEST}  # both read as the card
+        assert {w.verdict for w in verdict.work} <= {
+            Verdict.WORKED,
+            Verdict.WORKED_OVER_TEST,
+        }  # both read as the card
         break
 
 
@@ -1187,14 +1192,14 @@ def test_the_cpu_side_is_judged_by_its_time_inside_the_timed_phases_only():
     phases = [logs.Phase(1, "generation", 1.0, 1.05), logs.Phase(1, "generation", 3.0, 3.05)]
     busy_between = [(0.5, 0.0), (1.02, 0.0), (1.04, 0.0), (2.0, 1.9), (3.02, 1.9), (3.04, 1.9), (3.5, 1.9)]
     samples = [Sample(at, (), ProcessReading(cpu, {})) for at, cpu in busy_between]
-    short = judge(phases, samples, [Role(HOST_ROLE, None, on_cpu=True)], 0.01).work
+    short = judge(phases, samples, [Placed(HOST_ROLE, None, on_cpu=True)], 0.01).work
     assert {w.verdict for w in short} == {Verdict.TOO_SHORT}  # 0.04 s inside the phases: too little to call
     long_idle = [logs.Phase(1, "generation", 1.0, 1.2), logs.Phase(1, "generation", 3.0, 3.2)]
     samples = [
         Sample(at, (), ProcessReading(cpu, {}))
         for at, cpu in ((1.01, 0), (1.19, 0), (2.0, 1.9), (3.01, 1.9), (3.19, 1.9))
     ]
-    verdicts_seen = {w.verdict for w in judge(long_idle, samples, [Role(HOST_ROLE, None, on_cpu=True)], 0.01).work}
+    verdicts_seen = {w.verdict for w in judge(long_idle, samples, [Placed(HOST_ROLE, None, on_cpu=True)], 0.01).work}
     assert verdicts_seen == {Verdict.IDLE}  # idle inside both; the busy second between them is not theirs
 
 
@@ -1353,17 +1358,17 @@ def test_an_undecided_ratio_is_worded_once_wherever_it_is_told():
     from types import SimpleNamespace
 
     from buildmgr.bench import compare
-    from buildmgr.bench.stats import Ratio, Verdict
+    from buildmgr.bench.stats import Ratio, RatioVerdict
 
     one, noise, apart = Ratio(1.2, None, None), Ratio(1.02, 0.9, 1.1), Ratio(1.3, 1.2, 1.4)
-    assert [Verdict.of(r) for r in (None, one, noise, apart)] == [
-        Verdict.NO_SAMPLES,
-        Verdict.ONE_RUN,
-        Verdict.NOISE,
-        Verdict.APART,
+    assert [RatioVerdict.of(r) for r in (None, one, noise, apart)] == [
+        RatioVerdict.NO_SAMPLES,
+        RatioVerdict.ONE_RUN,
+        RatioVerdict.NOISE,
+        RatioVerdict.APART,
     ]
-    assert len({v.said for v in Verdict}) == len(Verdict)
-    for found, verdict in ((one, Verdict.ONE_RUN), (noise, Verdict.NOISE)):
+    assert len({v.said for v in RatioVerdict}) == len(RatioVerdict)
+    for found, verdict in ((one, RatioVerdict.ONE_RUN), (noise, RatioVerdict.NOISE)):
         assert verdict.said in stats.compared(found, "A", "B")
         cell = compare._ratio_cell(SimpleNamespace(vs_baseline=found, value=2.0, baseline=1.0))
         assert cell.endswith(f"({verdict.said})"), cell

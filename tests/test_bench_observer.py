@@ -193,26 +193,26 @@ def test_a_card_whose_counter_never_answers_is_asked_once_and_one_that_failed_on
 def test_the_counters_are_read_alone_only_where_energy_decides() -> None:
     """Each NVML energy read costs the CPU (an H100: a third of a core at 100 reads a second, docs/real-runs.md
     2026-12-06, which slowed the placements whose threads fill every CPU): a race by speed does not pay it."""
-    from buildmgr.bench.config import DEFAULT_WORKLOAD, Request
-    from buildmgr.bench.judge import Role
+    from buildmgr.bench.config import DEFAULT_WORKLOAD, BenchRequest
+    from buildmgr.bench.judge import Placed
     from buildmgr.bench.process import timed_cards
 
     planned: Any = SimpleNamespace(
-        roles=(Role("CUDA0", "0000:00:06.0"), Role("CPU", None, on_cpu=True), Role("Vulkan0", "0000:00:07.0"))
+        roles=(Placed("CUDA0", "0000:00:06.0"), Placed("CPU", None, on_cpu=True), Placed("Vulkan0", "0000:00:07.0"))
     )
-    assert timed_cards(planned, Request(None, (), DEFAULT_WORKLOAD)) == frozenset()
-    timed = Request(None, (), DEFAULT_WORKLOAD, timed_energy=True)
+    assert timed_cards(planned, BenchRequest(None, (), DEFAULT_WORKLOAD)) == frozenset()
+    timed = BenchRequest(None, (), DEFAULT_WORKLOAD, timed_energy=True)
     assert timed_cards(planned, timed) == {"0000:00:06.0", "0000:00:07.0"}
 
 
 def test_tune_reads_the_counters_alone_when_it_races_by_energy_and_not_by_speed() -> None:
     from pathlib import Path
 
-    from buildmgr.tune.config import Request
+    from buildmgr.tune.config import TuneRequest
     from buildmgr.tune.inputs import bench_request_of
     from buildmgr.tune.space import Objective
 
-    by = {o: bench_request_of(Request("cuda", Path("m.gguf"), o, n_gen=320)) for o in Objective}
+    by = {o: bench_request_of(TuneRequest("cuda", Path("m.gguf"), o, n_gen=320)) for o in Objective}
     assert [o for o, r in by.items() if r.timed_energy] == [Objective.J_PER_TOKEN]
     assert by[Objective.TG].workload.tests()[1][1] == 320 and by[Objective.TG].model == Path("m.gguf")
 

@@ -177,11 +177,11 @@ def test_fa_in_llama_bench_s_syntax_is_one_test_per_value_and_the_run_takes_the_
 
 
 def test_a_verified_run_of_a_placement_refused_for_removed_kernels_is_as_predicted():
-    from buildmgr.placement.verify import Outcome, agreement
+    from buildmgr.placement.verify import VerifyOutcome, agreement
 
     [placement], _ = parse("llama-cli", ["-fa", "on"], {})
     findings = check(placement, _cuda_here(CUDA_FA_OFF))
-    assert agreement(findings, Outcome("ran", 0)) == "as predicted: ran"
+    assert agreement(findings, VerifyOutcome("ran", 0)) == "as predicted: ran"
 
 
 def _graph(*lines: str, assigned: tuple[str, ...] = ("CUDA0", "CUDA0", "CUDA0")) -> coverage.Log:

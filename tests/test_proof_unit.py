@@ -123,7 +123,9 @@ def test_the_fix_lists_this_cpus_features_with_amx_off_and_leaves_other_builds_a
 
 
 def test_a_fault_seen_is_fixed_only_for_the_same_compiler_and_cpu_and_the_users_own_define_wins():
-    seen = (host_faults.Seen("amx-kernels", "/usr/bin/c++ 12.2.0", "Xeon (108 flags)", "SIGILL on CPU", "cpu-1", "t"),)
+    seen = (
+        host_faults.SeenFault("amx-kernels", "/usr/bin/c++ 12.2.0", "Xeon (108 flags)", "SIGILL on CPU", "cpu-1", "t"),
+    )
     args = ({"GGML_NATIVE": "ON"}, {}, "/usr/bin/c++ 12.2.0", "Xeon (108 flags)", AMX_HOST)
     applied, overruled = host_faults.fixes(seen, *args)
     assert [f.fault for f in applied] == ["amx-kernels"] and not overruled
@@ -141,7 +143,7 @@ def test_a_remembered_fault_survives_a_second_one_and_a_broken_file_is_a_warning
     from buildmgr.core.config import Dirs
 
     dirs = Dirs(data=tmp_path / "d", config=tmp_path / "c", cache=tmp_path / "k")
-    first = host_faults.Seen("amx-kernels", "c++ 12", "cpu A", "SIGILL on CPU", "cpu-1", "t1")
+    first = host_faults.SeenFault("amx-kernels", "c++ 12", "cpu A", "SIGILL on CPU", "cpu-1", "t1")
     host_faults.remember(dirs, first)
     host_faults.remember(dirs, first.__class__(**{**first.__dict__, "cpu": "cpu B"}))
     assert [s.cpu for s in host_faults.read(dirs)] == ["cpu A", "cpu B"]
@@ -187,6 +189,6 @@ def test_a_receipts_fixes_are_carried_into_a_plan_whatever_this_host_remembers(t
     carried = (FixRecord("amx-kernels", "left out", "SIGILL on CPU", {}, ("ggml-cpu-sapphirerapids",)),)
     same, fixes = leave_out_faults(recipe, {}, tools, dirs, lambda m: None, carried)
     assert fixes == carried and same == recipe
-    host_faults.remember(dirs, host_faults.Seen("amx-kernels", "/usr/bin/c++ 1", "any", "SIGILL", "u-1", "t"))
+    host_faults.remember(dirs, host_faults.SeenFault("amx-kernels", "/usr/bin/c++ 1", "any", "SIGILL", "u-1", "t"))
     _, fixes = leave_out_faults(recipe, {}, tools, dirs, lambda m: None, carried)
     assert fixes == carried  # once, not again from the host's memory

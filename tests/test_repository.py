@@ -255,7 +255,7 @@ def entry(
     dl: bool = False,
 ) -> index.Entry:
     needs = RuntimeNeeds(1, "2.34", "bin/llama-cli", None, None, {}, dict(code or {}))
-    summary = index.Summary(
+    summary = index.ArchiveSummary(
         f"{recipe}-x",
         recipe,
         "",

@@ -78,17 +78,17 @@ def test_every_field_of_the_typed_receipt_is_documented():
 
 
 def test_every_field_of_the_typed_inventory_is_documented():
-    from buildmgr.devices.inventory_file import BuildEntry, Card, Inventory, ProbeRecord
+    from buildmgr.devices.inventory_file import BuildEntry, Inventory, InventoryCard, ProbeRecord
 
     section = SPEC.split("### Inventory:")[1].split("\n## ")[0]
-    for record in (Inventory, BuildEntry, ProbeRecord, Card):
+    for record in (Inventory, BuildEntry, ProbeRecord, InventoryCard):
         missing = {f.name for f in fields(record)} - set(re.findall(r"\w+", section))
         assert not missing, (record.__name__, missing)
 
 
 def test_every_field_of_the_repository_index_is_documented():
-    from buildmgr.artifacts.index import Entry, Index, Summary
+    from buildmgr.artifacts.index import ArchiveSummary, Entry, Index
 
     section = SPEC.split("## Binary repositories")[1].split("\n## ")[0]
     quoted = set(re.findall(r'"(\w+)"', section))
-    assert {f.name for record in (Index, Entry, Summary) for f in fields(record)} <= quoted
+    assert {f.name for record in (Index, Entry, ArchiveSummary) for f in fields(record)} <= quoted

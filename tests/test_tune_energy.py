@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from buildmgr.bench.judge import HOST, Role
+from buildmgr.bench.judge import HOST, Placed
 from buildmgr.bench.logs import LoadLog, Phase
 from buildmgr.bench.sampling import Sample
 from buildmgr.tune import measure, race
@@ -27,7 +27,7 @@ def _run(cpu_watts: float | None, seconds: float = 1.0) -> Any:
     return SimpleNamespace(rows=rows, phases=phases, samples=samples, load=LoadLog())
 
 
-PLANNED: Any = SimpleNamespace(roles=[Role(HOST, None, True)], config=SimpleNamespace(cpu_overrides=False))
+PLANNED: Any = SimpleNamespace(roles=[Placed(HOST, None, True)], config=SimpleNamespace(cpu_overrides=False))
 
 
 def test_tokens_per_joule_over_the_steady_repetitions():
@@ -59,7 +59,7 @@ def test_a_card_without_a_counter_is_read_by_power_a_full_averaging_window_into_
     from buildmgr.backends import EngineReading
 
     pci = "0000:00:06.0"
-    planned: Any = SimpleNamespace(roles=[Role("CUDA0", pci)], config=SimpleNamespace(cpu_overrides=False))
+    planned: Any = SimpleNamespace(roles=[Placed("CUDA0", pci)], config=SimpleNamespace(cpu_overrides=False))
     phases = [Phase(2, "generation", t * 1.0, (t + 1) * 1.0) for t in range(4)]  # 3 steady seconds from 1.0 s
     # 100 W until 2.0 s (the trailing average of what came before), 250 W after
     samples = [

@@ -10,24 +10,24 @@ from hypothesis import strategies as st
 
 from buildmgr.core.errors import UserError
 from buildmgr.tune import config, oracle, race, space
-from buildmgr.tune.space import Candidate, Card, Objective, Shape, Space
+from buildmgr.tune.space import Objective, Shape, Space, TuneCandidate, TuneCard
 
 DENSE = Shape(layers=32, layer_mib=400.0, expert_mib=0.0, other_mib=500.0)  # 13.3 GB
 MOE = Shape(layers=48, layer_mib=600.0, expert_mib=560.0, other_mib=600.0)  # 29.4 GB, experts 26.9 GB
 
 
-def flags(found: list[Candidate]) -> list[tuple[str, ...]]:
+def flags(found: list[TuneCandidate]) -> list[tuple[str, ...]]:
     return [c.words for c in found]
 
 
-def devices_of(candidate: Candidate) -> list[str]:
+def devices_of(candidate: TuneCandidate) -> list[str]:
     words = list(candidate.words)
     return words[words.index("-dev") + 1].split(",") if "-dev" in words else []
 
 
 def test_each_card_is_tried_under_each_of_its_names_but_never_two_names_of_one_card_together():
-    h200 = Card(("CUDA0", "Vulkan0"), 140_000)
-    other = Card(("CUDA1", "Vulkan1"), 140_000)
+    h200 = TuneCard(("CUDA0", "Vulkan0"), 140_000)
+    other = TuneCard(("CUDA1", "Vulkan1"), 140_000)
     found = space.placements(Space((h200, other), DENSE, Objective.TG), ("-ngl", "-1"))[1:]
     sets = {tuple(devices_of(c)) for c in found}
     assert sets == {
@@ -44,12 +44,14 @@ def test_each_card_is_tried_under_each_of_its_names_but_never_two_names_of_one_c
 
 
 def test_cards_of_unequal_memory_get_a_split_by_what_each_may_hold():
-    found = space.placements(Space((Card(("CUDA0",), 24_000), Card(("CUDA1",), 12_000)), DENSE, Objective.TG), ())
+    found = space.placements(
+        Space((TuneCard(("CUDA0",), 24_000), TuneCard(("CUDA1",), 12_000)), DENSE, Objective.TG), ()
+    )
     assert any(("-ts", "24000,12000") == pair for c in found for pair in zip(c.words, c.words[1:], strict=False))
 
 
 def test_a_moe_that_does_not_fit_keeps_the_fewest_layers_experts_on_the_cpu_that_would_fit_and_a_few_more():
-    shaped = Space((Card(("CUDA0",), 24 * 1024),), MOE, Objective.TG, threads=(8,))
+    shaped = Space((TuneCard(("CUDA0",), 24 * 1024),), MOE, Objective.TG, threads=(8,))
     found = space.placements(shaped, ("-ngl", "-1"))
     kept = sorted({int(c.words[c.words.index("-ncmoe") + 1]) for c in found if "-ncmoe" in c.words})
     over = MOE.weights_mib - (24 * 1024 - space.FIT_MARGIN_MIB)
@@ -59,20 +61,20 @@ def test_a_moe_that_does_not_fit_keeps_the_fewest_layers_experts_on_the_cpu_that
     # the CPU computes there, so its threads are a factor; all on the card, they are not
     [cmoe] = [c for c in found if "--cpu-moe" in c.words]
     assert cmoe.cpu and [level[0] for level in space.factors(shaped, cmoe.cpu)[-1]] == ["", "t8"]
-    fits = Space((Card(("CUDA0",), 140_000),), MOE, Objective.TG, threads=(8,))
+    fits = Space((TuneCard(("CUDA0",), 140_000),), MOE, Objective.TG, threads=(8,))
     assert not any(w in c.words for c in space.placements(fits, ()) for w in ("-ncmoe", "--cpu-moe", "-ngl", "-t"))
     assert len(space.factors(fits, False)) == 1  # FlashAttention alone
 
 
 def test_a_dense_model_that_does_not_fit_offloads_the_most_layers_that_would():
-    found = space.placements(Space((Card(("CUDA0",), 8 * 1024),), DENSE, Objective.TG), ())[1:]
+    found = space.placements(Space((TuneCard(("CUDA0",), 8 * 1024),), DENSE, Objective.TG), ())[1:]
     layers = sorted({int(c.words[c.words.index("-ngl") + 1]) for c in found})
     most = int((8 * 1024 - space.FIT_MARGIN_MIB - DENSE.other_mib) // DENSE.layer_mib)
     assert layers == list(range(most - space.OFFLOAD_STEPS, most + 1))
 
 
 def test_prefill_tries_a_larger_micro_batch_and_decode_does_not():
-    card = (Card(("CUDA0",), 140_000),)
+    card = (TuneCard(("CUDA0",), 140_000),)
     flags = {w for f in space.factors(Space(card, DENSE, Objective.PP), False) for _, words in f for w in words}
     assert "-ub" in flags
     flags = {w for f in space.factors(Space(card, DENSE, Objective.TG), False) for _, words in f for w in words}
@@ -82,7 +84,7 @@ def test_prefill_tries_a_larger_micro_batch_and_decode_does_not():
 def test_the_seed_comes_first_and_the_later_stages_vary_one_factor_of_the_winner_so_far():
     shaped = Space((), DENSE, Objective.PP, threads=(1,))
     found = space.placements(shaped, ("-ngl", "-1"))
-    assert found[0] == Candidate("fit", ("-ngl", "-1"), seed=True, cpu=True)
+    assert found[0] == TuneCandidate("fit", ("-ngl", "-1"), seed=True, cpu=True)
     assert [c.label for c in found] == ["fit", "cpu"]
     fa, ub, threads = space.factors(shaped, found[1].cpu)
     stage = space.varied(found[1], fa)
@@ -170,7 +172,7 @@ def test_bad_memory_is_one_line_that_says_how(items, fragment):
 
 
 def test_the_context_served_holds_the_depth_and_the_test_and_never_passes_the_model_s():
-    request = config.Request("cpu", config.Path("m.gguf"), depth=4000, n_prompt=512, n_gen=64)
+    request = config.TuneRequest("cpu", config.Path("m.gguf"), depth=4000, n_prompt=512, n_gen=64)
     assert request.context(8192) == 4608
     with pytest.raises(UserError, match="passes the model's context of 4096"):
         request.context(4096)
@@ -204,9 +206,9 @@ def test_an_emulated_card_is_fitted_from_the_free_memory_llama_cpp_sees_now_not_
 def test_a_candidate_measured_under_bench_s_pinning_guard_carries_it_beside_its_name_and_in_its_command():
     from pathlib import Path
 
-    from buildmgr.tune.result import Entry
+    from buildmgr.tune.result import RaceEntry
 
-    entry = Entry(Candidate("CUDA0 cmoe", ("-dev", "CUDA0", "--cpu-moe")), env={"GGML_CUDA_NO_PINNED": "1"})
+    entry = RaceEntry(TuneCandidate("CUDA0 cmoe", ("-dev", "CUDA0", "--cpu-moe")), env={"GGML_CUDA_NO_PINNED": "1"})
     assert entry.name == "CUDA0 cmoe [GGML_CUDA_NO_PINNED=1]"
     assert entry.command(Path("/b/llama-server"), Path("m.gguf"), 4096) == (
         "GGML_CUDA_NO_PINNED=1 /b/llama-server -m m.gguf -c 4096 -dev CUDA0 --cpu-moe"
@@ -245,9 +247,9 @@ def test_coverage_is_keyed_by_everything_but_the_thread_count():
     assert space.without_threads(("--threads", "4", "-ot", "exps=CPU")) == ("-ot", "exps=CPU")
     # a -t variation of a winner shares its coverage; a -fa one does not (FlashAttention moves ops)
     base = ("-ngl", "-1")
-    [_, t1] = space.varied(Candidate("fit", base, seed=True, cpu=True), [("", ()), ("t1", ("-t", "1"))])
+    [_, t1] = space.varied(TuneCandidate("fit", base, seed=True, cpu=True), [("", ()), ("t1", ("-t", "1"))])
     [_, fa1, _] = space.varied(
-        Candidate("fit", base, seed=True), space.factors(Space((), DENSE, Objective.TG), True)[0]
+        TuneCandidate("fit", base, seed=True), space.factors(Space((), DENSE, Objective.TG), True)[0]
     )
     assert space.without_threads(t1.words) == base != space.without_threads(fa1.words)
 
@@ -264,13 +266,15 @@ def test_forcing_flash_attention_on_has_a_twin_at_auto_and_turning_it_off_has_no
 
 
 def test_a_process_compared_side_by_side_is_one_of_the_same_round():
-    from buildmgr.tune.result import Entry, side_by_side
+    from buildmgr.tune.result import RaceEntry, side_by_side
 
-    fit = Entry(Candidate("fit", (), seed=True), by_round={1: 100.0, 2: 102.0, 3: 98.0})
-    other = Entry(Candidate("Vulkan0", ("-dev", "Vulkan0")), by_round={1: 110.0, 2: 111.0, 3: 109.0, 5: 50.0})
+    fit = RaceEntry(TuneCandidate("fit", (), seed=True), by_round={1: 100.0, 2: 102.0, 3: 98.0})
+    other = RaceEntry(TuneCandidate("Vulkan0", ("-dev", "Vulkan0")), by_round={1: 110.0, 2: 111.0, 3: 109.0, 5: 50.0})
     seen = side_by_side(fit, other)  # round 5 ran without fit: not compared
     assert seen is not None and seen.low is not None and seen.low > 1.0 and round(seen.value, 2) == 1.10
-    assert side_by_side(fit, Entry(Candidate("late", ()), by_round={3: 99.0, 4: 98.0})) is None  # one shared round
+    assert (
+        side_by_side(fit, RaceEntry(TuneCandidate("late", ()), by_round={3: 99.0, 4: 98.0})) is None
+    )  # one shared round
 
 
 @pytest.mark.parametrize("resolved", [True, False, None])
@@ -280,7 +284,7 @@ def test_forcing_flash_attention_on_is_not_run_only_where_its_twin_s_run_said_au
     from buildmgr.placement import coverage
     from buildmgr.placement.cover import Covered
     from buildmgr.tune import prune
-    from buildmgr.tune.result import Entry
+    from buildmgr.tune.result import RaceEntry
 
     asked: list[tuple[str, ...]] = []
     monkeypatch.setattr(prune.oracle, "need", lambda tool, model, ctx, words, environ: asked.append(words) or {})
@@ -288,8 +292,8 @@ def test_forcing_flash_attention_on_is_not_run_only_where_its_twin_s_run_said_au
     base = ("-dev", "Vulkan0")
     taken = {base: Covered(coverage.Coverage({"Vulkan0": 2}, (), flash_attn_auto=resolved))}
     fa1, fa0 = (
-        Entry(Candidate("Vulkan0 fa1", (*base, "-fa", "1"))),
-        Entry(Candidate("Vulkan0 fa0", (*base, "-fa", "0"))),
+        RaceEntry(TuneCandidate("Vulkan0 fa1", (*base, "-fa", "1"))),
+        RaceEntry(TuneCandidate("Vulkan0 fa0", (*base, "-fa", "0"))),
     )
     planned = [SimpleNamespace(blocked=None, env_set={})] * 2
     request = SimpleNamespace(model=Path("m.gguf"))
@@ -314,29 +318,29 @@ def test_a_served_answer_without_timings_says_so_instead_of_none():
 
 def test_a_winner_never_raced_against_llama_cpp_s_fit_says_so_and_why():
     """The H100's MoE (2026-12-06): the fit was left out before the race, and the plan said nothing of it."""
-    from buildmgr.tune.result import Entry, State, unmeasured_against_fit
+    from buildmgr.tune.result import RaceEntry, RaceState, unmeasured_against_fit
 
-    left_out = Entry(Candidate("fit", (), seed=True), State.PRUNED, "falls back: DIV ×1 on CPU")
-    winner = Entry(Candidate("CUDA0 ncmoe3", ("-ncmoe", "3")), State.WINNER)
+    left_out = RaceEntry(TuneCandidate("fit", (), seed=True), RaceState.PRUNED, "falls back: DIV ×1 on CPU")
+    winner = RaceEntry(TuneCandidate("CUDA0 ncmoe3", ("-ncmoe", "3")), RaceState.WINNER)
     assert unmeasured_against_fit(left_out, winner) == (
         "llama.cpp's fit was not measured (falls back: DIV ×1 on CPU): the winner is not compared with it"
     )
-    failed = Entry(Candidate("fit", (), seed=True), State.FAILED, "exit 1")
+    failed = RaceEntry(TuneCandidate("fit", (), seed=True), RaceState.FAILED, "exit 1")
     assert unmeasured_against_fit(failed, winner) is not None
-    raced = Entry(Candidate("fit", (), seed=True), State.RACED_OUT, "beaten by CUDA0 ncmoe3 in stage 1")
+    raced = RaceEntry(TuneCandidate("fit", (), seed=True), RaceState.RACED_OUT, "beaten by CUDA0 ncmoe3 in stage 1")
     assert unmeasured_against_fit(raced, winner) is None and unmeasured_against_fit(left_out, left_out) is None
 
 
 def test_the_fit_that_wins_the_last_stage_after_leaving_an_earlier_one_carries_no_ratio_against_a_winner():
     """The H100's tune by energy (2026-12-06, tune49e): `fit fa0` put the fit out of stage 2 (0.98× [0.96, 1.00]),
     then lost the side-by-side stage; the fit won, its plan entry still 'versus_winner' 0.98, not within noise."""
-    from buildmgr.tune.result import Entry, State, decide
+    from buildmgr.tune.result import RaceEntry, RaceState, decide
 
-    fit = Entry(Candidate("fit", (), seed=True), State.FINALIST, stage_units=(1.80, 1.80, 1.77, 1.76))
-    fa0 = Entry(Candidate("fit fa0", ("-fa", "0")), State.FINALIST, stage_units=(1.86, 1.77, 1.83, 1.85))
+    fit = RaceEntry(TuneCandidate("fit", (), seed=True), RaceState.FINALIST, stage_units=(1.80, 1.80, 1.77, 1.76))
+    fa0 = RaceEntry(TuneCandidate("fit fa0", ("-fa", "0")), RaceState.FINALIST, stage_units=(1.86, 1.77, 1.83, 1.85))
     fit.versus_best = race.ratio((1.82, 1.80, 1.83, 1.79), (1.78, 1.77, 1.76, 1.79))  # from stage 2
     assert decide([fit, fa0], "j_per_token", fit) is fit
-    assert fit.state is State.WINNER and fit.to_json()["versus_winner"] is None
+    assert fit.state is RaceState.WINNER and fit.to_json()["versus_winner"] is None
     assert fa0.to_json()["versus_winner"]["within_noise"]
 
 
@@ -347,7 +351,7 @@ def test_an_incumbent_stands_on_its_processes_as_the_incumbent_and_a_winner_chos
 
     from buildmgr.tune import runner
     from buildmgr.tune.measure import Figure
-    from buildmgr.tune.result import Entry, State
+    from buildmgr.tune.result import RaceEntry, RaceState
 
     reads = {
         "fit": iter([30.0, 31.0, 30.5, 29.0, 30.0]),
@@ -368,7 +372,7 @@ def test_an_incumbent_stands_on_its_processes_as_the_incumbent_and_a_winner_chos
     monkeypatch.setattr(runner.measure, "units", lambda run, p, test, objective: Figure(next(reads[run.p])))
     bench_request = SimpleNamespace(workload=SimpleNamespace(tests=lambda: [(128, 0, 0), (0, 16, 0)]))
     request = SimpleNamespace(objective=Objective.TG, warmup=0, max_runs=4, grid=False, budget_s=1e9, n_gen=16)
-    entries = {label: Entry(Candidate(label, (), seed=label == "fit")) for label in reads}
+    entries = {label: RaceEntry(TuneCandidate(label, (), seed=label == "fit")) for label in reads}
     runs: dict[str, list[object]] = {}
 
     def stage(labels: list[str], first: int, carry: bool) -> int:
@@ -391,12 +395,12 @@ def test_an_incumbent_stands_on_its_processes_as_the_incumbent_and_a_winner_chos
         return rounds
 
     last = stage(["fit", "slow"], 1, carry=True)  # stage 1: the fit is the incumbent
-    assert entries["fit"].held_units == (30.0, 31.0) and entries["slow"].state is State.RACED_OUT
+    assert entries["fit"].held_units == (30.0, 31.0) and entries["slow"].state is RaceState.RACED_OUT
     ran.clear()
     first = last + 1
     last = stage(["fit", "fit fa0"], first, carry=True)  # its processes stand: one more, then fa0 alone, to a tie
     assert ran == [("fit", first), *(("fit fa0", r) for r in range(first, last + 1))], ran
-    assert entries["fit"].stage_units == (30.0, 31.0, 30.5) and entries["fit"].state is State.FINALIST
+    assert entries["fit"].stage_units == (30.0, 31.0, 30.5) and entries["fit"].state is RaceState.FINALIST
     ran.clear()
     stage(["fit", "fast"], last + 1, carry=False)  # the last stage against the fit: side by side, both run
     assert {p for p, _ in ran} == {"fit", "fast"} and len(ran) == 4
@@ -406,8 +410,8 @@ def test_an_incumbent_stands_on_its_processes_as_the_incumbent_and_a_winner_chos
     # the host moved: the incumbent's fresh process is outside what its earlier ones predict, so it races every round
     # on its fresh processes alone
     reads |= {"held": iter([30.0, 31.0, 15.0, 15.2, 14.9, 15.1]), "held ub": iter([15.1, 15.0, 14.8, 15.2])}
-    entries |= {label: Entry(Candidate(label, ())) for label in ("held", "held ub")}
-    entries["held"].held_units, entries["held"].state = (30.0, 31.0), State.WINNER
+    entries |= {label: RaceEntry(TuneCandidate(label, ())) for label in ("held", "held ub")}
+    entries["held"].held_units, entries["held"].state = (30.0, 31.0), RaceState.WINNER
     next(reads["held"]), next(reads["held"])
     ran.clear()
     last = stage(["held", "held ub"], 200, carry=True)

@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping
 
 from buildmgr import backends
-from buildmgr.artifacts.index import Summary, summary_of
+from buildmgr.artifacts.index import ArchiveSummary, summary_of
 from buildmgr.artifacts.names import cpu_arch_of
 from buildmgr.build import kits
 from buildmgr.core import hostfacts
@@ -20,7 +20,7 @@ from buildmgr.store.receipt import Receipt
 _DL_MODULE = re.compile(r"(^|/)libggml-(?!base|cpu)[a-z0-9]+\.so$")
 
 
-def _only_loadable_modules(summary: Summary, users: tuple[str, ...]) -> bool:
+def _only_loadable_modules(summary: ArchiveSummary, users: tuple[str, ...]) -> bool:
     """True when every file that needs a library is a backend module a DL build loads only if it can."""
     return summary.dl and all(_DL_MODULE.search(user) for user in users)
 
@@ -31,7 +31,7 @@ def host_findings(receipt: Receipt, environ: Mapping[str, str], machine: str, di
 
 
 def summary_findings(
-    summary: Summary,
+    summary: ArchiveSummary,
     environ: Mapping[str, str],
     machine: str,
     dirs: Dirs,
@@ -103,7 +103,7 @@ def summary_findings(
     return findings
 
 
-def _cpu_findings(summary: Summary, cpu_flags: frozenset[str]) -> list[Finding]:
+def _cpu_findings(summary: ArchiveSummary, cpu_flags: frozenset[str]) -> list[Finding]:
     """What the build needs of this CPU, worded from its real defines: the instruction sets it lists (a build of
     GGML_NATIVE=OFF with its build host's features), each checked against this CPU's flags; or -march=native, whose
     instructions only the smoke run can tell."""

@@ -38,7 +38,7 @@ _VERSION = re.compile(r"[0-9]+(\.[0-9]+){0,3}")  # a glibc or libstdc++ floor: 2
 
 
 @dataclass(frozen=True)
-class Summary:
+class ArchiveSummary:
     """An artifact as a host judges it: what it was built from and for, and what it needs at run time."""
 
     id: str
@@ -60,11 +60,11 @@ class Summary:
     cpu_features: tuple[str, ...] | None = field(default=None, metadata=OMIT_IF_NONE)
 
 
-def summary_of(receipt: Receipt, receipt_sha256: str) -> Summary:
+def summary_of(receipt: Receipt, receipt_sha256: str) -> ArchiveSummary:
     assert receipt.runtime is not None, "an artifact's receipt has its runtime needs (checked when it was opened)"
     listed = receipt.recipe.define("GGML_NATIVE") != "ON"
     features = tuple(sorted(d for d in backends.cpu_features() if listed and receipt.recipe.define(d) == "ON"))
-    return Summary(
+    return ArchiveSummary(
         receipt.id,
         receipt.recipe.name,
         receipt.recipe.arch,
@@ -84,7 +84,7 @@ def summary_of(receipt: Receipt, receipt_sha256: str) -> Summary:
     )
 
 
-def summary_as_indexed(receipt: Receipt, receipt_sha256: str, said: Summary) -> Summary:
+def summary_as_indexed(receipt: Receipt, receipt_sha256: str, said: ArchiveSummary) -> ArchiveSummary:
     """The receipt's summary as the index that says `said` holds it, so that an archive an older buildmgr published
     still matches its entry: `cpu_features` left out where the index lacks it, and read only as far as the index
     lists it (a feature this buildmgr's table gained since is in the receipt's defines, unlisted then)."""
@@ -103,7 +103,7 @@ class Entry:
     sha256: str
     size: int
     published: str
-    summary: Summary
+    summary: ArchiveSummary
     signed_by: str | None = field(default=None, metadata=OMIT_IF_NONE)  # the key id of its .minisig and attestation
     # keys that signed it after the first, each in files of its own (`signature_path`); absent where none did
     also_signed_by: tuple[str, ...] = field(default=(), metadata=OMIT_IF_EMPTY)

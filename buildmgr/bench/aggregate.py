@@ -14,7 +14,7 @@ from typing import Any
 from buildmgr import backends
 from buildmgr.bench import limit, logs, membw, rows
 from buildmgr.bench.compare import first_usable
-from buildmgr.bench.config import Request
+from buildmgr.bench.config import BenchRequest
 from buildmgr.bench.judge import HOST, Judgement, Validity, partial, with_coverage, worst
 from buildmgr.bench.prepare import Planned, bandwidths
 from buildmgr.bench.process import Run, peak_of, test_key
@@ -90,10 +90,10 @@ def _warm_apart(warm: Sequence[float], steady: Sequence[float]) -> str | None:
 def rows_of(
     planned: Planned,
     runs: list[Run],
-    request: Request,
+    request: BenchRequest,
     environ: Mapping[str, str],
     host_notes: list[str],
-    host: rows.Host,
+    host: rows.HostRow,
     covered: Covered | None = None,
 ) -> list[rows.Row]:
     receipt = planned.build.prefix / RECEIPT

@@ -30,7 +30,7 @@ from buildmgr.bench.rows import (
     units,
     workload_name,
 )
-from buildmgr.bench.stats import Ratio, Verdict, geomean, ratio, summarize
+from buildmgr.bench.stats import Ratio, RatioVerdict, geomean, ratio, summarize
 from buildmgr.core.errors import UserError
 
 # --- comparing ---------------------------------------------------------------------------------------------------
@@ -212,8 +212,8 @@ def _ratio_cell(entry: Compared) -> str:
         return "baseline"
     if r is None:
         return "—"
-    verdict = Verdict.of(r)
-    return r.rounded().text() + ("" if verdict is Verdict.APART else f" ({verdict.said})")
+    verdict = RatioVerdict.of(r)
+    return r.rounded().text() + ("" if verdict is RatioVerdict.APART else f" ({verdict.said})")
 
 
 def _ratio_cells(entry: Compared) -> list[object]:

@@ -219,7 +219,7 @@ def fit_depths(
 
 
 @dataclass(frozen=True)
-class Request:
+class BenchRequest:
     """A bench call resolved: its CONFIGs, the workload and how to run it (the defaults here are the only ones)."""
 
     model: Path | None  # the call's -m; a CONFIG's own -m wins
@@ -236,7 +236,7 @@ class Request:
     timed_energy: bool = False
 
 
-DEFAULT_REQUEST = Request(None, (), DEFAULT_WORKLOAD)
+DEFAULT_REQUEST = BenchRequest(None, (), DEFAULT_WORKLOAD)
 
 
 @dataclass(frozen=True)
@@ -270,7 +270,7 @@ def resolve(
     configs: list[BenchConfig],
     context_of: Callable[[Path], int | None],
     before_models: Callable[[], None] = lambda: None,
-) -> tuple[Request, list[str]]:
+) -> tuple[BenchRequest, list[str]]:
     """The request, and notes on what was adjusted (depths that do not fit the smallest trained context of the
     models, which `context_of` reads from a model's header). `configs` are the CONFIGs of the command line and of
     its file, read; `before_models` runs once the command line is checked, before any model is read (the plot's
@@ -299,7 +299,7 @@ def resolve(
     workload = Workload(n_prompt, n_gen, pg=asked.pg, runs=runs, repetitions=repetitions, warmup=warmup)
     depths, notes = fit_depths(depths, asked.depth is not None, workload, n_ctx)
     workload = dataclasses.replace(workload, depths=depths)
-    request = Request(
+    request = BenchRequest(
         asked.model, tuple(configs), workload, interval, timeout, asked.allow_busy, asked.allow_pinned, asked.remeasure
     )
     return request, notes

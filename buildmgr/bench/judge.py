@@ -38,7 +38,7 @@ class Validity(Enum):
     NOT_RUN = "not run"
 
 
-class Role(NamedTuple):
+class Placed(NamedTuple):
     """A device the placement gives work: a card matched to engine readings by PCI id, or one judged by the process's
     CPU time (the CPU itself, or a CPU-type device such as lavapipe). `waits` is set where the placement keeps weights
     on the CPU on purpose (-ot …=CPU, --cpu-moe): the card then idles while the CPU works, which is no fallback."""
@@ -93,7 +93,7 @@ def _busy(window: Sequence[Sample], pci: str) -> list[float]:
     return [r.busy_percent for s in window for r in s.engines if r.pci_bus_id == pci and r.busy_percent is not None]
 
 
-def _gpu_work(role: Role, phase: Phase, samples: Sequence[Sample], timed: Sequence[Phase], interval: float) -> Work:
+def _gpu_work(role: Placed, phase: Phase, samples: Sequence[Sample], timed: Sequence[Phase], interval: float) -> Work:
     assert role.pci_bus_id is not None
     values = _busy(_window(samples, phase.start, phase.end, interval), role.pci_bus_id)
     # readings in the phase's first second may still average the phase before it
@@ -126,7 +126,7 @@ def _cpu_rate(phases: Sequence[Phase], samples: Sequence[Sample]) -> tuple[int, 
     return readings, seconds, used
 
 
-def _cpu_work(role: Role, phase: Phase, samples: Sequence[Sample], timed: Sequence[Phase]) -> Work:
+def _cpu_work(role: Placed, phase: Phase, samples: Sequence[Sample], timed: Sequence[Phase]) -> Work:
     """CPU time is a counter: its rate inside the phase, else inside all the test's timed phases of its kind."""
     same = [p for p in timed if p.kind == phase.kind]
     for spans, verdict in (([phase], Verdict.WORKED), (same, Verdict.WORKED_OVER_TEST)):
@@ -149,7 +149,7 @@ def partial(load: LoadLog | None) -> tuple[int, int] | None:
 def judge(
     phases: Sequence[Phase],
     samples: Sequence[Sample],
-    roles: Sequence[Role],
+    roles: Sequence[Placed],
     interval: float,
     load: LoadLog | None = None,
     expected: Mapping[str, float] | None = None,

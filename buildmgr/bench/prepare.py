@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from buildmgr import backends
 from buildmgr.bench import limit, membw, rows
-from buildmgr.bench.config import Asked, BenchConfig, Request, parse_config, read_toml, resolve
-from buildmgr.bench.judge import BUSY_PERCENT, HOST, Role
+from buildmgr.bench.config import Asked, BenchConfig, BenchRequest, parse_config, read_toml, resolve
+from buildmgr.bench.judge import BUSY_PERCENT, HOST, Placed
 from buildmgr.bench.sampling import cpu_times, services
 from buildmgr.core import hostfacts
 from buildmgr.core.device_records import Device
@@ -42,7 +42,7 @@ class Planned:
     config: BenchConfig
     build: Build
     model: Path
-    roles: tuple[Role, ...]
+    roles: tuple[Placed, ...]
     devices: dict[str, str | None]
     env_set: dict[str, str]
     findings: tuple[Finding, ...]
@@ -58,7 +58,7 @@ class Planned:
 # --- before anything runs ----------------------------------------------------------------------------------------
 
 
-def prepare(asked: Asked, before_models: Callable[[], None] = lambda: None) -> tuple[Request, list[str]]:
+def prepare(asked: Asked, before_models: Callable[[], None] = lambda: None) -> tuple[BenchRequest, list[str]]:
     """The command line's CONFIGs and those of its file, and the models' contexts, read; then resolved (config)."""
     configs = [parse_config(text) for text in asked.configs]
     if asked.config_file is not None:
@@ -79,7 +79,7 @@ def model_context(model: Path) -> int | None:
     return int(value.parts[-1][0]) if value is not None else None
 
 
-def plan(dirs: Dirs, request: Request, environ: Mapping[str, str]) -> list[Planned]:
+def plan(dirs: Dirs, request: BenchRequest, environ: Mapping[str, str]) -> list[Planned]:
     """Each CONFIG against its build's devices here, with the model; a name that is no device here is exit 2."""
     from buildmgr import store
     from buildmgr.placement.run import here_for
@@ -108,12 +108,12 @@ def plan(dirs: Dirs, request: Request, environ: Mapping[str, str]) -> list[Plann
     return planned
 
 
-def roles_for(chosen: Sequence[str], by_name: Mapping[str, Device], cpu_overrides: bool) -> list[Role]:
+def roles_for(chosen: Sequence[str], by_name: Mapping[str, Device], cpu_overrides: bool) -> list[Placed]:
     """The devices a CONFIG runs on, as the judge reads them: each by its card's PCI id (a virtual device's engines
     are its card's), the host's CPU where none is chosen."""
     return [
-        Role(n, identity.card_pci(by_name[n]), by_name[n].type == DeviceRole.CPU, cpu_overrides) for n in chosen
-    ] or [Role(HOST, None, True)]
+        Placed(n, identity.card_pci(by_name[n]), by_name[n].type == DeviceRole.CPU, cpu_overrides) for n in chosen
+    ] or [Placed(HOST, None, True)]
 
 
 def model_bytes(model: Path) -> limit.ModelBytes:
@@ -132,7 +132,7 @@ def model_bytes(model: Path) -> limit.ModelBytes:
     return limit.ModelBytes(tensors, used / experts if used and experts else 1.0)
 
 
-def bandwidths(planned: Planned, host: rows.Host) -> dict[str, tuple[float | None, str]]:
+def bandwidths(planned: Planned, host: rows.HostRow) -> dict[str, tuple[float | None, str]]:
     """Each device's peak memory bandwidth and where it comes from: a card's from its vendor's library, a CPU-side
     device's (the CPU, lavapipe) and the CPU's own buffers from the host's measurement."""
     cards = {c.pci_bus_id: c for c in host.cards}
@@ -150,14 +150,14 @@ def bandwidths(planned: Planned, host: rows.Host) -> dict[str, tuple[float | Non
 
 def host_record(
     dirs: Dirs, sources: Sequence[backends.EngineSource], *, busy: bool = False, again: bool = False
-) -> rows.Host:
+) -> rows.HostRow:
     """This machine as rows record it: name, CPU, every card the vendors' libraries see, the CPU's bandwidth."""
     facts = hostfacts.read()
     cards = tuple(
-        rows.Card(c.model, c.pci_bus_id, c.driver, c.peak_gbs, c.peak_basis) for s in sources for c in s.cards()
+        rows.CardRow(c.model, c.pci_bus_id, c.driver, c.peak_gbs, c.peak_basis) for s in sources for c in s.cards()
     )
     measured = membw.cpu_bandwidth(dirs.cache, facts.hostname, facts.cpu, busy=busy, again=again)
-    return rows.Host(facts.hostname, facts.cpu, cards, measured.gbs, measured.basis)
+    return rows.HostRow(facts.hostname, facts.cpu, cards, measured.gbs, measured.basis)
 
 
 def busy_host(sources: Sequence[backends.EngineSource], interval: float) -> list[str]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from buildmgr import backends
 from buildmgr.bench import limit, logs, membw
-from buildmgr.bench.config import Request
+from buildmgr.bench.config import BenchRequest
 from buildmgr.bench.judge import Judgement, judge, slowdowns
 from buildmgr.bench.prepare import Planned
 from buildmgr.bench.sampling import Sample, Sampler
@@ -56,7 +56,7 @@ class Run:
 # --- one run -----------------------------------------------------------------------------------------------------
 
 
-def timed_cards(planned: Planned, request: Request) -> frozenset[str]:
+def timed_cards(planned: Planned, request: BenchRequest) -> frozenset[str]:
     """The cards (PCI ids) whose energy counters the sampler reads alone between its samples: the placement's, where
     the request asks for energy timed so."""
     if not request.timed_energy:
@@ -66,7 +66,7 @@ def timed_cards(planned: Planned, request: Request) -> frozenset[str]:
 
 def run_once(
     planned: Planned,
-    request: Request,
+    request: BenchRequest,
     environ: Mapping[str, str],
     sources: list[backends.EngineSource],
     round_: int,

@@ -71,7 +71,7 @@ DEFAULTS = ("0.00", 0, "none", False)  # llama-bench's spelling of a field left 
 
 
 @dataclass(frozen=True)
-class Card:
+class CardRow:
     """A GPU of the host as its vendor's library reports it, with its peak memory bandwidth (None: unknown, and why)."""
 
     model: str
@@ -82,12 +82,12 @@ class Card:
 
 
 @dataclass(frozen=True)
-class Host:
+class HostRow:
     """The machine a row was measured on: rows of different hosts are never pooled."""
 
     name: str
     cpu: str
-    cards: tuple[Card, ...]
+    cards: tuple[CardRow, ...]
     cpu_gbs: float | None  # the CPU's read bandwidth, measured once per host
     cpu_basis: str
 
@@ -144,7 +144,7 @@ class Meta:
     first_summary: dict[str, Any] | None = field(default=None, metadata=OMIT_IF_NONE)
     runs_ts: tuple[tuple[float, ...], ...] = field(default=(), metadata=OMIT_IF_EMPTY)
     timing: tuple[RunTiming, ...] = field(default=(), metadata=OMIT_IF_EMPTY)
-    host: Host | None = field(default=None, metadata=OMIT_IF_NONE)
+    host: HostRow | None = field(default=None, metadata=OMIT_IF_NONE)
     holds: tuple[Holding, ...] = field(default=(), metadata=OMIT_IF_EMPTY)
     limit_ts: float | None = field(default=None, metadata=OMIT_IF_NONE)
     limit_percent: float | None = field(default=None, metadata=OMIT_IF_NONE)
@@ -204,7 +204,7 @@ def field_of(row: Row, name: str) -> Any:
     """A field by llama-bench's name, or buildmgr's as `buildmgr.NAME` (a state by its value, as files say it)."""
     if name.startswith(f"{KEY}."):
         value = getattr(row.meta, name.split(".", 1)[1], None) if row.meta is not None else None
-        return value.value if isinstance(value, Validity) else value.identity if isinstance(value, Host) else value
+        return value.value if isinstance(value, Validity) else value.identity if isinstance(value, HostRow) else value
     if name == KEY:
         return dump(row.meta) if row.meta is not None else None
     if name == FILE:

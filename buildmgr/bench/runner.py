@@ -19,7 +19,7 @@ from buildmgr import backends
 from buildmgr.bench import logs, rows
 from buildmgr.bench.aggregate import fa_auto_notes, pinned_notes, rows_of, with_baseline
 from buildmgr.bench.compare import compare
-from buildmgr.bench.config import Request
+from buildmgr.bench.config import BenchRequest
 from buildmgr.bench.judge import Validity, with_coverage
 from buildmgr.bench.prepare import Planned, bandwidths, busy_host, host_record, plan
 from buildmgr.bench.process import Run, run_once
@@ -57,7 +57,7 @@ class Result:
         }
 
 
-def cover(planned: Planned, request: Request, environ: Mapping[str, str], say: Callable[[str], None]) -> Covered:
+def cover(planned: Planned, request: BenchRequest, environ: Mapping[str, str], say: Callable[[str], None]) -> Covered:
     """Where the CONFIG's ops run, taken once before its runs, in its own environment and with its own flags."""
     from buildmgr.placement.run import removed_kernels
 
@@ -129,11 +129,11 @@ def _samples_json(planned: Planned, run: Run) -> dict[str, Any]:
 
 def open_host(
     dirs: Dirs,
-    request: Request,
+    request: BenchRequest,
     sources: Sequence[backends.EngineSource],
     say: Callable[[str], None],
     notes: list[str],
-) -> tuple[rows.Host, list[str]]:
+) -> tuple[rows.HostRow, list[str]]:
     """Before the first run: a busy host refused (one line), the call's notes said, what the engines cannot read
     and an unknown CPU bandwidth noted; the host as rows record it, and the notes every row keeps."""
     busy = busy_host(sources, request.interval)
@@ -156,7 +156,7 @@ def open_host(
 
 def bench(
     dirs: Dirs,
-    request: Request,
+    request: BenchRequest,
     environ: Mapping[str, str],
     say: Callable[[str], None],
     notes: Sequence[str],

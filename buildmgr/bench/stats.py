@@ -29,7 +29,7 @@ def t975(df: float) -> float:
     return _T975[max(usable)]
 
 
-class Summary(NamedTuple):
+class SampleSummary(NamedTuple):
     n: int
     median: float | None
     mean: float | None
@@ -45,9 +45,9 @@ class Summary(NamedTuple):
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in self._asdict().items()}
 
 
-def summarize(values: Sequence[float]) -> Summary:
+def summarize(values: Sequence[float]) -> SampleSummary:
     if not values:
-        return Summary(0, None, None, None, None, 0)
+        return SampleSummary(0, None, None, None, None, 0)
     mean = statistics.fmean(values)
     stdev = statistics.stdev(values) if len(values) > 1 else None
     outliers = 0
@@ -56,7 +56,7 @@ def summarize(values: Sequence[float]) -> Summary:
         spread = 1.5 * (q3 - q1)
         outliers = sum(v < q1 - spread or v > q3 + spread for v in values)
     cv = stdev / mean if stdev is not None and mean else None
-    return Summary(len(values), statistics.median(values), mean, stdev, cv, outliers)
+    return SampleSummary(len(values), statistics.median(values), mean, stdev, cv, outliers)
 
 
 def geomean(values: Sequence[float]) -> float:
@@ -113,7 +113,7 @@ def ratio(base: Sequence[float], other: Sequence[float]) -> Ratio | None:
     return Ratio(math.exp(diff), math.exp(diff - half), math.exp(diff + half))
 
 
-class Verdict(Enum):
+class RatioVerdict(Enum):
     """What a ratio and its interval let one say; the undecided ones worded once, in `said`, wherever they are told
     (bench's verdicts and tables, tune's reasons and its line against llama.cpp's fit)."""
 
@@ -123,7 +123,7 @@ class Verdict(Enum):
     APART = "apart"  # the interval is wholly above or below 1
 
     @classmethod
-    def of(cls, found: Ratio | None) -> Verdict:
+    def of(cls, found: Ratio | None) -> RatioVerdict:
         if found is None:
             return cls.NO_SAMPLES
         if found.low is None or found.high is None:
@@ -136,20 +136,20 @@ class Verdict(Enum):
 
 
 _SAID = {
-    Verdict.NO_SAMPLES: "too few samples to compare",
-    Verdict.ONE_RUN: "too few runs to tell",
-    Verdict.NOISE: "inside the noise",
-    Verdict.APART: "apart",
+    RatioVerdict.NO_SAMPLES: "too few samples to compare",
+    RatioVerdict.ONE_RUN: "too few runs to tell",
+    RatioVerdict.NOISE: "inside the noise",
+    RatioVerdict.APART: "apart",
 }
 
 
 def compared(ratio_: Ratio | None, winner: str, other: str) -> str:
     """'A is 1.16× [1.10, 1.22] B', or that they cannot be told apart."""
-    verdict = Verdict.of(ratio_)
+    verdict = RatioVerdict.of(ratio_)
     if ratio_ is None:
         return f"{winner} and {other}: {verdict.said}"
-    if verdict is Verdict.ONE_RUN:
+    if verdict is RatioVerdict.ONE_RUN:
         return f"{winner} ahead of {other} by {ratio_.text()} in one run each: {verdict.said}"
-    if verdict is Verdict.NOISE:
+    if verdict is RatioVerdict.NOISE:
         return f"cannot tell {winner} from {other} ({ratio_.text()}: {verdict.said})"
     return f"{winner} wins by {ratio_.text()} over {other}"

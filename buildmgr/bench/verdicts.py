@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from buildmgr.bench.judge import Validity
 from buildmgr.bench.rows import RANKED, Row, field_of, share_text, test_name, units
-from buildmgr.bench.stats import Verdict, compared, geomean, ratio
+from buildmgr.bench.stats import RatioVerdict, compared, geomean, ratio
 
 # What the only environment bench sets is for: said beside every number of a CONFIG it was set for.
 PINNING_GUARD = (
@@ -54,12 +54,12 @@ def verdicts(rows: Sequence[Row], devices_of: dict[str, int]) -> list[str]:
             best = singles[0]
             r = ratio(units(best), units(split))
             against = f"the best single device {named[best.config]}"
-            verdict = Verdict.of(r)
+            verdict = RatioVerdict.of(r)
             if r is None:
                 lines.append(f"{test}: split {name} against {against}: {verdict.said}")
-            elif verdict is Verdict.ONE_RUN:
+            elif verdict is RatioVerdict.ONE_RUN:
                 lines.append(f"{test}: split {name} against {against}: {r.text()} in one run each: {verdict.said}")
-            elif verdict is Verdict.NOISE:
+            elif verdict is RatioVerdict.NOISE:
                 lines.append(f"{test}: split {name} cannot be told from {against} ({r.text()}: {verdict.said})")
             elif r.value > 1:
                 lines.append(f"{test}: split {name} beats {against} by {r.text()}")

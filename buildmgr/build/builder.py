@@ -89,7 +89,7 @@ def build_env(
     tree: BuildTree,
     statslog: Path,
     environ: Mapping[str, str],
-    remote: compile_cache.Remote | None = None,
+    remote: compile_cache.RemoteCache | None = None,
 ) -> dict[str, str]:
     env = dict(environ) | plan.toolchain_environ
     if remote is not None:

@@ -39,7 +39,7 @@ class ToolchainState:
 
 
 @dataclass(frozen=True)
-class Report:
+class DoctorReport:
     checks: tuple[Check, ...]  # the build tools', then every backend's, with this host's own toolchains
     toolchains: tuple[ToolchainState, ...]
     compilers_missing: bool  # no C or C++ compiler: nothing builds
@@ -72,7 +72,7 @@ def recipes(
     return states
 
 
-def doctor(dirs: Dirs, environ: Mapping[str, str], settings: Settings) -> Report:
+def doctor(dirs: Dirs, environ: Mapping[str, str], settings: Settings) -> DoctorReport:
     """Every check, with what took seconds remembered as `build` does (nvcc's compile probe, each added toolchain's
     hashes) while the files behind it stay."""
     from buildmgr.core.memo import Memo
@@ -91,7 +91,7 @@ def doctor(dirs: Dirs, environ: Mapping[str, str], settings: Settings) -> Report
     with contextlib.suppress(OSError):  # a read-only cache: every answer is still right, just not remembered
         memo.save(dirs.preflight_cache)
     missing = bool(toolchain.problems(host.toolchain, ("cc", "c++"), environ))
-    return Report(tuple(checks), tuple(states), missing)
+    return DoctorReport(tuple(checks), tuple(states), missing)
 
 
 def still_lacking(added: kits.Added, environ: Mapping[str, str], settings: Settings) -> list[str]:

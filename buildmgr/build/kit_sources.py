@@ -43,7 +43,7 @@ def all_kits() -> tuple[Kit, ...]:
 
 
 @dataclass(frozen=True)
-class Request:
+class KitRequest:
     kit: Kit
     version: str | None  # None: the newest there is
 
@@ -52,7 +52,7 @@ class Request:
         return self.kit.name + (f"=={self.version}" if self.version else "")
 
 
-def parse_request(text: str) -> Request:
+def parse_request(text: str) -> KitRequest:
     """`cuda`, `cuda==13.0`, `cuda-runtime==12.8`, `vulkan` → the kit and the release asked for."""
     kits = {kit.name: kit for kit in all_kits()}
     found = _REQUEST.fullmatch(text.strip())
@@ -73,7 +73,7 @@ def parse_request(text: str) -> Request:
                 f"of {kit.backend} "
                 f"{majors} for {kit.name}, asked as MAJOR or MAJOR.MINOR (e.g. {kit.name}=={kit.source.example})"
             )
-    return Request(kit, version)
+    return KitRequest(kit, version)
 
 
 def example() -> str:
@@ -86,7 +86,7 @@ def kit_named(name: str) -> Kit:
 
 
 @dataclass(frozen=True)
-class Fetched:
+class FetchedPackages:
     folder: Path  # what the packages unpacked to, for the kit's layout
     packages: tuple[Package, ...]
     source: str
@@ -116,8 +116,8 @@ def _tail(log: Path, lines: int = 8) -> tuple[str, ...]:
 
 
 def pip(
-    source: PipSource, request: Request, staging: Path, environ: Mapping[str, str], reporter: Reporter, log: Path
-) -> Fetched:
+    source: PipSource, request: KitRequest, staging: Path, environ: Mapping[str, str], reporter: Reporter, log: Path
+) -> FetchedPackages:
     """The user's own pip installs the wheels (its index settings apply; it checks each wheel against the index's
     hash) into the staging folder; its report says what went in."""
     requirement = f"{source.package}[{','.join(source.extras)}]" + (f"=={request.version}.*" if request.version else "")
@@ -141,12 +141,12 @@ def pip(
         hashes = info.get("archive_info", {}).get("hashes", {})
         meta = item["metadata"]
         packages.append(Package(meta["name"], meta["version"], hashes.get("sha256"), info.get("url", "")))
-    return Fetched(site, tuple(sorted(packages, key=lambda p: p.name)), f"pip {requirement}")
+    return FetchedPackages(site, tuple(sorted(packages, key=lambda p: p.name)), f"pip {requirement}")
 
 
 def installed_wheels(
-    source: PipSource, request: Request, staging: Path, reporter: Reporter
-) -> Fetched | Unserved | None:
+    source: PipSource, request: KitRequest, staging: Path, reporter: Reporter
+) -> FetchedPackages | Unserved | None:
     """The wheels this Python has installed already, where it has every one of them for the release asked: each
     file is copied after its sha256 matched the wheel's RECORD (what pip checked when it installed it). No network.
     Unserved says which wheel is missing or of another release; None: the kit takes none from here."""
@@ -201,7 +201,7 @@ def installed_wheels(
             if info is not None:
                 shutil.copytree(info, site / info.name)
             packages.append(Package(dist.name, dist.version, None, f"installed: {info or dist.name}"))
-    return Fetched(site, tuple(sorted(packages, key=lambda p: p.name)), "this Python's installed wheels")
+    return FetchedPackages(site, tuple(sorted(packages, key=lambda p: p.name)), "this Python's installed wheels")
 
 
 def _pip_progress(reporter: Reporter) -> Callable[[str], None]:
@@ -212,7 +212,7 @@ def _pip_progress(reporter: Reporter) -> Callable[[str], None]:
     return feed
 
 
-def _pip_failure(output: str, requirement: str, source: PipSource, request: Request, log: Path) -> Exception:
+def _pip_failure(output: str, requirement: str, source: PipSource, request: KitRequest, log: Path) -> Exception:
     if _DISK_FULL.search(output):
         return UserError(f"the disk filled up while pip installed {requirement}: free some space; nothing was added")
     versions = re.search(r"\(from versions: ([^)]*)\)", output)
@@ -277,8 +277,8 @@ def _host_mirror() -> str | None:
 
 
 def apt(
-    source: AptSource, request: Request, staging: Path, environ: Mapping[str, str], reporter: Reporter, log: Path
-) -> Fetched:
+    source: AptSource, request: KitRequest, staging: Path, environ: Mapping[str, str], reporter: Reporter, log: Path
+) -> FetchedPackages:
     name = request.kit.name
     apt_get, dpkg_deb = shutil.which("apt-get"), shutil.which("dpkg-deb")
     if apt_get is None or dpkg_deb is None:
@@ -336,7 +336,7 @@ def apt(
         ran = proc.run([dpkg_deb, "-x", str(deb), str(fetched)], timeout=300)
         if not ran.ok:
             raise _apt_failure(ran.output, mirror, target, log)
-    return Fetched(fetched, tuple(packages), f"apt {target} ({mirror}): {' '.join(source.packages)}")
+    return FetchedPackages(fetched, tuple(packages), f"apt {target} ({mirror}): {' '.join(source.packages)}")
 
 
 def _apt_failure(output: str, mirror: str, release: str, log: Path) -> UserError:

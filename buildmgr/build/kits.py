@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from buildmgr import __version__, store
 from buildmgr.build import kit_sources
-from buildmgr.build.kit_sources import Request, all_kits, kit_named
+from buildmgr.build.kit_sources import KitRequest, all_kits, kit_named
 from buildmgr.core.config import Dirs, ensure_writable
 from buildmgr.core.errors import UserError
 from buildmgr.core.fsutil import locked, sha256_file
@@ -128,7 +128,7 @@ def require_intact(added: Added, memo: Memo | None = None) -> None:
 
 
 def add(
-    dirs: Dirs, request: Request, environ: Mapping[str, str], reporter: Reporter, cc: str | None
+    dirs: Dirs, request: KitRequest, environ: Mapping[str, str], reporter: Reporter, cc: str | None
 ) -> tuple[Added, bool]:
     """Fetch, lay out, hash and publish one toolchain; (it, whether it was already there). Nothing is left behind
     on failure: the staging folder goes, and the toolchain appears only by the final rename."""
@@ -148,7 +148,7 @@ def add(
             start = time.monotonic()
             if isinstance(kit.source, PipSource):
                 fetched = kit_sources.installed_wheels(kit.source, request, staging, reporter)
-                if not isinstance(fetched, kit_sources.Fetched):
+                if not isinstance(fetched, kit_sources.FetchedPackages):
                     if fetched is not None:
                         reporter.warn(str(fetched))
                     fetched = kit_sources.pip(kit.source, request, staging, environ, reporter, log)

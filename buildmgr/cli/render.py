@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from buildmgr.core.device_records import Device
     from buildmgr.core.findings import Check
-    from buildmgr.devices.inventory_file import BuildEntry, Card
+    from buildmgr.devices.inventory_file import BuildEntry, InventoryCard
     from buildmgr.placement.cover import Covered
     from buildmgr.placement.run import CheckReport
 
@@ -208,7 +208,7 @@ def _bytes(size: float) -> str:
 
 
 def devices_table(
-    cards: Iterable[Card],
+    cards: Iterable[InventoryCard],
     builds: Mapping[str, BuildEntry],
     notes: Iterable[str],
     empty: str | None = None,

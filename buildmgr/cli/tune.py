@@ -110,7 +110,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         (args.interval, "--interval", 0.01),
     ):
         config.at_least(value, flag, least)
-    request = config.Request(
+    request = config.TuneRequest(
         args.build,
         args.model,
         objective,
@@ -160,11 +160,12 @@ def _print(tuned: Tuned) -> None:
         print(f"winner: {name}: {found['value']:.4g} {unit}{interval} ({tuned.request.objective.value}{limit})")
         versus = tuned.versus_fit
         if versus is not None and winner["label"] != "fit":
-            from buildmgr.bench.stats import Verdict
+            from buildmgr.bench.stats import RatioVerdict
 
-            verdict = Verdict.of(versus)
+            verdict = RatioVerdict.of(versus)
             print(
-                f"against llama.cpp's fit: {versus.text()}" + ("" if verdict is Verdict.APART else f" ({verdict.said})")
+                f"against llama.cpp's fit: {versus.text()}"
+                + ("" if verdict is RatioVerdict.APART else f" ({verdict.said})")
             )
         for name, line in tuned.commands.items():
             print(f"{name}: {line}")

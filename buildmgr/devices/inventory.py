@@ -23,7 +23,7 @@ from buildmgr.core.errors import UserError
 from buildmgr.core.fsutil import atomic_write_text, locked
 from buildmgr.core.jsonshape import NewerSchema, ShapeError
 from buildmgr.devices import identity
-from buildmgr.devices.inventory_file import BuildEntry, Card, Inventory, ProbeRecord
+from buildmgr.devices.inventory_file import BuildEntry, Inventory, InventoryCard, ProbeRecord
 from buildmgr.devices.probe import ProbeResult, enumeration_env, probe_build, read_drm_cards, run_capture
 
 
@@ -150,7 +150,7 @@ def summarize(inventory: Inventory, captures: Captures, drm: Sequence[DrmCard] =
 
 def cards(
     devices: list[Device], builds: Mapping[str, BuildEntry], selections: Mapping[str, Mapping[str, Selection]]
-) -> tuple[Card, ...]:
+) -> tuple[InventoryCard, ...]:
     """One row per physical card: its names in each build, and the one each build uses when no -dev is given."""
     rows: dict[str, dict[str, Any]] = {}
     shares: dict[tuple[str, str], int] = {}  # (card, backend) → the memory of its virtual devices, which share it
@@ -191,7 +191,7 @@ def cards(
             if selection is not None and selection.used:  # several: the virtual devices of one card
                 used = row["default"].get(build_id)
                 row["default"][build_id] = f"{used},{listed.name}" if used else listed.name
-    return tuple(Card(**row) for row in rows.values())
+    return tuple(InventoryCard(**row) for row in rows.values())
 
 
 def environment_changes(builds: Mapping[str, BuildEntry], environ: Mapping[str, str]) -> list[str]:

@@ -50,7 +50,7 @@ class BuildEntry:
 
 
 @dataclass(frozen=True)
-class Card:
+class InventoryCard:
     """One physical card: its names in every build, and the one each build uses when no -dev is given."""
 
     physical_id: str
@@ -73,7 +73,7 @@ class Inventory(jsonshape.Record):
     schema: int
     builds: dict[str, BuildEntry]
     devices: tuple[Device, ...] = ()  # every build's devices, with identity and role
-    cards: tuple[Card, ...] = ()
+    cards: tuple[InventoryCard, ...] = ()
     notes: tuple[str, ...] = ()
     updated: str | None = field(default=None, metadata=OMIT_IF_NONE)  # the stored inventory's
     host: dict[str, Any] | None = field(default=None, metadata=OMIT_IF_NONE)

@@ -15,7 +15,7 @@ from buildmgr.placement.check import Here, bench_words, check, memory_findings, 
 from buildmgr.placement.cover import Covered, take
 from buildmgr.placement.rules import KERNELS_REMOVED
 from buildmgr.placement.syntax import Placement, describe, parse, shaping_args
-from buildmgr.placement.verify import Outcome, agreement, verify
+from buildmgr.placement.verify import VerifyOutcome, agreement, verify
 
 if TYPE_CHECKING:
     from buildmgr.backend_spec import RemovedKernels
@@ -40,7 +40,7 @@ class Tested:
 
     placement: Placement
     findings: tuple[Finding, ...]
-    outcome: Outcome | None = None  # with --verify
+    outcome: VerifyOutcome | None = None  # with --verify
     weights: dict[str, int] | None = None  # with a model: bytes of weights each device would hold
     coverage: Covered | None = None  # with --model: where each op ran
 

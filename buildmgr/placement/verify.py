@@ -18,7 +18,7 @@ VERIFY_TIMEOUT_S = 120
 
 
 @dataclass(frozen=True)
-class Outcome:
+class VerifyOutcome:
     result: str  # ran | known | unknown | crashed
     exit_code: int | None
     failure: str = ""  # the rule's id; a crash's line
@@ -35,29 +35,31 @@ class Outcome:
         } | told
 
 
-def classify(code: int | None, output: str) -> Outcome:
+def classify(code: int | None, output: str) -> VerifyOutcome:
     tail = tuple(output.strip().splitlines()[-6:])
     if code == 0:
-        return Outcome("ran", code)
+        return VerifyOutcome("ran", code)
     known = first_match((rule.signature for rule in rules.RULES), output)
-    return Outcome("known", code, known.name, tail) if known else Outcome("unknown", code, "", tail)
+    return VerifyOutcome("known", code, known.name, tail) if known else VerifyOutcome("unknown", code, "", tail)
 
 
-def verify(bench: Path, model: Path, placement: Placement, environ: Mapping[str, str], *, user_model: bool) -> Outcome:
+def verify(
+    bench: Path, model: Path, placement: Placement, environ: Mapping[str, str], *, user_model: bool
+) -> VerifyOutcome:
     """Run llama-bench with the placement in a child, with a timeout; tiny runs (-p 1 -n 1 on a user's model)."""
     size = ["-p", "1", "-n", "1"] if user_model else ["-p", "16", "-n", "4"]
     command = [str(bench), "-m", str(model), *size, "-r", "1", "-v", *bench_args(placement)]
     ran = proc.run(command, env=dict(environ), timeout=VERIFY_TIMEOUT_S)
     if ran.timed_out:
-        return Outcome("unknown", None, "", (ran.stderr,))
+        return VerifyOutcome("unknown", None, "", (ran.stderr,))
     outcome = classify(ran.returncode, ran.output)
     if outcome.result == "unknown" and ran.started and ran.returncode < 0:  # no rule's abort: where it died
         crash = postmortem.examine(command, ran, environ, postmortem.device_of(placement.devices))
-        return Outcome("crashed", ran.returncode, crash.line(), crash.notes(), crash)
+        return VerifyOutcome("crashed", ran.returncode, crash.line(), crash.notes(), crash)
     return outcome
 
 
-def agreement(findings: list[Finding], outcome: Outcome) -> str:
+def agreement(findings: list[Finding], outcome: VerifyOutcome) -> str:
     """Did the run do what the rules predicted?"""
     predicted = errors(findings)
     if not predicted:

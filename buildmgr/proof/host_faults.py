@@ -25,7 +25,7 @@ SCHEMA = 1
 
 
 @dataclass(frozen=True)
-class Seen:
+class SeenFault:
     fault: str  # a backend's `RuntimeFault.name`
     compiler: str  # the C++ compiler's path and version
     cpu: str  # the CPU's name and its feature flags' count: one CPU model and microcode family
@@ -37,7 +37,7 @@ class Seen:
 @dataclass(frozen=True)
 class FaultsFile:
     schema: int
-    seen: tuple[Seen, ...] = ()
+    seen: tuple[SeenFault, ...] = ()
 
 
 def here(toolchain: Toolchain) -> tuple[str, str]:
@@ -50,7 +50,7 @@ def path(dirs: Dirs) -> Path:
     return dirs.cache / "faults.json"
 
 
-def read(dirs: Dirs, warn: Callable[[str], None] = lambda m: None) -> tuple[Seen, ...]:
+def read(dirs: Dirs, warn: Callable[[str], None] = lambda m: None) -> tuple[SeenFault, ...]:
     file = path(dirs)
     try:
         loaded: FaultsFile = jsonshape.load(FaultsFile, json.loads(file.read_text(encoding="utf-8")))
@@ -62,7 +62,7 @@ def read(dirs: Dirs, warn: Callable[[str], None] = lambda m: None) -> tuple[Seen
     return loaded.seen
 
 
-def remember(dirs: Dirs, seen: Seen) -> None:
+def remember(dirs: Dirs, seen: SeenFault) -> None:
     """Add what a proof saw, atomically under the file's lock (two builds may learn at once)."""
     file = path(dirs)
     file.parent.mkdir(parents=True, exist_ok=True)
@@ -72,12 +72,12 @@ def remember(dirs: Dirs, seen: Seen) -> None:
         atomic_write_text(file, json.dumps(jsonshape.dump(record), indent=2) + "\n")
 
 
-def seen_now(fault: RuntimeFault, crash: str, build: str, compiler: str, cpu: str) -> Seen:
-    return Seen(fault.name, compiler, cpu, crash, build, datetime.now(UTC).isoformat(timespec="seconds"))
+def seen_now(fault: RuntimeFault, crash: str, build: str, compiler: str, cpu: str) -> SeenFault:
+    return SeenFault(fault.name, compiler, cpu, crash, build, datetime.now(UTC).isoformat(timespec="seconds"))
 
 
 def fixes(
-    seen: tuple[Seen, ...],
+    seen: tuple[SeenFault, ...],
     defines: Mapping[str, str],
     given: Mapping[str, str],
     compiler: str,

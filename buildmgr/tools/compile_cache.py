@@ -21,7 +21,7 @@ _CONNECT_CHECK_S = 1.0
 
 
 @dataclass(frozen=True)
-class Remote:
+class RemoteCache:
     url: str  # as the user wrote it
     host: str | None
     port: int | None
@@ -32,7 +32,7 @@ class Remote:
         return f"{self.url}|{REMOTE_ATTRIBUTES}"
 
 
-def parse_remote(url: str) -> Remote:
+def parse_remote(url: str) -> RemoteCache:
     """`redis://host[:port]`, `redis+unix:/path`, `http://host[:port]/path` or `file:/path`; ValueError says why not."""
     if "|" in url or any(c.isspace() for c in url):
         raise ValueError("it must be a plain URL (buildmgr adds ccache's attributes itself)")
@@ -44,11 +44,11 @@ def parse_remote(url: str) -> Remote:
             port = parts.port or _DEFAULT_PORTS[parts.scheme]
         except ValueError as err:
             raise ValueError(str(err)) from None
-        return Remote(url, parts.hostname, port)
+        return RemoteCache(url, parts.hostname, port)
     if parts.scheme in ("redis+unix", "file"):
         if not parts.path:
             raise ValueError(f"a {parts.scheme}: URL needs a path")
-        return Remote(url, None, None)
+        return RemoteCache(url, None, None)
     raise ValueError("use redis://host[:port], redis+unix:/path, http://host[:port]/path or file:/path")
 
 
@@ -60,7 +60,7 @@ def without_remote(environ: Mapping[str, str]) -> dict[str, str]:
     return kept | {"CCACHE_REMOTE_STORAGE": ""}
 
 
-def usable_remote(url: str | None, warn: Callable[[str], None]) -> Remote | None:
+def usable_remote(url: str | None, warn: Callable[[str], None]) -> RemoteCache | None:
     """The remote this build will use, or None (with one warning when one was asked for and cannot be used)."""
     if not url:
         return None

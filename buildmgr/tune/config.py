@@ -30,7 +30,7 @@ HOST_NAMES = ("CPU", "Host")  # --memory CPU=… limits what the host's memory m
 
 
 @dataclass(frozen=True)
-class Request:
+class TuneRequest:
     build: str
     model: Path
     objective: Objective = Objective.TG

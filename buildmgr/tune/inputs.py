@@ -14,14 +14,14 @@ from buildmgr.core.errors import UserError
 from buildmgr.placement.check import Here, model_devices, read_gguf
 from buildmgr.placement.syntax import Placement
 from buildmgr.tune import oracle, space
-from buildmgr.tune.config import HOST_NAMES, Request
-from buildmgr.tune.result import Entry
+from buildmgr.tune.config import HOST_NAMES, TuneRequest
+from buildmgr.tune.result import RaceEntry
 
 if TYPE_CHECKING:
     from buildmgr.store import Build
 
 
-def cards(here: Here, memory: Mapping[str, int]) -> tuple[tuple[space.Card, ...], dict[str, int | None]]:
+def cards(here: Here, memory: Mapping[str, int]) -> tuple[tuple[space.TuneCard, ...], dict[str, int | None]]:
     """The cards here, each with every name it has (one physical id), and what each device and the host may hold:
     `--memory` where given (a name that is no device here, or a size past what is free, is exit 2)."""
     names = {d.name for d in here.devices}
@@ -44,7 +44,7 @@ def cards(here: Here, memory: Mapping[str, int]) -> tuple[tuple[space.Card, ...]
     found = []
     for group in grouped.values():
         held = [room for n in group if (room := capacity[n]) is not None]
-        found.append(space.Card(tuple(group), min(held) if held else None))
+        found.append(space.TuneCard(tuple(group), min(held) if held else None))
     return tuple(found), capacity
 
 
@@ -84,7 +84,7 @@ def margins(here: Here, capacity: Mapping[str, int | None], free_now: Mapping[st
     return found
 
 
-def config_of(entry: Entry, build_id: str) -> bench_config.BenchConfig:
+def config_of(entry: RaceEntry, build_id: str) -> bench_config.BenchConfig:
     words = list(entry.candidate.words)
     return bench_config.from_words(entry.candidate.label, build_id, words, shlex.join(words))
 
@@ -99,7 +99,7 @@ def fit_tool(build: Build) -> Path:
     return path
 
 
-def bench_request_of(request: Request) -> bench_config.Request:
+def bench_request_of(request: TuneRequest) -> bench_config.BenchRequest:
     """The bench request every candidate's processes run under: tune's workload at its one depth, and the cards'
     energy counters read alone only where energy is the objective."""
     workload = bench_config.Workload(
@@ -111,7 +111,7 @@ def bench_request_of(request: Request) -> bench_config.Request:
         repetitions=request.repetitions,
         warmup=request.warmup,
     )
-    return bench_config.Request(
+    return bench_config.BenchRequest(
         request.model,
         (),
         workload,

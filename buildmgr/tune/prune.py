@@ -13,28 +13,28 @@ from buildmgr.bench.prepare import Planned
 from buildmgr.bench.runner import cover
 from buildmgr.placement.cover import Covered
 from buildmgr.tune import oracle, space
-from buildmgr.tune.config import Request
-from buildmgr.tune.result import Entry
+from buildmgr.tune.config import TuneRequest
+from buildmgr.tune.result import RaceEntry
 
 TWIN = "the same as without -fa 1: llama.cpp's -fa auto turns FlashAttention on here (the same KV cache and kernels)"
 
 
 def prune(
-    entries: Sequence[Entry],
+    entries: Sequence[RaceEntry],
     planned: Sequence[Planned],
     tool: Path,
-    request: Request,
+    request: TuneRequest,
     ctx: int,
     capacity: Mapping[str, int | None],
-    bench_request: bench_config.Request,
+    bench_request: bench_config.BenchRequest,
     environ: Mapping[str, str],
     say: Callable[[str], None],
     taken: dict[tuple[str, ...], Covered],
-) -> dict[str, tuple[Entry, Planned, Covered]]:
+) -> dict[str, tuple[RaceEntry, Planned, Covered]]:
     """Those left to race, each with its plan, coverage (said, or that it could not be taken) and the environment
     its runs get; the others' entries say why not. `taken`: coverage already taken, by the flags without -t
     (threads move no op: a candidate that differs only in them is not run again for it)."""
-    live: dict[str, tuple[Entry, Planned, Covered]] = {}
+    live: dict[str, tuple[RaceEntry, Planned, Covered]] = {}
     for entry, p in zip(entries, planned, strict=True):
         if p.blocked is not None:
             entry.reason = f"the placement check: {p.blocked.line()}"

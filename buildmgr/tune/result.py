@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from buildmgr.bench import rows
-from buildmgr.bench.stats import Ratio, Verdict, geomean, ratio, t975
+from buildmgr.bench.stats import Ratio, RatioVerdict, geomean, ratio, t975
 from buildmgr.tune import oracle, race, serve, space
-from buildmgr.tune.config import Request
+from buildmgr.tune.config import TuneRequest
 
 
-class State(Enum):
+class RaceState(Enum):
     WINNER = "winner"
     FINALIST = "in the race at its end"
     RACED_OUT = "left the race"
@@ -28,9 +28,9 @@ class State(Enum):
 
 
 @dataclass
-class Entry:
-    candidate: space.Candidate
-    state: State = State.PRUNED
+class RaceEntry:
+    candidate: space.TuneCandidate
+    state: RaceState = RaceState.PRUNED
     reason: str = ""
     need: dict[str, oracle.Need] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)  # what bench set for its runs (the pinning guard)
@@ -72,16 +72,16 @@ class Entry:
 
 @dataclass(frozen=True)
 class Tuned:
-    request: Request
+    request: TuneRequest
     build: str
     ctx: int
-    entries: tuple[Entry, ...]
+    entries: tuple[RaceEntry, ...]
     notes: tuple[str, ...]
     rounds: int
     seconds: float
     run_seconds: float  # the llama-bench processes of the race alone: the device time the race cost
     capacity_mib: dict[str, int | None]
-    winner: Entry | None
+    winner: RaceEntry | None
     rows_path: Path
     samples_path: Path  # every process's samples, as bench keeps them
     plan_path: Path
@@ -161,7 +161,7 @@ def interval_json(units: Sequence[float]) -> dict[str, Any]:
     }
 
 
-def side_by_side(base: Entry, other: Entry) -> Ratio | None:
+def side_by_side(base: RaceEntry, other: RaceEntry) -> Ratio | None:
     """`other` over `base` in the rounds both ran in: interleaved, in the same conditions (None where fewer than
     two)."""
     shared = [r for r in base.by_round if r in other.by_round]
@@ -188,41 +188,41 @@ def sampler_load(shares: Sequence[tuple[str, float | None]]) -> str | None:
     )
 
 
-def unmeasured_against_fit(seed: Entry, winner: Entry) -> str | None:
+def unmeasured_against_fit(seed: RaceEntry, winner: RaceEntry) -> str | None:
     """Where llama.cpp's fit never ran (left out before the race, or failed), the winner beats nothing measured:
     said, with why."""
-    if winner is seed or seed.state not in (State.PRUNED, State.FAILED):
+    if winner is seed or seed.state not in (RaceState.PRUNED, RaceState.FAILED):
         return None
     return f"llama.cpp's fit was not measured ({seed.reason or seed.state.value}): the winner is not compared with it"
 
 
-def decide(raced: Sequence[Entry], objective: str, incumbent: Entry) -> Entry | None:
+def decide(raced: Sequence[RaceEntry], objective: str, incumbent: RaceEntry) -> RaceEntry | None:
     """The winner among those still in the race at its end (race.winner: the incumbent stays unless an interval
     shows something faster), and how each other finalist compares with it."""
-    finalists = {e.candidate.label: e for e in raced if e.state is State.FINALIST}
+    finalists = {e.candidate.label: e for e in raced if e.state is RaceState.FINALIST}
     if not finalists:
         return None
     standings = [race.Standing(label, e.stage_units, e is incumbent) for label, e in finalists.items()]
     chosen, over_seed = race.winner(standings)
     winner = finalists[chosen.label]
-    winner.state, winner.versus_best = State.WINNER, None  # a ratio from a stage it left is not against a winner
+    winner.state, winner.versus_best = RaceState.WINNER, None  # a ratio from a stage it left is not against a winner
     lead = race.best(standings)
     if chosen is lead:
         winner.reason = f"best by {objective} over {len(winner.stage_units)} processes"
     else:
         ahead = f"{over_seed.text()}" if over_seed is not None else "one process each"
         held = "llama.cpp's fit" if winner.candidate.seed else winner.candidate.label
-        undecided = Verdict.ONE_RUN if over_seed is None else Verdict.of(over_seed)  # None: one process each
+        undecided = RatioVerdict.ONE_RUN if over_seed is None else RatioVerdict.of(over_seed)  # None: one process each
         winner.reason = f"{held} stays: {lead.label} is ahead by {ahead}, {undecided.said}"
     for label, found in race.versus(standings, chosen):
         entry = finalists[label]
         entry.versus_best = found
-        verdict = Verdict.of(found)
+        verdict = RatioVerdict.of(found)
         entry.reason = (
             f"{verdict.said} against {chosen.label}"
-            if found is None or verdict is Verdict.ONE_RUN
+            if found is None or verdict is RatioVerdict.ONE_RUN
             else f"cannot tell from {chosen.label} ({found.text()})"
-            if verdict is Verdict.NOISE
+            if verdict is RatioVerdict.NOISE
             else f"{found.text()} of {chosen.label}"
         )
     return winner

@@ -26,10 +26,10 @@ from buildmgr.core.errors import UserError
 from buildmgr.core.hostfacts import usable_cpus
 from buildmgr.placement.cover import Covered
 from buildmgr.tune import measure, oracle, race, serve, space
-from buildmgr.tune.config import Request
+from buildmgr.tune.config import TuneRequest
 from buildmgr.tune.inputs import bench_request_of, cards, config_of, fit_tool, margins, shape
 from buildmgr.tune.prune import prune
-from buildmgr.tune.result import Entry, State, Tuned, decide, sampler_load, side_by_side, unmeasured_against_fit
+from buildmgr.tune.result import RaceEntry, RaceState, Tuned, decide, sampler_load, side_by_side, unmeasured_against_fit
 
 if TYPE_CHECKING:
     from buildmgr.core.config import Dirs
@@ -39,12 +39,12 @@ if TYPE_CHECKING:
 
 
 def leader_share(
-    live: Mapping[str, tuple[Entry, Planned, Covered]],
+    live: Mapping[str, tuple[RaceEntry, Planned, Covered]],
     runs: Mapping[str, list[Run]],
     standings: Sequence[race.Standing],
-    bench_request: bench_config.Request,
+    bench_request: bench_config.BenchRequest,
     environ: Mapping[str, str],
-    host: rows.Host,
+    host: rows.HostRow,
     test: tuple[int, int, int],
 ) -> float | None:
     """The leader's share of its decode's bandwidth limit so far (None for prefill, or where it is unknown)."""
@@ -58,13 +58,13 @@ def leader_share(
 
 
 def race_all(
-    live: Mapping[str, tuple[Entry, Planned, Covered]],
-    incumbent: Entry,
-    bench_request: bench_config.Request,
-    request: Request,
+    live: Mapping[str, tuple[RaceEntry, Planned, Covered]],
+    incumbent: RaceEntry,
+    bench_request: bench_config.BenchRequest,
+    request: TuneRequest,
     environ: Mapping[str, str],
     sources: list[backends.EngineSource],
-    host: rows.Host,
+    host: rows.HostRow,
     started: float,
     say: Callable[[str], None],
     notes: list[str],
@@ -94,7 +94,7 @@ def race_all(
         run = run_once(p, bench_request, environ, sources, 0, bandwidth=bandwidths(p, host))
         runs[label].append(run)
         if run.failure:
-            entry.state, entry.reason = State.FAILED, run.failure
+            entry.state, entry.reason = RaceState.FAILED, run.failure
             del in_race[label]
         say(f"  warm-up: {label}: {entry.reason or f'{run.ran.seconds:.1f} s (kept apart)'}")
     rounds = first_round - 1
@@ -115,15 +115,15 @@ def race_all(
                 # leave the slow ones to win
                 raise UserError(f"{label}: {figure.why}; raise -n (now {request.n_gen}) or -r")
             if run.failure or value is None:
-                entry.state, entry.reason = State.FAILED, run.failure or figure.why
+                entry.state, entry.reason = RaceState.FAILED, run.failure or figure.why
             elif judged is not None and judged.validity is Validity.FALLBACK:
-                entry.state, entry.reason = State.FAILED, "fell back: " + "; ".join(judged.evidence)
+                entry.state, entry.reason = RaceState.FAILED, "fell back: " + "; ".join(judged.evidence)
             else:
                 entry.by_round[rounds] = value
                 entry.stage_units += (value,)
                 if entry is incumbent:
                     entry.held_units += (value,)
-                entry.state = State.FINALIST
+                entry.state = RaceState.FINALIST
                 source = f"; {figure.basis}" if figure.basis else ""  # energy: which reading it stands on
                 say(f"  round {rounds}: {label}: {race.speed(value)} {unit} ({run.ran.seconds:.1f} s{source})")
                 continue
@@ -148,7 +148,7 @@ def race_all(
         standings = [race.Standing(label, e.stage_units, e is incumbent) for label, (e, _, _) in in_race.items()]
         for out in [] if request.grid else race.after_round(standings, rounds - first_round + 1, unit):
             entry = in_race.pop(out.label)[0]
-            entry.state, entry.reason, entry.versus_best = State.RACED_OUT, out.reason, out.ratio
+            entry.state, entry.reason, entry.versus_best = RaceState.RACED_OUT, out.reason, out.ratio
         elapsed = time.monotonic() - started
         lead = (
             f", ahead: {race.best(standings).label} {race.speed(race.best(standings).value)} {unit}"
@@ -191,7 +191,7 @@ def energy_readable() -> None:
 
 def tune(
     dirs: Dirs,
-    request: Request,
+    request: TuneRequest,
     environ: Mapping[str, str],
     say: Callable[[str], None],
 ) -> Tuned:
@@ -235,12 +235,12 @@ def tune(
     bench_request = bench_request_of(request)
     workload = bench_request.workload
     test = workload.tests()[0 if request.objective is space.Objective.PP else 1]
-    entries: dict[str, Entry] = {}
-    raced: dict[str, tuple[Entry, Planned, Covered]] = {}
+    entries: dict[str, RaceEntry] = {}
+    raced: dict[str, tuple[RaceEntry, Planned, Covered]] = {}
     runs: dict[str, list[Run]] = {}
     covered_by_flags: dict[tuple[str, ...], Covered] = {}
     candidates = space.grid(shaped, seed_words) if request.grid else space.placements(shaped, seed_words)
-    winner: Entry | None = None
+    winner: RaceEntry | None = None
     rounds = stage = 0
     out_of_time = False
     sources = backends.open_engines()
@@ -248,7 +248,7 @@ def tune(
         host, host_notes = open_host(dirs, bench_request, sources, say, notes)
         while candidates:
             stage += 1
-            fresh = [Entry(c) for c in candidates if c.label not in entries]
+            fresh = [RaceEntry(c) for c in candidates if c.label not in entries]
             entries |= {e.candidate.label: e for e in fresh}
             what = "the placements" if winner is None else f"one factor on {winner.candidate.label}"
             say(
@@ -290,7 +290,7 @@ def tune(
                 )
                 found = decide([e for e, _, _ in live.values()], request.objective.value, incumbent)
             if found is not None and winner is not None and found is not winner:
-                winner.state, winner.reason = State.RACED_OUT, f"beaten by {found.candidate.label} in stage {stage}"
+                winner.state, winner.reason = RaceState.RACED_OUT, f"beaten by {found.candidate.label} in stage {stage}"
             winner = found or winner
             pending = space.factors(shaped, winner.candidate.cpu) if winner is not None else []
             if request.grid or winner is None or out_of_time or stage > len(pending):
@@ -308,7 +308,7 @@ def tune(
                 stage += 1
                 say(f"stage {stage}: {winner.candidate.label} against llama.cpp's fit, side by side …")
                 live = {label: raced[label] for label in (seed.candidate.label, winner.candidate.label)}
-                seed.state = State.FINALIST
+                seed.state = RaceState.FINALIST
                 rounds, out_of_time = race_all(
                     live, seed, bench_request, request, environ, sources, host, started, say, notes, runs, rounds + 1
                 )

@@ -36,7 +36,7 @@ class Objective(Enum):
 
 
 @dataclass(frozen=True)
-class Card:
+class TuneCard:
     """One physical card and every name it has here (CUDA0 and Vulkan0 of one GPU): tried under one name at a time."""
 
     names: tuple[str, ...]
@@ -63,14 +63,14 @@ class Shape:
 
 @dataclass(frozen=True)
 class Space:
-    cards: tuple[Card, ...]
+    cards: tuple[TuneCard, ...]
     shape: Shape
     objective: Objective
     threads: tuple[int, ...] = ()  # -t values beside llama.cpp's default, tried where the CPU computes
 
 
 @dataclass(frozen=True)
-class Candidate:
+class TuneCandidate:
     label: str
     words: tuple[str, ...]  # llama-cli's flags: the placement and the options tune varies
     seed: bool = False  # llama.cpp's own --fit answer
@@ -80,7 +80,7 @@ class Candidate:
         return {"label": self.label, "flags": list(self.words), "seed": self.seed}
 
 
-def _offload(cards: Sequence[Card], shape: Shape) -> list[tuple[str, tuple[str, ...]]]:
+def _offload(cards: Sequence[TuneCard], shape: Shape) -> list[tuple[str, tuple[str, ...]]]:
     """Nothing kept on the CPU where the weights fit the cards' capacity with llama.cpp's margin; else the fewest
     layers' experts (-ncmoe) or layers (-ngl) that would make them fit by weight alone, and a few steps more."""
     capacities = [c.capacity_mib for c in cards]
@@ -99,7 +99,7 @@ def _offload(cards: Sequence[Card], shape: Shape) -> list[tuple[str, tuple[str, 
     return [(f"ngl{n}", ("-ngl", str(n))) for n in steps] or [("ngl0", ("-ngl", "0"))]
 
 
-def _device_sets(cards: Sequence[Card]) -> list[tuple[str, ...]]:
+def _device_sets(cards: Sequence[TuneCard]) -> list[tuple[str, ...]]:
     """Every non-empty set of cards, each card under one of its names: never two names of one card together."""
     sets = []
     for size in range(1, len(cards) + 1):
@@ -111,10 +111,10 @@ def _device_sets(cards: Sequence[Card]) -> list[tuple[str, ...]]:
 Level = tuple[str, tuple[str, ...]]  # a factor's value: its label ("" for llama.cpp's default) and its flags
 
 
-def placements(space: Space, seed: Sequence[str]) -> list[Candidate]:
+def placements(space: Space, seed: Sequence[str]) -> list[TuneCandidate]:
     """The first stage: llama.cpp's own fit (the seed, first), then every placement of the model on these cards,
     each with llama.cpp's defaults for everything else."""
-    found = [Candidate("fit", tuple(seed), seed=True, cpu=_computes_on_cpu(seed, space))]
+    found = [TuneCandidate("fit", tuple(seed), seed=True, cpu=_computes_on_cpu(seed, space))]
     by_name = {n: c for c in space.cards for n in c.names}
     for devices in _device_sets(space.cards):
         chosen = [by_name[n] for n in devices]
@@ -129,9 +129,9 @@ def placements(space: Space, seed: Sequence[str]) -> list[Candidate]:
         ):
             label = " ".join(p for p in ("+".join(devices), split, share, offload) if p)
             words = ("-dev", ",".join(devices), *split_words, *share_words, *offload_words)
-            found.append(Candidate(label, words, cpu=bool(offload)))
+            found.append(TuneCandidate(label, words, cpu=bool(offload)))
     if not space.cards:
-        found.append(Candidate("cpu", (), cpu=True))
+        found.append(TuneCandidate("cpu", (), cpu=True))
     return found
 
 
@@ -185,21 +185,21 @@ def auto_twin(words: Sequence[str]) -> tuple[str, ...] | None:
     return without_threads(without(words, *fa.flags))
 
 
-def varied(incumbent: Candidate, factor: Sequence[Level]) -> list[Candidate]:
+def varied(incumbent: TuneCandidate, factor: Sequence[Level]) -> list[TuneCandidate]:
     """The incumbent and the incumbent at each other level of one factor (a later stage of the race)."""
     return [incumbent] + [
-        Candidate(f"{incumbent.label} {name}", (*incumbent.words, *words), cpu=incumbent.cpu)
+        TuneCandidate(f"{incumbent.label} {name}", (*incumbent.words, *words), cpu=incumbent.cpu)
         for name, words in factor
         if name
     ]
 
 
-def grid(space: Space, seed: Sequence[str]) -> list[Candidate]:
+def grid(space: Space, seed: Sequence[str]) -> list[TuneCandidate]:
     """The whole space: every placement at every level of every factor (what `tune --grid` runs)."""
     found = []
     for placement in placements(space, seed):
         for levels in itertools.product(*factors(space, placement.cpu)):
             label = " ".join(p for p in (placement.label, *(name for name, _ in levels)) if p)
             words = (*placement.words, *(w for _, flags in levels for w in flags))
-            found.append(Candidate(label, words, placement.seed and not any(n for n, _ in levels), placement.cpu))
+            found.append(TuneCandidate(label, words, placement.seed and not any(n for n, _ in levels), placement.cpu))
     return found

@@ -44,7 +44,7 @@ def _signer(minisig: bytes) -> str:
 
 
 @dataclass(frozen=True)
-class Signed:
+class SignedIndex:
     """index.json as served, and what its signature says of it (checked over the bytes, unparsed)."""
 
     files: IndexFiles
@@ -54,7 +54,7 @@ class Signed:
     changed: bool = False  # its signature does not match it: changed after it was signed
 
 
-def _signed(repo: Repo, keys: Mapping[str, signing.PublicKey], trust: keyring.Trust) -> Signed | None:
+def _signed(repo: Repo, keys: Mapping[str, signing.PublicKey], trust: keyring.Trust) -> SignedIndex | None:
     """index.json and its signature by a key that vouches here (None: there is no index.json). A signature that does
     not match is a changed index, unless reading both again makes them agree (a publish came between the reads)."""
     files = repo.index_files()
@@ -62,16 +62,16 @@ def _signed(repo: Repo, keys: Mapping[str, signing.PublicKey], trust: keyring.Tr
         if files is None:
             return None
         if files.minisig is None:
-            return Signed(files, None, "is unsigned")
+            return SignedIndex(files, None, "is unsigned")
         try:
             key_id = signing.verify(files.data, files.minisig.decode("utf-8", "replace"), keys).key_id
-            return Signed(files, key_id, f"is signed by {key_id}")
+            return SignedIndex(files, key_id, f"is signed by {key_id}")
         except signing.Untrusted:
-            return Signed(files, None, "is " + not_vouching([_signer(files.minisig)], trust, repo.identity))
+            return SignedIndex(files, None, "is " + not_vouching([_signer(files.minisig)], trust, repo.identity))
         except signing.SignatureError:
             if not again:
                 why = f"does not match its signature by {_signer(files.minisig)}: it was changed after it was signed"
-                return Signed(files, None, why, changed=True)
+                return SignedIndex(files, None, why, changed=True)
             files = repo.index_files()
     raise AssertionError("unreachable")
 

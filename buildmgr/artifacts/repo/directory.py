@@ -34,7 +34,7 @@ from buildmgr.trust import signing
 LOCK = ".lock"
 
 
-class Layout(Repo):
+class DirectoryLayout(Repo):
     """index.json and blobs/sha256/<digest>/<name>{,.sha256,.minisig,.intoto.json}: a directory's layout."""
 
     @abstractmethod
@@ -73,7 +73,7 @@ def open_regular(path: Path) -> io.BufferedReader:
 
 
 @dataclass(frozen=True)
-class DirRepo(Layout):
+class DirRepo(DirectoryLayout):
     text: str
     path: Path
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from buildmgr.artifacts import index
 from buildmgr.artifacts.repo.base import Progress, Published, append, capped, declared, http_total
-from buildmgr.artifacts.repo.directory import Layout
+from buildmgr.artifacts.repo.directory import DirectoryLayout
 from buildmgr.artifacts.repo.net import NO_LIMITS_GIVEN, Limits, opener, unreachable, within
 from buildmgr.artifacts.unpack import Artifact
 from buildmgr.core.errors import NetworkFault, UserError
@@ -16,7 +16,7 @@ from buildmgr.trust import signing
 
 
 @dataclass(frozen=True)
-class HttpRepo(Layout):
+class HttpRepo(DirectoryLayout):
     text: str
     url: str  # its identity: one spelling, ending in /
     limits: Limits = NO_LIMITS_GIVEN
