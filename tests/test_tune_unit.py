@@ -285,6 +285,7 @@ def test_forcing_flash_attention_on_is_not_run_only_where_its_twin_s_run_said_au
     from buildmgr.placement.cover import Covered
     from buildmgr.tune import prune
     from buildmgr.tune.result import RaceEntry
+    from buildmgr.tune.tuning import Tuning
 
     asked: list[tuple[str, ...]] = []
     monkeypatch.setattr(prune.oracle, "need", lambda tool, model, ctx, words, environ: asked.append(words) or {})
@@ -297,7 +298,8 @@ def test_forcing_flash_attention_on_is_not_run_only_where_its_twin_s_run_said_au
     )
     planned = [SimpleNamespace(blocked=None, env_set={})] * 2
     request = SimpleNamespace(model=Path("m.gguf"))
-    live = prune.prune([fa1, fa0], planned, Path("fit"), request, 512, {}, None, {}, print, taken)  # type: ignore[arg-type]
+    tuning = Tuning(request, {}, print, 0.0, Path("fit"), 512, {}, [], None, covered=taken)  # type: ignore[arg-type]
+    live = prune.prune(tuning, [fa1, fa0], planned, None)  # type: ignore[arg-type]
     if resolved:  # the same configuration as the incumbent: neither estimated nor run
         assert list(live) == ["Vulkan0 fa0"] and fa1.reason == prune.TWIN and (*base, "-fa", "1") not in asked
     else:  # auto turned it off, or was not resolved: forcing it on is a candidate of its own
@@ -352,6 +354,7 @@ def test_an_incumbent_stands_on_its_processes_as_the_incumbent_and_a_winner_chos
     from buildmgr.tune import runner
     from buildmgr.tune.measure import Figure
     from buildmgr.tune.result import RaceEntry, RaceState
+    from buildmgr.tune.tuning import Tuning
 
     reads = {
         "fit": iter([30.0, 31.0, 30.5, 29.0, 30.0]),
@@ -377,21 +380,8 @@ def test_an_incumbent_stands_on_its_processes_as_the_incumbent_and_a_winner_chos
 
     def stage(labels: list[str], first: int, carry: bool) -> int:
         live = {label: (entries[label], label, None) for label in labels}
-        rounds, _ = runner.race_all(
-            live,
-            entries[labels[0]],
-            bench_request,
-            request,
-            {},
-            [],
-            None,
-            0.0,
-            print,
-            [],
-            runs,
-            first,
-            carry=carry,  # type: ignore[arg-type]
-        )
+        tuning = Tuning(request, {}, print, 0.0, Path("fit"), 512, {}, [], None, runs=runs)  # type: ignore[arg-type]
+        rounds, _ = runner.race_all(tuning, live, entries[labels[0]], bench_request, first, carry=carry)  # type: ignore[arg-type]
         return rounds
 
     last = stage(["fit", "slow"], 1, carry=True)  # stage 1: the fit is the incumbent

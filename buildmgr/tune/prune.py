@@ -5,35 +5,30 @@ flags that can move an op)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
 from buildmgr.bench import config as bench_config
 from buildmgr.bench.prepare import Planned
 from buildmgr.bench.runner import cover
 from buildmgr.placement.cover import Covered
 from buildmgr.tune import oracle, space
-from buildmgr.tune.config import TuneRequest
 from buildmgr.tune.result import RaceEntry
+from buildmgr.tune.tuning import Tuning
 
 TWIN = "the same as without -fa 1: llama.cpp's -fa auto turns FlashAttention on here (the same KV cache and kernels)"
 
 
 def prune(
+    tuning: Tuning,
     entries: Sequence[RaceEntry],
     planned: Sequence[Planned],
-    tool: Path,
-    request: TuneRequest,
-    ctx: int,
-    capacity: Mapping[str, int | None],
     bench_request: bench_config.BenchRequest,
-    environ: Mapping[str, str],
-    say: Callable[[str], None],
-    taken: dict[tuple[str, ...], Covered],
 ) -> dict[str, tuple[RaceEntry, Planned, Covered]]:
     """Those left to race, each with its plan, coverage (said, or that it could not be taken) and the environment
-    its runs get; the others' entries say why not. `taken`: coverage already taken, by the flags without -t
+    its runs get; the others' entries say why not. Coverage already taken (`tuning.covered`, by the flags without -t
     (threads move no op: a candidate that differs only in them is not run again for it)."""
+    request, tool, ctx, capacity = tuning.request, tuning.tool, tuning.ctx, tuning.capacity
+    environ, say, taken = tuning.environ, tuning.say, tuning.covered
     live: dict[str, tuple[RaceEntry, Planned, Covered]] = {}
     for entry, p in zip(entries, planned, strict=True):
         if p.blocked is not None:

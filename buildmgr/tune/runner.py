@@ -30,6 +30,7 @@ from buildmgr.tune.config import TuneRequest
 from buildmgr.tune.inputs import bench_request_of, cards, config_of, fit_tool, margins, shape
 from buildmgr.tune.prune import prune
 from buildmgr.tune.result import RaceEntry, RaceState, Tuned, decide, sampler_load, side_by_side, unmeasured_against_fit
+from buildmgr.tune.tuning import Tuning
 
 if TYPE_CHECKING:
     from buildmgr.core.config import Dirs
@@ -58,17 +59,10 @@ def leader_share(
 
 
 def race_all(
+    tuning: Tuning,
     live: Mapping[str, tuple[RaceEntry, Planned, Covered]],
     incumbent: RaceEntry,
     bench_request: bench_config.BenchRequest,
-    request: TuneRequest,
-    environ: Mapping[str, str],
-    sources: list[backends.EngineSource],
-    host: rows.HostRow,
-    started: float,
-    say: Callable[[str], None],
-    notes: list[str],
-    runs: dict[str, list[Run]],
     first_round: int,
     carry: bool = False,
 ) -> tuple[int, bool]:
@@ -79,6 +73,14 @@ def race_all(
     stage's incumbent runs once more, in the first round; where that process reads as they predict it stands on all of
     them and runs no more (only its variations run), and where not (the host moved) it races every round on its fresh
     processes alone."""
+    request, environ, sources, host, started = (
+        tuning.request,
+        tuning.environ,
+        tuning.sources,
+        tuning.host,
+        tuning.started,
+    )
+    say, notes, runs = tuning.say, tuning.notes, tuning.runs
     tests = bench_request.workload.tests()
     test = tests[0 if request.objective is space.Objective.PP else 1]
     unit = request.objective.unit
@@ -238,7 +240,6 @@ def tune(
     entries: dict[str, RaceEntry] = {}
     raced: dict[str, tuple[RaceEntry, Planned, Covered]] = {}
     runs: dict[str, list[Run]] = {}
-    covered_by_flags: dict[tuple[str, ...], Covered] = {}
     candidates = space.grid(shaped, seed_words) if request.grid else space.placements(shaped, seed_words)
     winner: RaceEntry | None = None
     rounds = stage = 0
@@ -246,6 +247,7 @@ def tune(
     sources = backends.open_engines()
     try:
         host, host_notes = open_host(dirs, bench_request, sources, say, notes)
+        tuning = Tuning(request, environ, say, started, tool, ctx, capacity, sources, host, notes, runs)
         while candidates:
             stage += 1
             fresh = [RaceEntry(c) for c in candidates if c.label not in entries]
@@ -256,7 +258,7 @@ def tune(
             )
             stage_request = dataclasses.replace(bench_request, configs=tuple(config_of(e, build.id) for e in fresh))
             planned = plan(dirs, stage_request, environ)
-            live = prune(fresh, planned, tool, request, ctx, capacity, stage_request, environ, say, covered_by_flags)
+            live = prune(tuning, fresh, planned, stage_request)
             for entry in fresh:
                 if entry.reason:
                     say(f"  not run: {entry.candidate.label}: {entry.reason}")
@@ -273,21 +275,7 @@ def tune(
             if len(live) > 1 or winner is None:  # a later stage whose variations were all pruned has no race
                 incumbent = next(iter(live.values()))[0]
                 first_round = rounds + 1
-                rounds, out_of_time = race_all(
-                    live,
-                    incumbent,
-                    stage_request,
-                    request,
-                    environ,
-                    sources,
-                    host,
-                    started,
-                    say,
-                    notes,
-                    runs,
-                    first_round,
-                    carry=True,
-                )
+                rounds, out_of_time = race_all(tuning, live, incumbent, stage_request, first_round, carry=True)
                 found = decide([e for e, _, _ in live.values()], request.objective.value, incumbent)
             if found is not None and winner is not None and found is not winner:
                 winner.state, winner.reason = RaceState.RACED_OUT, f"beaten by {found.candidate.label} in stage {stage}"
@@ -309,9 +297,7 @@ def tune(
                 say(f"stage {stage}: {winner.candidate.label} against llama.cpp's fit, side by side …")
                 live = {label: raced[label] for label in (seed.candidate.label, winner.candidate.label)}
                 seed.state = RaceState.FINALIST
-                rounds, out_of_time = race_all(
-                    live, seed, bench_request, request, environ, sources, host, started, say, notes, runs, rounds + 1
-                )
+                rounds, out_of_time = race_all(tuning, live, seed, bench_request, rounds + 1)
                 winner = decide([seed, winner], request.objective.value, seed) or winner
                 versus = ratio(seed.stage_units, winner.stage_units) if winner is not seed else None
         if winner is not None and (unmeasured := unmeasured_against_fit(seed, winner)):
