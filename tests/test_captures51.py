@@ -2,15 +2,12 @@
 real public captures it was not written from (fixtures/captures51/, each file citing its source in its first line)."""
 
 import json
-import os
 import re
 from pathlib import Path
 
 import pytest
 from conftest import buildmgr, make_env
 
-from buildmgr.build.source import sdist
-from buildmgr.core.config import Dirs
 from buildmgr.core.errors import UserError
 from buildmgr.devices.captures import read_text
 from buildmgr.devices.captures.shapes import covered_formats
@@ -44,10 +41,8 @@ NOT_DEVICE_LINES = {
 
 @pytest.fixture(scope="module")
 def pinned_tree(tmp_path_factory) -> Path:
-    """The pinned source: this user's synced tree where there is one, else synced for this test (a fresh CI host)."""
-    tree = sdist.pinned_tree(sdist.load_pin(), Dirs.from_environment(os.environ)).path
-    if (tree / "ggml").is_dir():
-        return tree
+    """The pinned source, synced for this test by `source sync` (pip, the lock's sha256): never this user's own tree,
+    which may hold their edits (issue #67)."""
     env = make_env(tmp_path_factory.mktemp("pin"))
     synced = buildmgr(env, "source", "sync")
     assert synced.returncode == 0, synced.stderr

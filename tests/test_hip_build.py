@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -58,6 +59,23 @@ CMAKE_CXX_FLAGS_RELEASE = "-O0 -DNDEBUG"
 """
 
 
+def package_version(package: str) -> str:
+    """A package's Version in the root's own dpkg database."""
+    for block in (Path(ROOT) / "var/lib/dpkg/status").read_text().split("\n\n"):
+        if re.search(rf"^Package: {re.escape(package)}$", block, re.MULTILINE):
+            return re.search(r"^Version: (\S+)$", block, re.MULTILINE).group(1)
+    raise AssertionError(f"{package} is not installed in the root")
+
+
+def cmake_package(package: str, name: str) -> tuple[str, str]:
+    """(its folder as the root sees it, its PACKAGE_VERSION) of the CMake package `name` that a -dev package ships, by
+    the root's dpkg file list."""
+    listed = (Path(ROOT) / "var/lib/dpkg/info" / f"{package}.list").read_text().splitlines()
+    config = next(f for f in listed if f.endswith(f"/{name}-config-version.cmake"))
+    text = (Path(ROOT) / config.lstrip("/")).read_text()
+    return str(Path(config).parent), re.search(r'set\(PACKAGE_VERSION "([^"]+)"\)', text).group(1)
+
+
 @pytest.fixture(scope="module")
 def home(tmp_path_factory) -> Path:
     home = tmp_path_factory.mktemp("hip")
@@ -79,9 +97,14 @@ def test_doctor_shows_every_hip_check_with_debians_paths(home):
     result = in_root(home, "doctor", "--json")
     checks = {c["what"]: c for c in json.loads(result.stdout)["checks"] if c["backend"] == "ROCm"}
     assert all(c["ok"] for c in checks.values()), checks
-    assert checks["ROCm"]["found"].startswith("6.4.") and checks["ROCm"]["found"].endswith(" at /usr")
-    assert checks["hipblas"]["found"] == "2.4.0 at /usr/lib/x86_64-linux-gnu/cmake/hipblas"
-    assert checks["rocblas"]["found"] == "4.4.1 at /usr/lib/x86_64-linux-gnu/cmake/rocblas"
+    # what sid installed into the root, from its own package database (issue #67: versions written here went stale
+    # with each sid upload): ROCm's release, and the CMake package each -dev package ships, with its version
+    rocm = package_version("libamdhip64-dev").split("-")[0]
+    assert checks["ROCm"]["found"].startswith(".".join(rocm.split(".")[:2]) + ".")
+    assert checks["ROCm"]["found"].endswith(" at /usr")
+    for name, package in (("hipblas", "libhipblas-dev"), ("rocblas", "librocblas-dev")):
+        folder, version = cmake_package(package, name)
+        assert checks[name]["found"] == f"{version} at {folder}", (checks[name], folder, version)
     assert checks["ROCm's clang"]["found"].startswith("/usr/lib/llvm-") and checks["ROCm's clang"]["found"].endswith(
         "/bin/clang"
     )

@@ -113,6 +113,30 @@ def test_captured_text(listing, vulkaninfo, nvidia_smi):
     parse_nvidia_smi_csv(nvidia_smi)
 
 
+_WORDS = st.text(alphabet=string.ascii_letters + string.digits + " ()-_.", min_size=1, max_size=40)
+
+
+@EXAMPLES
+@given(
+    st.sampled_from(["CUDA", "Vulkan", "ROCm", "SYCL", "MTL", "RPC"]),
+    st.integers(0, 31),
+    _WORDS.filter(lambda d: d.strip() and d.strip()[0] not in "()"),
+    st.integers(0, 10**7),
+    st.integers(0, 10**7),
+    st.lists(st.text(alphabet=string.ascii_letters + string.digits + " .-=[]", max_size=60), max_size=4),
+)
+def test_a_listed_device_reads_back_as_it_was_printed(backend, index, description, total, free, noise):
+    """Issue #67: the parsers' property was only that nothing raises. What --list-devices printed, in the format string
+    of the pinned source ("  %s: %s (%zu MiB, %zu MiB free)"), with any log noise around it, reads back whole: the
+    name, the description (its own parentheses kept), both sizes."""
+    name = f"{backend}{index}"
+    text = "\n".join([*noise, "Available devices:", f"  {name}: {description} ({total} MiB, {free} MiB free)", *noise])
+    for parsed in (parse_list_devices(text), read_text(text).devices):
+        [device] = [d for d in parsed if d.name == name]
+        assert (device.backend, device.index, device.description) == (backend, index, description.strip())
+        assert (device.memory_total_mib, device.memory_free_mib) == (total, free)
+
+
 @EXAMPLES
 @given(
     st.sampled_from(["llama-cli", "llama-bench", "llama-server"]),
