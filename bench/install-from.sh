@@ -28,7 +28,7 @@ key=$(tail -1 "$out/key.txt")
 "${publisher[@]}" "$bm" publish "$archive" --to "$out/repo" --sign ci >/dev/null 2>&1
 # the proof's models, as a host that built before holds them in <cache>/buildmgr/smoke/ (the kernels model: every
 # weight type real models use, which the smoke run benches on each device)
-"$python" -c "import sys; from pathlib import Path; from buildmgr import proof_models as m; c = Path(sys.argv[1]); m.tiny_model(c); m.kernels_model(c)" "$out/models"
+"$python" -c "import sys; from pathlib import Path; from buildmgr.proof import models as m; c = Path(sys.argv[1]); m.tiny_model(c); m.kernels_model(c)" "$out/models"
 model=$(ls "$out"/models/smoke/kernels-*.gguf)
 bench_args=$("$python" -c 'from buildmgr.proof.smoke import BENCH_ARGS; print(" ".join(BENCH_ARGS))')
 blob=$(ls "$out"/repo/blobs/sha256/*/*.tar.gz)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The run-time half of bench/gpu-pypi-toolkit.sh on a host without a GPU (docs/real-runs.md): an artifact built with
+# The run-time half of bench/recorders/gpu-pypi-toolkit.sh on a host without a GPU (docs/real-runs.md): an artifact built with
 # `toolchain add cuda`, installed with the system CUDA toolkit hidden under an empty tmpfs (root, in a private mount
 # namespace) and no network for pip, where this Python has NVIDIA's runtime wheels installed (the GPU machine's
 # image does). ARCHIVE is the artifact (its .sha256 beside it); OUT receives the captures. Without a driver the
@@ -14,7 +14,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # NVIDIA's runtime wheels, installed the way pip installs them (RECORD and all), where this Python finds them
 "$python" -m pip install -q --no-deps --target "$work/site" 'nvidia-cuda-runtime==13.0.*' 'nvidia-cublas==13.*'
-export PYTHONPATH=$work/site:$here PIP_INDEX_URL=http://127.0.0.1:9/simple PIP_FIND_LINKS= PIP_RETRIES=1 PIP_TIMEOUT=2
+export PYTHONPATH=$work/site:$here PIP_INDEX_URL=http://127.0.0.1:9/simple PIP_FIND_LINKS='' PIP_RETRIES=1 PIP_TIMEOUT=2
 unset CUDA_HOME CUDA_PATH CUDAToolkit_ROOT LD_LIBRARY_PATH
 at() { XDG_DATA_HOME=$work/$1/data XDG_CACHE_HOME=$work/$1/cache XDG_CONFIG_HOME=$work/$1/config "${@:2}"; }
 hidden() { unshare --mount --propagation private "$python" "$here/tests/mounts.py" "$(

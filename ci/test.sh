@@ -27,12 +27,14 @@ export BUILDMGR_TEST_ROCM_ROOT
 step "venv" python3 -m venv .venv
 step "pip install" .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
 
-# The shape: lint and format (ruff), types (mypy --strict), and the layers of docs/architecture.md (import-linter's
-# contracts in pyproject.toml), each a failure of the whole command, before minutes of building.
+# The shape: lint and format (ruff), types (mypy --strict), the layers of docs/architecture.md (import-linter's
+# contracts in pyproject.toml) and every shell script (bash -n, shellcheck), each a failure of the whole command,
+# before minutes of building.
 step "ruff check" .venv/bin/ruff check buildmgr tests bench
 step "ruff format" .venv/bin/ruff format --check buildmgr tests bench
 step "mypy" .venv/bin/mypy --strict --cache-dir "$HOME/.cache/buildmgr-tests/mypy" buildmgr
 step "import contracts" .venv/bin/lint-imports
+step "shell scripts" bash ci/shell-scripts.sh
 
 # The CUDA toolkit the CUDA tests configure and compile with, added by buildmgr itself from NVIDIA's PyPI wheels and
 # kept in ~/.cache (a kept one is checked against its receipt, not fetched again). The Vulkan headers (Debian 12's are

@@ -154,7 +154,7 @@ def test_gpu_load_lines_give_devices_layers_and_pinned_host_buffers():
 
 
 def _recorded(config: str, samples_file: Path = H200 / "samples.jsonl.gz"):
-    """An H200 run's samples of one CONFIG (default: bench/gpu-bench.sh, 2026-12-01), as the sampler made them."""
+    """An H200 run's samples of one CONFIG (default: bench/recorders/gpu-bench.sh, 2026-12-01), as the sampler made them."""
     with gzip.open(samples_file, "rt") as handle:
         runs = [json.loads(line) for line in handle]
     for run in runs:
@@ -805,7 +805,7 @@ def test_the_cpu_bandwidth_is_measured_once_per_host_and_kept(tmp_path):
     assert not (tmp_path / "other" / membw.FILE).exists()
 
 
-H200_31 = FIXTURES / "h200" / "bench31"  # bench/gpu-bench-steady.sh, 2026-12-02 (issue #31)
+H200_31 = FIXTURES / "h200" / "bench31"  # bench/recorders/gpu-bench-steady.sh, 2026-12-02 (issue #31)
 
 
 def test_the_recorded_h200_partial_offload_is_unproven_by_its_share_and_ngl_0_a_fallback():
@@ -884,7 +884,9 @@ def test_virtual_devices_are_judged_by_their_card_s_engines():
         break
 
 
-SPLITS_33 = FIXTURES / "h200" / "splits33"  # bench/gpu-splits.sh on one H200 with GGML_CUDA_DEVICES=2 (issue #33)
+SPLITS_33 = (
+    FIXTURES / "h200" / "splits33"
+)  # bench/recorders/gpu-splits.sh on one H200 with GGML_CUDA_DEVICES=2 (issue #33)
 
 
 def test_two_names_of_one_card_count_its_energy_once():
@@ -1218,7 +1220,9 @@ def test_the_table_and_the_rows_share_one_baseline_and_rank_by_what_the_ratio_co
     assert [e.value for e in ranked] == ["b", "a"]
 
 
-H100_48 = FIXTURES / "h100" / "run48-49b"  # bench/gpu-48-49.sh, 2026-12-05 (issue #48): the honest run at depth 0
+H100_48 = (
+    FIXTURES / "h100" / "run48-49b"
+)  # bench/recorders/gpu-session.sh honest jtune tune (then gpu-48-49.sh), 2026-12-05 (issue #48): the honest run at depth 0
 H100_PCI = "0000:00:06.0"
 
 

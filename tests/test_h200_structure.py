@@ -1,4 +1,4 @@
-"""What the structure step's code did on a lent H200 (2026-12-01, bench/gpu-structure.sh, docs/real-runs.md): the
+"""What the structure step's code did on a lent H200 (2026-12-01, bench/recorders/gpu-structure.sh, docs/real-runs.md): the
 captures are checked against what the code says today, from the same inputs."""
 
 import json

@@ -41,7 +41,7 @@ TABLE = observed_rows()
 
 
 def test_the_table_holds_every_row_that_ran_there():
-    rows = (Path(__file__).parent.parent / "bench" / "placement-rows.txt").read_text().splitlines()
+    rows = (Path(__file__).parent.parent / "bench" / "recorders" / "placement-rows.txt").read_text().splitlines()
     assert [flags for flags, _ in TABLE] == rows
 
 

@@ -4,7 +4,7 @@
 # Builds cuda+vulkan --sm 90 (FlashAttention kernels off) unless BUILD names one already built, writes a dense
 # random-weight F16 model (bench/gguf_model.py, about 2 GB), asks `check --verify` about each split mode, then one
 # bench call over: one device, -sm layer, -sm layer -ts 3,1, -sm row, -sm tensor, and the cross-backend pair (two
-# backends on two cards, or one card under its CUDA and Vulkan names). PAYLOAD as bench/gpu-setup.sh makes it;
+# backends on two cards, or one card under its CUDA and Vulkan names). PAYLOAD as bench/recorders/gpu-setup.sh makes it;
 # OUT receives everything. Long: start it with setsid nohup and poll OUT/finished.
 set -uo pipefail
 payload=${1:?usage: gpu-splits.sh PAYLOAD OUT [BUILD]}
@@ -12,6 +12,7 @@ out=${2:?usage: gpu-splits.sh PAYLOAD OUT [BUILD]}
 build=${3:-}
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=SCRIPTDIR/gpu-setup.sh
 source "$here/gpu-setup.sh" "$payload"
 log() { echo "$(date +%T) $*" >>"$out/progress.txt"; }
 nvidia-smi -L >"$out/gpus.txt" 2>&1
@@ -23,7 +24,7 @@ else
 fi
 echo "GGML_CUDA_DEVICES=${GGML_CUDA_DEVICES:-} cross=$cross" >>"$out/gpus.txt"
 log "model"
-python3 "$here/gguf_model.py" /tmp/splits.gguf --embd 2048 --ff 5632 --layers 20 --kv-heads 8 --ctx 8192
+python3 "$here/../gguf_model.py" /tmp/splits.gguf --embd 2048 --ff 5632 --layers 20 --kv-heads 8 --ctx 8192
 ls -l /tmp/splits.gguf >"$out/model.txt"
 if [ -z "$build" ]; then
     log "build"
@@ -60,4 +61,4 @@ bm bench -m /tmp/splits.gguf --depth 0,4096 --runs "${REPS:-3}" --json \
 echo "exit $? seconds $(( $(date +%s) - start ))" >>"$out/bench.txt"
 tar czf "$out/bench-dir.tar.gz" -C "$XDG_DATA_HOME/buildmgr" bench 2>/dev/null  # names with odd characters do not come back
 log "done"
-echo done >"$out/finished"
+echo "done" >"$out/finished"

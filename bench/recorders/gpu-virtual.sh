@@ -4,13 +4,14 @@
 # what `buildmgr devices --env GGML_CUDA_DEVICES=2`, `check BUILD -- llama-cli -dev CUDA0,CUDA1 -sm layer` and a
 # bench of CUDA0 against the split over both say.
 # BUILD: a build id or recipe already built (default: cuda+vulkan --sm 90, FlashAttention kernels off, built here).
-# PAYLOAD as bench/gpu-payload.sh makes it.
+# PAYLOAD as bench/recorders/gpu-payload.sh makes it.
 set -uo pipefail
 payload=${1:?usage: gpu-virtual.sh PAYLOAD OUT [BUILD]}
 out=${2:?usage: gpu-virtual.sh PAYLOAD OUT [BUILD]}
 build=${3:-}
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=SCRIPTDIR/gpu-setup.sh
 source "$here/gpu-setup.sh" "$payload"
 if [ -z "$build" ]; then
     start=$(date +%s)
@@ -20,7 +21,7 @@ if [ -z "$build" ]; then
 fi
 prefix=$(bm which "$build")
 model=$out/tiny.gguf
-python3 -c "import sys; from pathlib import Path; from buildmgr.proof.smoke import write_tiny_model; write_tiny_model(Path(sys.argv[1]))" "$model"
+python3 -c "import sys; from pathlib import Path; from buildmgr.proof.models import write_tiny_model; write_tiny_model(Path(sys.argv[1]))" "$model"
 export GGML_CUDA_DEVICES=2
 "$prefix/bin/llama-cli" --list-devices >"$out/list-devices-virtual.txt" 2>&1
 python3 -m buildmgr.devices.ggml_api "$prefix/lib" >"$out/api-virtual.json" 2>"$out/api-virtual.stderr"
@@ -38,4 +39,4 @@ unset GGML_CUDA_DEVICES
         "split=$build -dev CUDA0,CUDA1 -sm layer" 2>&1
     echo "exit $?"
 } >"$out/buildmgr-virtual.txt"
-echo done >"$out/finished"
+echo "done" >"$out/finished"

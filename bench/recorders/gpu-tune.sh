@@ -17,13 +17,13 @@
 # Knobs: RECIPE (default cuda; a build of it already on the machine is reused), PARTS (default "dense moe ngl"; also
 # jtune), TUNES (default 1: how many times tune and tune by energy run, each to files of their own: -tune2, …),
 # NGL_ARMS (default "hand verbose bench-0.1 bench-1 bench-5"), NGL_DEPTHS (default 0,1024), MOE_LAYERS, MOE_CARD,
-# WORKLOAD. PAYLOAD as bench/gpu-setup.sh describes. Long: start it with setsid nohup and poll OUT/finished.
+# WORKLOAD. PAYLOAD as bench/recorders/gpu-setup.sh describes. Long: start it with setsid nohup and poll OUT/finished.
 #
-#   setsid nohup bash bench/gpu-tune.sh .device/payload /tmp/tune >/tmp/tune.log 2>&1 &
+#   setsid nohup bash bench/recorders/gpu-tune.sh .device/payload /tmp/tune >/tmp/tune.log 2>&1 &
 set -uo pipefail
 payload=${1:?usage: gpu-tune.sh PAYLOAD OUT}
 out=${2:?usage: gpu-tune.sh PAYLOAD OUT}
-recipe=${RECIPE:-cuda}  # a build of it already made on this machine is reused (bench/gpu-48-49.sh)
+recipe=${RECIPE:-cuda}  # a build of it already made on this machine is reused (gpu-session.sh's tune step)
 parts=${PARTS:-dense moe ngl}  # which of the three parts run, in this order
 moe_layers=${MOE_LAYERS:-10}
 moe_card=${MOE_CARD:-6GiB}
@@ -33,6 +33,7 @@ read -r -a ngl_arms <<<"${NGL_ARMS:-hand verbose bench-0.1 bench-1 bench-5}"
 ngl_depths=${NGL_DEPTHS:-0,1024}
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=SCRIPTDIR/gpu-setup.sh
 source "$here/gpu-setup.sh" "$payload"
 log() { echo "$(date +%T) $*" >>"$out/progress.txt"; }
 has() { [[ " $parts " == *" $1 "* ]]; }
@@ -42,14 +43,14 @@ lscpu >"$out/lscpu.txt" 2>&1
 log "build, models beside it"
 (
     if has moe; then
-        python3 "$here/gguf_model.py" /tmp/tune-moe.gguf --embd 2048 --ff 1024 --layers "$moe_layers" --kv-heads 4 \
+        python3 "$here/../gguf_model.py" /tmp/tune-moe.gguf --embd 2048 --ff 1024 --layers "$moe_layers" --kv-heads 4 \
             --experts 64 --used 8 --ctx 8192
     fi
     if has dense; then
-        python3 "$here/gguf_model.py" /tmp/tune-dense.gguf --embd 4096 --ff 11008 --layers 16 --kv-heads 8 --ctx 8192
+        python3 "$here/../gguf_model.py" /tmp/tune-dense.gguf --embd 4096 --ff 11008 --layers 16 --kv-heads 8 --ctx 8192
     fi
     if has ngl || has jtune; then
-        python3 "$here/gguf_model.py" /tmp/small.gguf --embd 2048 --ff 5632 --layers 16 --kv-heads 8 --ctx 8192
+        python3 "$here/../gguf_model.py" /tmp/small.gguf --embd 2048 --ff 5632 --layers 16 --kv-heads 8 --ctx 8192
     fi
 ) >"$out/models.log" 2>&1 &
 models=$!
@@ -83,7 +84,7 @@ for pair in "dense:24GiB" "moe:$moe_card"; do
         start=$(date +%s)
         bm tune "$recipe" "${common[@]}" >"$out/$name.json" 2>"$out/$name.txt"
         echo "exit $? wall seconds: $(( $(date +%s) - start ))" >>"$out/$name.txt"
-        python3 "$here/tune_vs_grid.py" "$out/$model-grid.json" "$out/$name.json" >>"$out/compare.txt" 2>&1
+        python3 "$here/../tune_vs_grid.py" "$out/$model-grid.json" "$out/$name.json" >>"$out/compare.txt" 2>&1
     done
     cp "$XDG_DATA_HOME"/buildmgr/tune/* "$out/" 2>/dev/null
 done
@@ -97,7 +98,7 @@ if has jtune; then
             2>"$out/$name.txt"
         echo "exit $? wall seconds: $(( $(date +%s) - start ))" >>"$out/$name.txt"
         # the counter's reads: how many, what each call took, its update period
-        python3 "$here/counter_reads.py" "$(python3 -c 'import json, sys; print(json.load(sys.stdin)["samples"])' \
+        python3 "$here/../counter_reads.py" "$(python3 -c 'import json, sys; print(json.load(sys.stdin)["samples"])' \
             <"$out/$name.json")" >"$out/$name-counter.txt" 2>&1
     done
     cp "$XDG_DATA_HOME"/buildmgr/tune/* "$out/" 2>/dev/null
@@ -154,4 +155,4 @@ for path in sorted(Path(sys.argv[1]).glob("*.samples.jsonl.gz")):
 PY
 fi
 log "done"
-echo done >"$out/finished"
+echo "done" >"$out/finished"

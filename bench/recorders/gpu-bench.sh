@@ -2,7 +2,7 @@
 # `buildmgr bench` (issue #22) on a lent H200 machine: build cuda+vulkan --sm 90, write random-weight models with
 # bench/gguf_model.py (a dense one and a mixture-of-experts one), record NVML's raw readings idle and under load
 # (tests/fixtures/nvml replays them), prove a busy GPU is refused, then one bench call over every placement this
-# machine has and a second one that lets the CPU-override CONFIG pin host memory. PAYLOAD as bench/gpu-setup.sh
+# machine has and a second one that lets the CPU-override CONFIG pin host memory. PAYLOAD as bench/recorders/gpu-setup.sh
 # describes, plus whl-plot/ (matplotlib and its wheels, nvidia-ml-py); OUT receives everything.
 # Long: start it with setsid nohup and poll OUT/finished.
 set -uo pipefail
@@ -10,6 +10,7 @@ payload=${1:?usage: gpu-bench.sh PAYLOAD OUT}
 out=${2:?usage: gpu-bench.sh PAYLOAD OUT}
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=SCRIPTDIR/gpu-setup.sh
 source "$here/gpu-setup.sh" "$payload"
 log() { echo "$(date +%T) $*" >>"$out/progress.txt"; }
 nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total,driver_version,power.limit,power.default_limit \
@@ -30,8 +31,8 @@ EOF
 }
 
 log "models"
-python3 "$here/gguf_model.py" /tmp/dense.gguf --embd 2048 --ff 5632 --layers 10 --kv-heads 8 --ctx 8192
-python3 "$here/gguf_model.py" /tmp/moe.gguf --embd 1024 --ff 1024 --layers 12 --kv-heads 4 --experts 16 --used 4 --ctx 8192
+python3 "$here/../gguf_model.py" /tmp/dense.gguf --embd 2048 --ff 5632 --layers 10 --kv-heads 8 --ctx 8192
+python3 "$here/../gguf_model.py" /tmp/moe.gguf --embd 1024 --ff 1024 --layers 12 --kv-heads 4 --experts 16 --used 4 --ctx 8192
 ls -l /tmp/dense.gguf /tmp/moe.gguf >"$out/models.txt"
 record_nvml 2 "$out/nvml-idle.json"
 
@@ -52,7 +53,7 @@ echo "exit $?" >>"$out/busy.txt"
 kill "$busy_pid"; wait "$busy_pid" 2>/dev/null
 sleep 2
 
-common=(--depth 0,4096 --runs "${REPS:-3}")
+common=(--depth '0,4096' --runs "${REPS:-3}")
 log "bench 1"
 start=$(date +%s)
 bm bench -m /tmp/dense.gguf "${common[@]}" --plot "$out/bench.png" --json \
@@ -77,4 +78,4 @@ done
 cp "$XDG_DATA_HOME"/buildmgr/bench/*.jsonl "$out/"
 for rows in "$out"/*[0-9].jsonl; do bm bench --compare "$rows" >"${rows%.jsonl}.md" 2>&1; done
 log "done"
-echo done >"$out/finished"
+echo "done" >"$out/finished"

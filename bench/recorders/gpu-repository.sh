@@ -3,12 +3,13 @@
 # them, publish them signed to Debian's docker-registry on 127.0.0.1 and to a directory, then `install --from` into
 # fresh data dirs: the whole index (the pick should be sm_90 CUDA, proved by CUDA0), the directory without the sm_90
 # archive (sm_80 by PTX JIT), and CUDA_VISIBLE_DEVICES= (the CUDA ones do not fit: Vulkan, proved by Vulkan0).
-# PAYLOAD as bench/gpu-payload.sh makes it. Long: start it with setsid nohup and poll OUT/finished.
+# PAYLOAD as bench/recorders/gpu-payload.sh makes it. Long: start it with setsid nohup and poll OUT/finished.
 set -uo pipefail
 payload=${1:?usage: gpu-repository.sh PAYLOAD OUT}
 out=${2:?usage: gpu-repository.sh PAYLOAD OUT}
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=SCRIPTDIR/gpu-setup.sh
 source "$here/gpu-setup.sh" "$payload"
 export PATH=/tmp/site/bin:$PATH
 log() { echo "$(date +%T) $*" >>"$out/progress.txt"; }
@@ -52,14 +53,12 @@ bm repo list "$oci" >"$out/repo-list.txt" 2>&1
 install_in() {  # NAME REPO [VAR=VALUE…]: a fresh host that trusts the key, the table, then the install
     local name=$1 repo=$2
     shift 2
-    local root=/tmp/host-$name
-    env XDG_DATA_HOME=$root/data XDG_CACHE_HOME=$root/cache XDG_CONFIG_HOME=$root/config "$@" \
-        python3 -m buildmgr key trust "$key" >/dev/null 2>&1
-    env XDG_DATA_HOME=$root/data XDG_CACHE_HOME=$root/cache XDG_CONFIG_HOME=$root/config "$@" \
-        python3 -m buildmgr install --from "$repo" --dry-run >"$out/install-$name.table.txt" 2>&1
-    local start=$(date +%s.%N)
-    env XDG_DATA_HOME=$root/data XDG_CACHE_HOME=$root/cache XDG_CONFIG_HOME=$root/config "$@" \
-        python3 -m buildmgr install --from "$repo" --json >"$out/install-$name.json" 2>"$out/install-$name.txt"
+    local root=/tmp/host-$name start
+    local host=(env "XDG_DATA_HOME=$root/data" "XDG_CACHE_HOME=$root/cache" "XDG_CONFIG_HOME=$root/config" "$@")
+    "${host[@]}" python3 -m buildmgr key trust "$key" >/dev/null 2>&1
+    "${host[@]}" python3 -m buildmgr install --from "$repo" --dry-run >"$out/install-$name.table.txt" 2>&1
+    start=$(date +%s.%N)
+    "${host[@]}" python3 -m buildmgr install --from "$repo" --json >"$out/install-$name.json" 2>"$out/install-$name.txt"
     echo "exit $? seconds $(python3 -c "import time; print(round(time.time() - $start, 2))")" >>"$out/install-$name.txt"
     log "installed $name"
 }
@@ -78,4 +77,4 @@ log "install: CUDA hidden"
 install_in cuda-hidden "$oci" CUDA_VISIBLE_DEVICES=
 cp /tmp/repo/index.json "$out/index-no-sm90.json"
 log "done"
-echo done >"$out/finished"
+echo "done" >"$out/finished"

@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # The placement check on a lent two-GPU machine (kind nvidia-h200-x2): every row of the placement table through
 # `buildmgr check --verify`, predicted against observed, plus `devices --suggest` proven by a run
-# (docs/real-runs.md). PAYLOAD is what bench/gpu-setup.sh describes; OUT receives the results.
+# (docs/real-runs.md). PAYLOAD is what bench/recorders/gpu-setup.sh describes; OUT receives the results.
 set -uo pipefail
 payload=${1:?usage: gpu-placement.sh PAYLOAD OUT}
 out=${2:?usage: gpu-placement.sh PAYLOAD OUT}
 mkdir -p "$out"
+# shellcheck source=SCRIPTDIR/gpu-setup.sh
 source "$(dirname "$0")/gpu-setup.sh" "$payload"
 bm() { python3 -m buildmgr "$@"; }
 
 bm build cuda+vulkan --sm 90 -D GGML_CUDA_FA=OFF -j 32 >"$out/build.txt" 2>&1 || { tail -30 "$out/build.txt"; exit 1; }
 prefix=$(bm which cuda+vulkan)
 bm devices --refresh >"$out/devices.txt" 2>&1
-python3 bench/devices_timing.py "$prefix" >"$out/timings.txt" 2>&1
+python3 "$(dirname "$0")/../devices_timing.py" "$prefix" >"$out/timings.txt" 2>&1
 
 while IFS= read -r flags; do
     # shellcheck disable=SC2086
@@ -36,7 +37,7 @@ done <"$(dirname "$0")/placement-rows.txt"
     echo "\$ buildmgr check cuda+vulkan --verify -- llama-cli $suggestion"
     # shellcheck disable=SC2086
     bm check cuda+vulkan --verify -- llama-cli $suggestion 2>&1
-    model=$(ls "$XDG_CACHE_HOME"/buildmgr/smoke/*.gguf | head -1)
+    model=$(python3 -c 'import sys; from pathlib import Path; from buildmgr.proof.models import tiny_model; print(tiny_model(Path(sys.argv[1])))' "$XDG_CACHE_HOME/buildmgr")
     echo "\$ buildmgr run cuda+vulkan --check -- llama-completion -m tiny.gguf -no-cnv -n 4 -p hi $suggestion"
     # shellcheck disable=SC2086
     bm run cuda+vulkan --check -- llama-completion -m "$model" -no-cnv -n 4 -p hi $suggestion >/tmp/completion.out 2>/tmp/completion.err
@@ -48,4 +49,4 @@ done <"$(dirname "$0")/placement-rows.txt"
     echo '$ buildmgr check cuda+vulkan -- llama-bench -dev CUDA0,CUDA1 -sm layer -ot ffn=CUDA1'
     bm check cuda+vulkan -- llama-bench -dev CUDA0,CUDA1 -sm layer -ot ffn=CUDA1 2>&1
 } >"$out/suggest.txt"
-echo done >"$out/finished.txt"
+echo "done" >"$out/finished.txt"

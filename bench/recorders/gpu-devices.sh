@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # Device truth on a lent two-GPU machine (kind nvidia-h200-x2): build cuda+vulkan, probe it through ggml's API,
 # pair the names by PCI id under two enumeration environments, and keep every capture (docs/real-runs.md).
-# PAYLOAD is what bench/gpu-setup.sh describes; OUT receives the captures.
+# PAYLOAD is what bench/recorders/gpu-setup.sh describes; OUT receives the captures.
 set -uo pipefail
 payload=${1:?usage: gpu-devices.sh PAYLOAD OUT}
 out=${2:?usage: gpu-devices.sh PAYLOAD OUT}
 mkdir -p "$out"
+# shellcheck source=SCRIPTDIR/gpu-setup.sh
 source "$(dirname "$0")/gpu-setup.sh" "$payload"
 bm() { python3 -m buildmgr "$@"; }
 
 {   # what buildmgr's job cap sees on this machine, whose memory grows as it is used
     grep -E 'MemTotal|MemAvailable' /proc/meminfo
     echo "cgroup memory.max: $(cat /sys/fs/cgroup/memory.max 2>/dev/null || echo n/a)"
-    echo "memory blocks online/all: $(grep -l online /sys/devices/system/memory/memory*/state 2>/dev/null | wc -l)/$(ls -d /sys/devices/system/memory/memory* 2>/dev/null | wc -l)"
-    python3 -c "import os; from buildmgr.build.options import available_gib; from buildmgr.build.plan import default_jobs; g = available_gib(); print(f'available_gib {g:.1f} -> default jobs for cuda+vulkan: {default_jobs(os.cpu_count(), g, 4.0)} of {os.cpu_count()} cores')"
+    blocks=(/sys/devices/system/memory/memory*)
+    [ -e "${blocks[0]}" ] || blocks=()
+    echo "memory blocks online/all: $(grep -l online /sys/devices/system/memory/memory*/state 2>/dev/null | wc -l)/${#blocks[@]}"
+    python3 -c "from buildmgr.core import hostfacts; from buildmgr.build.plan import default_jobs; m = hostfacts.available_mib(); g = None if m is None else m / 1024; n = hostfacts.read().cpus or 1; print(f'available_gib {g} -> default jobs for cuda+vulkan: {default_jobs(n, g, 4.0)} of {n} cores')"
 } >"$out/memory.txt" 2>&1
 
 start=$(date +%s)
@@ -42,13 +45,13 @@ vulkaninfo --summary >"$out/vulkaninfo-summary.txt" 2>/dev/null
 bm devices --json >"$out/devices.json"
 bm devices --env CUDA_VISIBLE_DEVICES=1 --env GGML_VK_VISIBLE_DEVICES=1 --json >"$out/devices-second-card.json" 2>/dev/null
 
-python3 bench/devices_timing.py "$prefix" >"$out/timings.txt"
+python3 "$(dirname "$0")/../devices_timing.py" "$prefix" >"$out/timings.txt"
 
 # Placement flags on the tiny model: what the pinned llama.cpp really does with each (the placement issue's table).
 # Rows are in llama-cli/llama-completion syntax (',' between devices). llama-bench reads ',' as "another test"
 # and '/' as "these devices together", so each row runs three ways: llama-completion as written, llama-bench
 # with '/' (the same placement), and llama-bench as written (what a ',' there really does).
-model=$(ls "$XDG_CACHE_HOME"/buildmgr/smoke/*.gguf | head -1)
+model=$(python3 -c 'import sys; from pathlib import Path; from buildmgr.proof.models import tiny_model; print(tiny_model(Path(sys.argv[1])))' "$XDG_CACHE_HOME/buildmgr")
 row() {  # $1: label, rest: command
     local label=$1; shift
     timeout 60 "$@" </dev/null >/tmp/row.out 2>/tmp/row.err
@@ -66,4 +69,4 @@ while IFS= read -r flags; do
     row bench-slash "$bench" -m "$model" -p 16 -n 4 -r 1 "${slashed[@]}"
     [ "${slashed[*]}" = "${words[*]}" ] || row bench-comma "$bench" -m "$model" -p 16 -n 4 -r 1 "${words[@]}"
 done <"$(dirname "$0")/placement-rows.txt"
-echo done >"$out/finished.txt"
+echo "done" >"$out/finished.txt"

@@ -8,9 +8,9 @@
 #     for it (its env_set); then cuda0-fa with llama-bench's stderr to a file, a line-at-a-time pipe and a gathering one;
 #   - OUT/compare.txt: per test, bench's steady median against the hand run's, the decode rows' limit share and the
 #     arithmetic behind it (read_mb, bandwidth), and the verdicts beside the hand runs' order.
-# PAYLOAD as bench/gpu-setup.sh describes plus whl-plot/. Long: start it with setsid nohup and poll OUT/finished.
+# PAYLOAD as bench/recorders/gpu-setup.sh describes plus whl-plot/. Long: start it with setsid nohup and poll OUT/finished.
 #
-#   setsid nohup bash bench/gpu-bench-honest.sh .device/payload /tmp/honest >/tmp/honest.log 2>&1 &
+#   setsid nohup bash bench/recorders/gpu-bench-honest.sh .device/payload /tmp/honest >/tmp/honest.log 2>&1 &
 set -uo pipefail
 payload=${1:?usage: gpu-bench-honest.sh PAYLOAD OUT}
 out=${2:?usage: gpu-bench-honest.sh PAYLOAD OUT}
@@ -19,14 +19,15 @@ hand_runs=${HAND_RUNS:-3}  # processes by hand per CONFIG: where the CPU compute
 depths=${DEPTHS:-0,1024}  # 0 alone where the lent time is short
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=SCRIPTDIR/gpu-setup.sh
 source "$here/gpu-setup.sh" "$payload"
 log() { echo "$(date +%T) $*" >>"$out/progress.txt"; }
 nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,clocks.max.memory,power.limit --format=csv \
     >"$out/gpus.txt" 2>&1
 
 log "models"
-python3 "$here/gguf_model.py" /tmp/dense.gguf --embd 2048 --ff 5632 --layers 16 --kv-heads 8 --ctx 8192
-python3 "$here/gguf_model.py" /tmp/moe.gguf --embd 1024 --ff 1024 --layers 12 --kv-heads 4 --experts 16 --used 4 --ctx 8192
+python3 "$here/../gguf_model.py" /tmp/dense.gguf --embd 2048 --ff 5632 --layers 16 --kv-heads 8 --ctx 8192
+python3 "$here/../gguf_model.py" /tmp/moe.gguf --embd 1024 --ff 1024 --layers 12 --kv-heads 4 --experts 16 --used 4 --ctx 8192
 ls -l /tmp/*.gguf >"$out/models.txt"
 
 log "build"
@@ -53,11 +54,11 @@ echo "exit $?" >>"$out/bench-dense.txt"
 
 log "by hand"
 hand() {  # name, model, env (K=V or -), llama-bench flags…
-    local name=$1 model=$2 env=$3
+    local name=$1 model=$2 vars=()
+    [ "$3" = - ] || vars=("$3")
     shift 3
-    if [ "$env" = - ]; then env=(); else env=("$env"); fi
     for k in $(seq "$hand_runs"); do
-        env "${env[@]}" "$bench" -m "$model" -p 512 -n 64 -d "$depths" -r 5 -o jsonl "$@" \
+        env "${vars[@]}" "$bench" -m "$model" -p 512 -n 64 -d "$depths" -r 5 -o jsonl "$@" \
             >"$out/hand-$name-$k.jsonl" 2>"$out/hand-$name-$k.txt"
     done
 }
@@ -129,4 +130,4 @@ PY
 cp "$XDG_DATA_HOME"/buildmgr/bench/* "$out/" 2>/dev/null
 cp "$XDG_CACHE_HOME"/buildmgr/bench-host.json "$out/" 2>/dev/null
 log "done"
-echo done >"$out/finished"
+echo "done" >"$out/finished"

@@ -8,7 +8,7 @@
 #   4. a warm `--rebuild` of 1 (fresh build tree) under cProfile: where buildmgr's own time goes.
 # STEPS picks some of "anchor dl profile" (default: all). OUT receives each step's output, receipts, .ninja_logs and
 # ccache stats, and a runs.tgz of all of them. Long: start it with setsid and poll OUT/done. PAYLOAD as
-# bench/gpu-setup.sh describes.
+# bench/recorders/gpu-setup.sh describes.
 set -uo pipefail
 usage="usage: gpu-cold.sh PAYLOAD OUT [STEPS]"
 payload=${1:?$usage}
@@ -16,21 +16,24 @@ out=$(realpath -m "${2:?$usage}")
 steps=${3:-anchor dl profile}
 repo=$PWD
 mkdir -p "$out"
+# shellcheck source=SCRIPTDIR/gpu-setup.sh
 source "$(dirname "$0")/gpu-setup.sh" "$payload"
 export BUILDMGR_CCACHE=/tmp/site/bin/ccache
 jobs=$(nproc)
-cd /tmp  # `python -m` puts the working directory first on sys.path: it must not hold a checkout
+cd /tmp || exit 1  # `python -m` puts the working directory first on sys.path: it must not hold a checkout
 stamp() { python3 -c "import time; print(f'{time.time():.3f}')"; }
 since() { python3 -c "print(round($(stamp) - $1, 1))"; }
 bm() { PYTHONPATH=$repo:/tmp/site python3 -m buildmgr "$@"; }
 keep() {  # TAG RECIPE: the receipt, the .ninja_log and ccache's counters of the build just made
-    local prefix=$(bm which "$2")
+    local prefix
+    prefix=$(bm which "$2")
     cp "$prefix/buildmgr-receipt.json" "$out/$1.receipt.json"
     cp "$XDG_CACHE_HOME"/buildmgr/build-trees/"$2"-*/build/.ninja_log "$out/$1.ninja_log"
     "$BUILDMGR_CCACHE" --print-stats >"$out/$1.ccache.tsv"
 }
 buildmgr_cold() {  # TAG RECIPE ARGS…
-    local tag=$1 recipe=$2 start=$(stamp)
+    local tag=$1 recipe=$2 start
+    start=$(stamp)
     shift 2
     bm build "$recipe" -j "$jobs" "$@" >"$out/$tag.txt" 2>&1
     echo "exit $? wall $(since "$start") s" | tee -a "$out/$tag.txt"

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Assemble the payload the GPU scripts unpack (bench/gpu-setup.sh says what each part is) on a networked Debian 12
+# Assemble the payload the GPU scripts unpack (bench/recorders/gpu-setup.sh says what each part is) on a networked Debian 12
 # host, into OUT (default .device/payload, which git ignores: carry it). Debian packages come through a private apt
 # configuration (its own sources, lists and cache under OUT/.apt), so this host's own packages stay untouched; wheels
 # are those of the lent machine's Python 3.12 (x86_64, manylinux). The source is the pinned one, synced by buildmgr.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-out=${1:-$here/../.device/payload}
-bm=${BUILDMGR:-$here/../.venv/bin/buildmgr}
+out=${1:-$here/../../.device/payload}
+bm=${BUILDMGR:-$here/../../.venv/bin/buildmgr}
 python=$(dirname "$bm")/python
 mkdir -p "$out"/{debs-root,debs-sdk,whl,whl-plot}
 apt_root=$out/.apt

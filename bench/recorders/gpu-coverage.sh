@@ -6,9 +6,9 @@
 #     without -fa; `run --check` of the CUDA one (refused);
 #   - the raw scheduler log of each coverage run (GGML_SCHED_DEBUG=2 llama-bench -v), kept as parser fixtures;
 #   - `bench` of both -fa 1 placements and the CUDA one without -fa, at depths 0 and 1024, two processes each.
-# Everything lands in OUT. PAYLOAD: see bench/gpu-setup.sh. Long: start it with setsid nohup, poll OUT/finished.
+# Everything lands in OUT. PAYLOAD: see bench/recorders/gpu-setup.sh. Long: start it with setsid nohup, poll OUT/finished.
 #
-#   setsid nohup bash bench/gpu-coverage.sh .device/payload /tmp/cov >/tmp/cov.log 2>&1 &
+#   setsid nohup bash bench/recorders/gpu-coverage.sh .device/payload /tmp/cov >/tmp/cov.log 2>&1 &
 set -uo pipefail
 payload=${1:?usage: gpu-coverage.sh PAYLOAD OUT}
 out=${2:?usage: gpu-coverage.sh PAYLOAD OUT}
@@ -16,6 +16,7 @@ mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
 log() { echo "$(date +%T) $*" >>"$out/progress.txt"; }
 log "setup"
+# shellcheck source=SCRIPTDIR/gpu-setup.sh
 source "$here/gpu-setup.sh" "$payload"
 nvidia-smi -L >"$out/host.txt" 2>&1
 
@@ -28,7 +29,7 @@ cp "$prefix/buildmgr-receipt.json" "$out/receipt.json"
 bench="$prefix/bin/llama-bench"
 
 log "model"
-python3 "$here/gguf_model.py" /tmp/cov.gguf --embd 2048 --ff 5632 --layers 4 --kv-heads 8 --ctx 8192 >"$out/model.txt" 2>&1
+python3 "$here/../gguf_model.py" /tmp/cov.gguf --embd 2048 --ff 5632 --layers 4 --kv-heads 8 --ctx 8192 >"$out/model.txt" 2>&1
 ls -l /tmp/cov.gguf >>"$out/model.txt"
 
 cases=("cuda0-fa:-dev CUDA0 -fa 1" "vk0-fa:-dev Vulkan0 -fa 1" "cuda0:-dev CUDA0" "vk0:-dev Vulkan0")
@@ -54,11 +55,11 @@ log "devices"
 bm devices >"$out/devices.txt" 2>&1
 
 log "bench"
-if [ "${COVERAGE_BENCH:-1}" = 0 ]; then log "done (no bench)"; echo done >"$out/finished"; exit 0; fi
+if [ "${COVERAGE_BENCH:-1}" = 0 ]; then log "done (no bench)"; echo "done" >"$out/finished"; exit 0; fi
 bm bench -m /tmp/cov.gguf --depth 0,1024 --runs 2 --json \
     'cuda0-fa=cuda+vulkan -dev CUDA0 -fa 1' 'vk0-fa=cuda+vulkan -dev Vulkan0 -fa 1' 'cuda0=cuda+vulkan -dev CUDA0' \
     >"$out/bench.json" 2>"$out/bench.txt"
 echo "exit $?" >>"$out/bench.txt"
 cp "$XDG_DATA_HOME"/buildmgr/bench/*.jsonl "$out/" 2>/dev/null
 log "done"
-echo done >"$out/finished"
+echo "done" >"$out/finished"

@@ -4,10 +4,10 @@
 # llama-bench on a larger single-type model of each weight type (F16 BF16 Q8_0 Q4_0 Q4_K Q6_K; 4 layers, 1024 wide,
 # ff 2816, written with buildmgr.proof.models.write_kernels_model) on -dev none, CUDA0 and Vulkan0 with llama-bench's
 # default flags, and write each run's exit code and pp512/tg32 t/s into OUT/types.tsv. OUT/host.txt says what the
-# host is (CPU model and flags, gcc, GPUs). PAYLOAD: see bench/gpu-setup.sh.
+# host is (CPU model and flags, gcc, GPUs). PAYLOAD: see bench/recorders/gpu-setup.sh.
 # Long: start it with setsid nohup and poll OUT/finished.
 #
-#   setsid nohup bash bench/gpu-kernels.sh .device/payload /tmp/kout >/tmp/kout.log 2>&1 &
+#   setsid nohup bash bench/recorders/gpu-kernels.sh .device/payload /tmp/kout >/tmp/kout.log 2>&1 &
 set -uo pipefail
 payload=${1:?usage: gpu-kernels.sh PAYLOAD OUT}
 out=${2:?usage: gpu-kernels.sh PAYLOAD OUT}
@@ -15,6 +15,7 @@ mkdir -p "$out/runs" "$out/models"
 here=$(cd "$(dirname "$0")" && pwd)
 log() { echo "$(date +%T) $*" >>"$out/progress.txt"; }
 log "setup"
+# shellcheck source=SCRIPTDIR/gpu-setup.sh
 source "$here/gpu-setup.sh" "$payload"
 
 {
@@ -84,4 +85,4 @@ PY
 done
 rm -rf "$out/models"
 log "done"
-echo done >"$out/finished"
+echo "done" >"$out/finished"

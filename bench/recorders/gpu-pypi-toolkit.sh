@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A build made with NVIDIA's PyPI toolkit (`buildmgr toolchain add cuda`), on a lent GPU machine with the system
 # CUDA toolkit out of the way (docs/real-runs.md). PAYLOAD holds whl/ (platformdirs, gguf, pyelftools: see
-# bench/gpu-setup.sh) and art/ (the archive of `buildmgr package`, with its .sha256), made on a networked host;
+# bench/recorders/gpu-setup.sh) and art/ (the archive of `buildmgr package`, with its .sha256), made on a networked host;
 # OUT receives the captures.
 #   1. install-artifact into a fresh data dir: what this host lacks for the CUDA backend, and the command that adds it;
 #   2. `toolchain add cuda-runtime==RELEASE` from the wheels this host's Python has (no network here);
@@ -71,4 +71,4 @@ at with bm install-artifact "$archive" --json >"$out/install-with.json" 2>"$out/
 echo "exit $? seconds $(since "$start")" >>"$out/install-with.txt"
 loader with with
 at with bm devices --json >"$out/devices.json" 2>"$out/devices.txt"
-echo done >"$out/finished"
+echo "done" >"$out/finished"

@@ -4,13 +4,14 @@
 # user would run them: `buildmgr bench` of CUDA0 and Vulkan0 at depths 0 and 4096 (--no-pg, the default --runs 3
 # -r 6), timed, beside llama-bench by hand on the same build, model and flags (-r 5 for the agreement; -r 18, the
 # same number of timed repetitions, and -r 15, the same steady-state ones, for the overhead); then -ngl 4 and -ngl 0
-# (partial offload and fallback). PAYLOAD as bench/gpu-setup.sh describes plus whl-plot/ (nvidia-ml-py,
+# (partial offload and fallback). PAYLOAD as bench/recorders/gpu-setup.sh describes plus whl-plot/ (nvidia-ml-py,
 # matplotlib). Long: start it with setsid nohup and poll OUT/finished.
 set -uo pipefail
 payload=${1:?usage: gpu-bench-steady.sh PAYLOAD OUT}
 out=${2:?usage: gpu-bench-steady.sh PAYLOAD OUT}
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=SCRIPTDIR/gpu-setup.sh
 source "$here/gpu-setup.sh" "$payload"
 log() { echo "$(date +%T) $*" >>"$out/progress.txt"; }
 stamp() { python3 -c 'import time; print(f"{time.monotonic():.3f}")'; }
@@ -18,7 +19,7 @@ nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,clocks.max.memory,po
     >"$out/gpus.txt" 2>&1
 
 log "model"
-python3 "$here/gguf_model.py" /tmp/dense.gguf --embd 2048 --ff 5632 --layers 16 --kv-heads 8 --ctx 8192
+python3 "$here/../gguf_model.py" /tmp/dense.gguf --embd 2048 --ff 5632 --layers 16 --kv-heads 8 --ctx 8192
 ls -l /tmp/dense.gguf >"$out/models.txt"
 
 log "build"
@@ -65,4 +66,4 @@ echo "exit $?" >>"$out/bench-partial.txt"
 cp "$XDG_DATA_HOME"/buildmgr/bench/* "$out/" 2>/dev/null
 cp "$XDG_CACHE_HOME"/buildmgr/bench-host.json "$out/" 2>/dev/null
 log "done"
-echo done >"$out/finished"
+echo "done" >"$out/finished"
