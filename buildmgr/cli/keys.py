@@ -158,11 +158,11 @@ def _installed_on_word_of(ctx: Context, key_id: str) -> list[str]:
 def warn_untrusted_installs(ctx: Context, builds: list[Build]) -> None:
     """`list` and `devices`: each build installed on the word of a key this host no longer trusts, one warning
     each (a trusted key that cannot be read safely is said instead, in its one line)."""
-    from buildmgr.trust import keyring
-
     signed = [(b, b.receipt.installed_from.signed_by) for b in builds if b.receipt.installed_from is not None]
     if not any(key_id for _, key_id in signed):
         return
+    from buildmgr.trust import keyring  # only where a build was installed on a key's word (cryptography: 40 ms)
+
     try:
         trusted = keyring.trusted(ctx.dirs)
     except UserError as err:
