@@ -252,11 +252,23 @@ def transport_errors() -> tuple[type[Exception], ...]:
     return tuple(found)
 
 
-def registry_errors() -> tuple[type[Exception], ...]:
-    """What oras and the libraries under it raise for a registry's answer, and nothing else: oras' own ValueError and
-    RuntimeError (a status or header it did not expect) and AuthenticationException, jsonschema's ValidationError (a
-    manifest of another shape), the transport's errors. A TypeError or AttributeError is a defect here, said as one."""
+_LIBRARIES = ("oras", "requests", "urllib3", "jsonschema", "http", "json", "socket", "ssl")
+
+
+def registry_said(err: BaseException) -> bool:
+    """Whether an error under an OCI call is the registry's answer, not a defect here: what oras and the libraries
+    under it raise for an answer (oras' own ValueError and RuntimeError, its AuthenticationException, jsonschema's
+    ValidationError, the transport's errors), or any error raised inside those libraries' own code (a KeyError in
+    oras' reading of a header a registry sent). A TypeError in buildmgr's own code is a defect, said as one."""
     import jsonschema
     from oras.auth import AuthenticationException
 
-    return (ValueError, RuntimeError, AuthenticationException, jsonschema.ValidationError, *transport_errors())
+    if isinstance(err, (ValueError, RuntimeError, AuthenticationException, jsonschema.ValidationError)):
+        return True
+    if isinstance(err, transport_errors()):
+        return True
+    innermost = err.__traceback__
+    while innermost is not None and innermost.tb_next is not None:
+        innermost = innermost.tb_next
+    module = str(innermost.tb_frame.f_globals.get("__name__", "")) if innermost is not None else ""
+    return module.split(".")[0] in _LIBRARIES

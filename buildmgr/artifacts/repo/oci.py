@@ -31,7 +31,7 @@ from buildmgr.artifacts.repo.net import (
     NO_LIMITS_GIVEN,
     Limits,
     TooSlow,
-    registry_errors,
+    registry_said,
     transport_errors,
     unreachable,
     within,
@@ -100,7 +100,9 @@ class OciRepo(Repo):
             return action(remote)
         except BuildmgrError:
             raise
-        except registry_errors() as err:
+        except Exception as err:
+            if not registry_said(err):
+                raise
             if why := unreachable(err, self.limits.timeout_s):  # the words the http:// case says for the same fault
                 raise NetworkFault(f"cannot reach {self.registry} ({self.text}): {why}") from None
             shown = str(err).splitlines()[0] if str(err) else type(err).__name__
@@ -180,7 +182,9 @@ class OciRepo(Repo):
                 append(response.raw, part, "ab" if resumed else "wb", start, entry.size, progress, self.limits)
         except said:
             raise  # `Repo.fetch` says each, and keeps the intact bytes of a download cut short
-        except registry_errors() as err:  # oras' own (a 401 it cannot answer), a manifest of another shape
+        except Exception as err:  # oras' own (a 401 it cannot answer), a manifest of another shape
+            if not registry_said(err):
+                raise
             shown = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise RepositoryFault(f"{self.text}: downloading {entry.name} failed ({shown})") from None
 

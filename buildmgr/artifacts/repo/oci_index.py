@@ -13,7 +13,7 @@ from pathlib import Path
 from buildmgr.artifacts import index
 from buildmgr.artifacts.repo import policy
 from buildmgr.artifacts.repo.base import parse_index
-from buildmgr.artifacts.repo.net import registry_errors, unreachable
+from buildmgr.artifacts.repo.net import registry_said, unreachable
 from buildmgr.artifacts.repo.oci_store import (
     INDEX_CONFIG_MEDIA_TYPE,
     INDEX_MEDIA_TYPE,
@@ -42,8 +42,8 @@ def push_index(remote: Remote, key: signing.SecretKey | None, days: int, own: in
             written = _rebuild(remote, key, days, own)
         except (BuildmgrError, ShapeError):  # a fault said, an entry that is not buildmgr's: no race, no retry
             raise
-        except registry_errors() as err:  # pushes and reads of one tag at the same moment (the registry: 400, 500)
-            if unreachable(err) is not None or attempt == TRIES - 1:
+        except Exception as err:  # pushes and reads of one tag at the same moment (the registry: 400, 500)
+            if not registry_said(err) or unreachable(err) is not None or attempt == TRIES - 1:
                 raise
             written = None
         if written is not None:

@@ -67,6 +67,21 @@ def _raw_reader(response: Any) -> Callable[[int], bytes]:
     return read
 
 
+def _image_manifest(found: dict[str, Any]) -> bool:
+    """Whether a manifest has the shape every reader here takes: a config and each layer with a digest, a layer's
+    annotations an object of strings (what a registry returns is checked here once, not where it is read)."""
+    config, layers = found.get("config"), found.get("layers", [])
+    if not isinstance(config, dict) or not isinstance(config.get("digest"), str) or not isinstance(layers, list):
+        return False
+    for layer in layers:
+        annotations = layer.get("annotations", {}) if isinstance(layer, dict) else None
+        if not isinstance(layer, dict) or not isinstance(layer.get("digest"), str) or not isinstance(annotations, dict):
+            return False
+        if not all(isinstance(value, str) for value in annotations.values()):
+            return False
+    return True
+
+
 def cosigned(entry: index.Entry, tags: list[str]) -> index.Entry:
     """The entry with the later signers its signature tags name (the first signer is in its own manifest)."""
     later = {m[1] for t in tags if (m := SIGNATURE_TAG.fullmatch(t)) and m[2] == entry.sha256}
@@ -99,6 +114,10 @@ class Remote:
             found = jsonshape.parse(capped(_raw_reader(response), url))
         if not isinstance(found, dict):
             raise RepositoryFault(f"{url}: not a manifest (a JSON object)")
+        if not _image_manifest(found):
+            raise RepositoryFault(
+                f"{url}: reading its manifest failed (its config or layers are not an image manifest's)"
+            )
         return found
 
     def blob(self, digest: str) -> bytes:
