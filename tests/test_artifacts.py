@@ -32,8 +32,8 @@ from buildmgr.artifacts import unpack as unpacking
 from buildmgr.artifacts.names import cpu_arch_of
 from buildmgr.backends.cuda import device_code as cuda_device_code
 from buildmgr.backends.hip import device_code as hip_device_code
-from buildmgr.build import runtime
-from buildmgr.build.options import all_recipes
+from buildmgr.building import runtime
+from buildmgr.building.options import all_recipes
 from buildmgr.core.config import Dirs
 from buildmgr.core.errors import CannotRunHere, UserError
 from buildmgr.core.progress import Reporter

@@ -157,8 +157,8 @@ def fake_cuda_host(tmp_path: Path) -> tuple[Host, Path, Path]:
 def preflight(host: Host, memo_file: Path, sm: str = "90"):
     from types import SimpleNamespace
 
-    from buildmgr.build.options import BuildRequest, resolve_arch
-    from buildmgr.build.preflight import inspect
+    from buildmgr.building.options import BuildRequest, resolve_arch
+    from buildmgr.building.preflight import inspect
     from buildmgr.core.memo import Memo
 
     memo = Memo.load(memo_file)
@@ -308,7 +308,7 @@ def test_each_architecture_option_resolves_through_its_backend_in_a_fixed_order(
     """CUDA's before HIP's whatever the recipe's order: the labels join into the build id."""
     from types import SimpleNamespace
 
-    from buildmgr.build.options import BuildRequest, resolve_arch
+    from buildmgr.building.options import BuildRequest, resolve_arch
     from buildmgr.core.memo import Memo
 
     host, _, _ = fake_cuda_host(tmp_path)

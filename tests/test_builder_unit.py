@@ -3,10 +3,10 @@ from pathlib import Path
 
 import pytest
 
-from buildmgr.build.builder import BuildTree, configure_command, error_excerpt
-from buildmgr.build.plan import default_jobs, make_plan, parse_jobs
-from buildmgr.build.recipes import Recipe
-from buildmgr.build.source.tree import SourceTree
+from buildmgr.building.builder import BuildTree, configure_command, error_excerpt
+from buildmgr.building.plan import default_jobs, make_plan, parse_jobs
+from buildmgr.building.recipes import Recipe
+from buildmgr.building.source.tree import SourceTree
 from buildmgr.core.errors import UserError
 from buildmgr.tools.toolchain import Tool, Toolchain
 
@@ -100,8 +100,8 @@ def test_default_jobs_respects_memory_per_job():
 
 def test_generated_flags_for_hip_and_cuda_arches():
     from buildmgr.backends.hip import arch as hip_arch
-    from buildmgr.build.plan import Arch
-    from buildmgr.build.recipes import compose, load_recipes
+    from buildmgr.building.plan import Arch
+    from buildmgr.building.recipes import compose, load_recipes
     from buildmgr.core.config import resource_path
 
     recipes = load_recipes(resource_path("recipes"))
@@ -185,8 +185,8 @@ def test_a_configured_tree_forgets_its_configure_and_keeps_what_it_compiled(tmp_
 def test_a_host_whose_available_memory_is_unknown_gets_a_job_per_core_and_is_told(tmp_path, monkeypatch):
     """Issue #67: where /proc/meminfo has no MemAvailable (macOS has no /proc at all), the jobs were chosen as if
     4.0 GiB were free, silently. Unknown is unknown: a job per core, and the build says why and how to set fewer."""
-    from buildmgr.build import options
-    from buildmgr.build.options import BuildRequest
+    from buildmgr.building import options
+    from buildmgr.building.options import BuildRequest
     from buildmgr.core import hostfacts
 
     meminfo = tmp_path / "meminfo"

@@ -550,7 +550,7 @@ def test_the_receipt_has_the_documented_shape(env, first_build):
 def test_runtime_needs_are_what_the_elf_files_say(env, first_build):
     from packaging.version import Version
 
-    from buildmgr.build import runtime
+    from buildmgr.building import runtime
 
     prefix = Path(buildmgr(env, "which", "cpu").stdout.strip())
     needs = receipt_of(env)["runtime"]
@@ -748,8 +748,8 @@ def test_a_cold_rebuild_from_the_receipt_in_another_data_dir_is_byte_identical(e
 
 
 def test_the_vendored_tree_is_the_pin_and_builds_as_a_local_source(env, first_build):
-    from buildmgr.build.source import checkout
-    from buildmgr.build.source import sdist as pinned
+    from buildmgr.building.source import checkout
+    from buildmgr.building.source import sdist as pinned
 
     sdist = Path(env["XDG_CACHE_HOME"]) / "buildmgr" / "downloads" / "llama_cpp_python-0.3.36.tar.gz"
     synced = buildmgr(env, "source", "sync", "--vendor", "--archive", str(sdist))
@@ -939,7 +939,7 @@ def test_the_rules_whose_runs_lost_their_message_match_the_pinned_source_s_own_t
     """The pinned tree this build used holds the format string each such rule's line is printed from."""
     from test_placement import LINES_AT_THE_PIN
 
-    from buildmgr.build.source import sdist
+    from buildmgr.building.source import sdist
     from buildmgr.core.config import Dirs
 
     dirs = Dirs(*(Path(env[f"XDG_{kind}_HOME"]) / "buildmgr" for kind in ("DATA", "CACHE", "CONFIG")))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from buildmgr import store
-from buildmgr.build import doctor, kits
+from buildmgr.building import doctor, kits
 from buildmgr.core import memo
 from buildmgr.core.config import Dirs, Settings
 from buildmgr.store.receipt import Package, ToolchainReceipt

@@ -13,7 +13,7 @@ import pytest
 from conftest import assert_user_error, buildmgr, make_receipt, user_recipe
 
 from buildmgr import store
-from buildmgr.build.source.tree import parse_source_spec
+from buildmgr.building.source.tree import parse_source_spec
 from buildmgr.core.config import Dirs
 from buildmgr.core.errors import UserError
 from buildmgr.devices.inventory import load
@@ -283,7 +283,7 @@ def test_defines_buildmgr_owns_are_refused_not_silently_overridden(tmp_path, tmp
     ],
 )
 def test_recipes_are_validated_when_parsed(text, message):
-    from buildmgr.build.recipes import parse_recipe
+    from buildmgr.building.recipes import parse_recipe
 
     with pytest.raises(UserError, match=re.escape(message)):
         parse_recipe("mine", text, "mine.toml")
@@ -433,7 +433,7 @@ def test_a_bad_ref_leaves_no_clone_behind(tmp_path, tmp_env):
 
 
 def test_a_full_commit_already_cloned_is_not_fetched_again(tmp_path, monkeypatch):
-    from buildmgr.build.source import git
+    from buildmgr.building.source import git
 
     commit = git_repo(tmp_path / "repo")
     dirs = Dirs(tmp_path / "data", tmp_path / "cache", tmp_path / "config")
@@ -451,7 +451,7 @@ def test_a_full_commit_already_cloned_is_not_fetched_again(tmp_path, monkeypatch
 def test_install_rules_cannot_climb_out_of_the_prefix(tmp_path, destination, name):
     from types import SimpleNamespace
 
-    from buildmgr.build.install import install_targets
+    from buildmgr.building.install import install_targets
     from buildmgr.core.errors import BuildFailed
 
     (tmp_path / "build" / "tool").parent.mkdir(parents=True)
@@ -472,7 +472,7 @@ def test_install_rules_cannot_climb_out_of_the_prefix(tmp_path, destination, nam
 def test_two_refs_get_two_trees_and_one_never_changes_under_the_other(tmp_path):
     import subprocess
 
-    from buildmgr.build.source import git
+    from buildmgr.building.source import git
 
     first = git_repo(tmp_path / "repo")
     git_cli = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path / "repo")]

@@ -20,8 +20,8 @@ from buildmgr.artifacts import compat
 from buildmgr.artifacts.matrix import MatrixRequest, matrix
 from buildmgr.backends import all_kits
 from buildmgr.backends.cuda import kit as cuda_kit
-from buildmgr.build import kit_sources, kits, runtime
-from buildmgr.build.options import all_recipes
+from buildmgr.building import kit_sources, kits, runtime
+from buildmgr.building.options import all_recipes
 from buildmgr.core.config import Dirs
 from buildmgr.core.errors import UserError
 from buildmgr.store.receipt import Package, ToolchainReceipt, ToolchainRef

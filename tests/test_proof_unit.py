@@ -177,8 +177,8 @@ def test_an_abort_is_named_by_ggml_s_own_backtrace_and_its_assertion():
 def test_a_receipts_fixes_are_carried_into_a_plan_whatever_this_host_remembers(tmp_path):
     """`verify` rebuilds a build from its receipt on a host that never saw the fault: the receipt's fix is taken, so
     the rebuild has the same defines and targets; where the host saw it too, the fix is taken once."""
-    from buildmgr.build.options import leave_out_faults
-    from buildmgr.build.recipes import Recipe
+    from buildmgr.building.options import leave_out_faults
+    from buildmgr.building.recipes import Recipe
     from buildmgr.core.config import Dirs
     from buildmgr.store.receipt import FixRecord
     from buildmgr.tools.toolchain import Tool, Toolchain

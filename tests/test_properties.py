@@ -15,8 +15,8 @@ from buildmgr.backends.cuda.arch import parse_sm
 from buildmgr.backends.cuda.smi import parse_nvidia_smi_csv
 from buildmgr.backends.hip.arch import parse_gfx
 from buildmgr.backends.vulkan.info import parse_vulkaninfo_summary
-from buildmgr.build.recipes import compose, load_recipes, parse_defines, parse_recipe
-from buildmgr.build.source.tree import parse_source_spec
+from buildmgr.building.recipes import compose, load_recipes, parse_defines, parse_recipe
+from buildmgr.building.source.tree import parse_source_spec
 from buildmgr.core.config import resource_path
 from buildmgr.core.errors import UserError
 from buildmgr.devices.captures import parse_list_devices, read_text

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from buildmgr.build.recipes import compose, load_recipes, parse_recipe
+from buildmgr.building.recipes import compose, load_recipes, parse_recipe
 from buildmgr.core.config import resource_path
 from buildmgr.core.errors import UserError
 

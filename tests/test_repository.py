@@ -751,7 +751,7 @@ def test_a_checkout_with_an_untracked_cu_file_is_built_and_attested_as_dirty(tmp
     """ggml-cuda's CMake globs *.cu: a file git does not track is built, so the tree is not its commit."""
     from test_artifacts import git_tree
 
-    from buildmgr.build.source import checkout
+    from buildmgr.building.source import checkout
 
     tree = Path(git_tree(tmp_path / "src", nondeterministic=False).removesuffix("@main"))
     git = ["git", "-C", str(tree)]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from buildmgr.build.source.tree import parse_source_spec, read_llama_version
+from buildmgr.building.source.tree import parse_source_spec, read_llama_version
 from buildmgr.core.errors import UserError
 from buildmgr.core.extract import safe_extract
 
@@ -109,8 +109,8 @@ def test_read_llama_version(tmp_path: Path):
 def test_a_git_checkout_gives_upstreams_build_number_and_a_dirty_tree_says_so(tmp_path: Path):
     from conftest import write_fake_tree
 
-    from buildmgr.build.source.checkout import local_tree
-    from buildmgr.build.source.tree import build_label
+    from buildmgr.building.source.checkout import local_tree
+    from buildmgr.building.source.tree import build_label
 
     root = write_fake_tree(tmp_path / "llama.cpp", "int main(void) { return 0; }\n")
     git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]

@@ -48,7 +48,7 @@ def documented_receipt_fields() -> set[str]:
 
 def test_every_matrix_entry_field_is_documented(tmp_path):
     from buildmgr.artifacts import matrix
-    from buildmgr.build.options import all_recipes
+    from buildmgr.building.options import all_recipes
     from buildmgr.core.config import Dirs
 
     known = all_recipes(Dirs(tmp_path / "d", tmp_path / "c", tmp_path / "cfg"))

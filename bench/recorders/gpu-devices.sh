@@ -16,7 +16,7 @@ bm() { python3 -m buildmgr "$@"; }
     blocks=(/sys/devices/system/memory/memory*)
     [ -e "${blocks[0]}" ] || blocks=()
     echo "memory blocks online/all: $(grep -l online /sys/devices/system/memory/memory*/state 2>/dev/null | wc -l)/${#blocks[@]}"
-    python3 -c "from buildmgr.core import hostfacts; from buildmgr.build.plan import default_jobs; m = hostfacts.available_mib(); g = None if m is None else m / 1024; n = hostfacts.read().cpus or 1; print(f'available_gib {g} -> default jobs for cuda+vulkan: {default_jobs(n, g, 4.0)} of {n} cores')"
+    python3 -c "from buildmgr.core import hostfacts; from buildmgr.building.plan import default_jobs; m = hostfacts.available_mib(); g = None if m is None else m / 1024; n = hostfacts.read().cpus or 1; print(f'available_gib {g} -> default jobs for cuda+vulkan: {default_jobs(n, g, 4.0)} of {n} cores')"
 } >"$out/memory.txt" 2>&1
 
 start=$(date +%s)

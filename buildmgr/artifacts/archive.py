@@ -16,7 +16,7 @@ from typing import Any
 
 from buildmgr import backends, store
 from buildmgr.artifacts.names import SYSTEM, artifact_stem, cpu_arch_of
-from buildmgr.build.source.tree import build_label, version_label
+from buildmgr.building.source.tree import build_label, version_label
 from buildmgr.core.errors import BuildFailed, UserError
 from buildmgr.core.fsutil import atomic_write_text, fsync_file, sha256_file, umask_mode
 from buildmgr.store.receipt import FILE_NAME as RECEIPT

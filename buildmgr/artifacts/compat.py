@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from buildmgr import backends
 from buildmgr.artifacts.index import ArchiveSummary, summary_of
 from buildmgr.artifacts.names import cpu_arch_of
-from buildmgr.build import kits
+from buildmgr.building import kits
 from buildmgr.core import hostfacts
 from buildmgr.core.config import Dirs
 from buildmgr.core.errors import CannotRunHere
@@ -42,7 +42,7 @@ def summary_findings(
     (`backends.gpu_targets`), and `cpu_flags` this CPU's, read once by a caller that judges many artifacts."""
     from packaging.version import Version
 
-    from buildmgr.build import runtime
+    from buildmgr.building import runtime
 
     needs = summary.runtime
     built_on = summary.machine.lower()

@@ -9,9 +9,9 @@ from typing import Any
 
 from buildmgr import backends
 from buildmgr.artifacts.names import CPU_ARCH, SYSTEM, artifact_stem
-from buildmgr.build import kit_sources
-from buildmgr.build.recipes import Recipe
-from buildmgr.build.source.tree import build_label
+from buildmgr.building import kit_sources
+from buildmgr.building.recipes import Recipe
+from buildmgr.building.source.tree import build_label
 from buildmgr.core.errors import UserError
 from buildmgr.tools.kit_spec import Kit
 
@@ -65,7 +65,7 @@ def matrix(
     request: MatrixRequest, known: dict[str, Recipe], build_number: int, commit: str
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(entries, left out with a reason). Unknown recipes and impossible archs raise UserError."""
-    from buildmgr.build.recipes import compose
+    from buildmgr.building.recipes import compose
 
     for system in request.systems:
         if system not in SYSTEM.values():

@@ -13,19 +13,19 @@ from typing import TYPE_CHECKING, Any
 
 from buildmgr import backends
 from buildmgr.artifacts.unpack import Artifact
-from buildmgr.build.options import BuildRequest
+from buildmgr.building.options import BuildRequest
 from buildmgr.core.config import Dirs
 from buildmgr.core.errors import UserError
 from buildmgr.store.receipt import Receipt
 
 if TYPE_CHECKING:
-    from buildmgr.build.plan import BuildPlan
+    from buildmgr.building.plan import BuildPlan
     from buildmgr.core.progress import Reporter
 
 
 def request_from_receipt(receipt: Receipt, known: dict[str, Any], pinned_commit: str) -> BuildRequest:
     """The `build` that made this receipt: recipe, arch flags, extra -D and source. UserError if it cannot be asked."""
-    from buildmgr.build.recipes import BASE_DEFINES, compose
+    from buildmgr.building.recipes import BASE_DEFINES, compose
 
     source = receipt.source
     origin = source.origin
@@ -94,9 +94,9 @@ def verify(
     entries could be the artifact's own), and compare every installed file. `cold` also leaves the local cache out."""
     import uuid
 
-    from buildmgr.build import builder, kits
-    from buildmgr.build.options import all_recipes, plan_build
-    from buildmgr.build.source import sdist
+    from buildmgr.building import builder, kits
+    from buildmgr.building.options import all_recipes, plan_build
+    from buildmgr.building.source import sdist
     from buildmgr.core.config import Settings
     from buildmgr.tools import compile_cache
 

@@ -32,7 +32,7 @@ def register(sub: Subparsers, name: str) -> None:
         p.add_argument("file", type=Path, help="llama-…-bin-….tar.gz with its .sha256 beside it")
         p.add_argument("--cold", action="store_true", help="compile everything: no local compile cache either")
     elif name == "matrix":
-        from buildmgr.build import kit_sources
+        from buildmgr.building import kit_sources
         from buildmgr.tools.kit_spec import PipSource
 
         p = command(
@@ -105,8 +105,8 @@ def register(sub: Subparsers, name: str) -> None:
 def matrix(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr.artifacts.matrix import MatrixRequest
     from buildmgr.artifacts.matrix import matrix as make_matrix
-    from buildmgr.build.options import all_recipes
-    from buildmgr.build.source import sdist
+    from buildmgr.building.options import all_recipes
+    from buildmgr.building.source import sdist
 
     known = all_recipes(ctx.dirs, "+".join(args.recipes), warn=ctx.warn)
     request = MatrixRequest(

@@ -63,13 +63,15 @@ def register(sub: Subparsers, name: str) -> None:
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr import store
-    from buildmgr.build.options import BuildRequest, plan_build
+    from buildmgr.building.options import BuildRequest, plan_build
 
     given = tuple((o.flag, getattr(args, o.dest)) for o in backends.arch_options() if getattr(args, o.dest) is not None)
     request = BuildRequest(args.recipe, given, args.source, args.jobs, tuple(args.define), tuple(args.toolchain))
     plan = plan_build(request, ctx.dirs, ctx.environ, lambda: ctx.settings, ctx.warn)
     if args.configure_only:
-        from buildmgr.build import builder  # a no-op never imports the pipeline (nor rich's progress, nor the File API)
+        from buildmgr.building import (
+            builder,  # a no-op never imports the pipeline (nor rich's progress, nor the File API)
+        )
         from buildmgr.core.progress import Reporter
 
         configured = builder.configure_only(plan, ctx.dirs, Reporter.for_environment(ctx.environ), ctx.environ)
@@ -98,7 +100,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             from buildmgr.tools.toolchain import INSTALL_HINTS
 
             ctx.warn(f"ccache not found: building without a compile cache ({INSTALL_HINTS['ccache']})")
-        from buildmgr.build import builder
+        from buildmgr.building import builder
         from buildmgr.core.progress import Reporter
         from buildmgr.proof.smoke import ProofFailed
 

@@ -122,7 +122,7 @@ def remove(args: argparse.Namespace, ctx: Context) -> int:
 
 def gc(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr import store
-    from buildmgr.build import kits
+    from buildmgr.building import kits
 
     # toolchains themselves stay: builds load their run-time libraries from them ('toolchain remove' checks that)
     removed = store.gc(ctx.dirs, (kits.shelf(ctx.dirs),), dry=args.dry_run)

@@ -79,7 +79,7 @@ def register(sub: Subparsers, name: str) -> None:
 
 def recipes(args: argparse.Namespace, ctx: Context) -> int:
     from buildmgr import backends
-    from buildmgr.build import doctor as host
+    from buildmgr.building import doctor as host
 
     states = host.recipes(ctx.dirs, ctx.environ, ctx.settings, ctx.warn)
     removed = {
@@ -113,8 +113,8 @@ def recipes(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def doctor(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr.build import doctor as host
-    from buildmgr.build import kit_sources
+    from buildmgr.building import doctor as host
+    from buildmgr.building import kit_sources
 
     report = host.doctor(ctx.dirs, ctx.environ, ctx.settings)
     if args.json:
@@ -161,7 +161,7 @@ def cache(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def source(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr.build.source import sdist
+    from buildmgr.building.source import sdist
 
     if args.action == "show" and (args.archive is not None or args.vendor):
         raise UserError("--archive and --vendor go with sync: buildmgr source sync --archive FILE [--vendor]")

@@ -10,13 +10,13 @@ from buildmgr.cli import command, render
 from buildmgr.core.config import Context
 
 if TYPE_CHECKING:
-    from buildmgr.build.kits import Added
+    from buildmgr.building.kits import Added
     from buildmgr.cli import Subparsers
     from buildmgr.core.memo import Memo
 
 
 def register(sub: Subparsers, name: str) -> None:
-    from buildmgr.build import kit_sources
+    from buildmgr.building import kit_sources
 
     names = ", ".join(kit.name for kit in kit_sources.all_kits())
     p = command(
@@ -38,7 +38,7 @@ def register(sub: Subparsers, name: str) -> None:
 
 
 def toolchain(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr.build import kit_sources
+    from buildmgr.building import kit_sources
     from buildmgr.core.errors import UserError
 
     if args.action == "list":
@@ -52,8 +52,8 @@ def toolchain(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _add(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr.build import doctor, kit_sources, kits
-    from buildmgr.build.options import backend_host
+    from buildmgr.building import doctor, kit_sources, kits
+    from buildmgr.building.options import backend_host
     from buildmgr.core.progress import Reporter
 
     request = kit_sources.parse_request(args.what)
@@ -76,7 +76,7 @@ def _add(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _row(added: Added, ctx: Context, memo: Memo | None = None) -> dict[str, Any]:
-    from buildmgr.build import kits
+    from buildmgr.building import kits
 
     receipt = added.receipt
     problem = kits.changed(added, memo)
@@ -99,7 +99,7 @@ def _row(added: Added, ctx: Context, memo: Memo | None = None) -> dict[str, Any]
 
 
 def _list(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr.build import kit_sources, kits
+    from buildmgr.building import kit_sources, kits
     from buildmgr.core.memo import Memo
 
     added, broken = kits.scan(ctx.dirs)
@@ -127,7 +127,7 @@ def _list(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _remove(args: argparse.Namespace, ctx: Context) -> int:
-    from buildmgr.build import kits
+    from buildmgr.building import kits
 
     removed = kits.remove(ctx.dirs, args.what)
     if args.json:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from buildmgr.build.source.tree import MARKER, SourceTree, read_marker
+from buildmgr.building.source.tree import MARKER, SourceTree, read_marker
 from buildmgr.core import proc
 from buildmgr.core.config import Dirs, resource_path
 from buildmgr.core.errors import BuildFailed, UserError

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from buildmgr import __version__, backends, store
 from buildmgr.backend_spec import RuntimeFault
-from buildmgr.build import runtime, source
-from buildmgr.build.install import install_targets
-from buildmgr.build.plan import BuildPlan, rpath_defines
-from buildmgr.build.recipes import BASE_DEFINES
+from buildmgr.building import runtime, source
+from buildmgr.building.install import install_targets
+from buildmgr.building.plan import BuildPlan, rpath_defines
+from buildmgr.building.recipes import BASE_DEFINES
 from buildmgr.core import hostfacts, proc
 from buildmgr.core.config import Dirs
 from buildmgr.core.errors import TAIL_LINES, BuildFailed

@@ -7,8 +7,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from buildmgr.build.recipes import BASE_DEFINES, Recipe
-from buildmgr.build.source.tree import SourceTree
+from buildmgr.building.recipes import BASE_DEFINES, Recipe
+from buildmgr.building.source.tree import SourceTree
 from buildmgr.core.errors import UserError
 from buildmgr.core.jsonshape import dump
 from buildmgr.store.receipt import FixRecord, ToolchainRef

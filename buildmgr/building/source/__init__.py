@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from buildmgr.build.source.checkout import local_tree
-from buildmgr.build.source.git import git_tree
-from buildmgr.build.source.sdist import load_pin, sync_pinned
-from buildmgr.build.source.tree import SourceSpec, SourceTree
+from buildmgr.building.source.checkout import local_tree
+from buildmgr.building.source.git import git_tree
+from buildmgr.building.source.sdist import load_pin, sync_pinned
+from buildmgr.building.source.tree import SourceSpec, SourceTree
 from buildmgr.core.config import Dirs
 
 

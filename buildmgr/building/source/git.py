@@ -9,7 +9,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildmgr.build.source.tree import SourceTree, read_llama_version
+from buildmgr.building.source.tree import SourceTree, read_llama_version
 from buildmgr.core import proc
 from buildmgr.core.config import Dirs
 from buildmgr.core.errors import UserError

@@ -10,9 +10,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from buildmgr import backends
-from buildmgr.build import kits, preflight
-from buildmgr.build.options import all_recipes, backend_host
-from buildmgr.build.recipes import Recipe
+from buildmgr.building import kits, preflight
+from buildmgr.building.options import all_recipes, backend_host
+from buildmgr.building.recipes import Recipe
 from buildmgr.core.config import Dirs, Settings
 from buildmgr.core.findings import Check
 from buildmgr.tools import toolchain
@@ -48,7 +48,7 @@ class DoctorReport:
 def recipes(
     dirs: Dirs, environ: Mapping[str, str], settings: Settings, warn: Callable[[str], None]
 ) -> list[RecipeState]:
-    from buildmgr.build.options import pick_toolchains
+    from buildmgr.building.options import pick_toolchains
     from buildmgr.core.errors import UserError
     from buildmgr.core.memo import Memo
 

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from buildmgr import backends
-from buildmgr.build import kits, preflight, source
-from buildmgr.build.plan import RPATH_KEYS, Arch, BuildPlan, make_plan, parse_jobs
-from buildmgr.build.recipes import Recipe, compose, load_recipes, parse_defines, with_defines
-from buildmgr.build.source import sdist
-from buildmgr.build.source.tree import SourceSpec, SourceTree, parse_source_spec
+from buildmgr.building import kits, preflight, source
+from buildmgr.building.plan import RPATH_KEYS, Arch, BuildPlan, make_plan, parse_jobs
+from buildmgr.building.recipes import Recipe, compose, load_recipes, parse_defines, with_defines
+from buildmgr.building.source import sdist
+from buildmgr.building.source.tree import SourceSpec, SourceTree, parse_source_spec
 from buildmgr.core import hostfacts
 from buildmgr.core.config import Dirs, Settings, ensure_writable, resource_path
 from buildmgr.core.errors import UserError

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from buildmgr.build.source.git import git_facts
-from buildmgr.build.source.tree import SourceTree, fingerprint_tree, read_llama_version, read_marker
+from buildmgr.building.source.git import git_facts
+from buildmgr.building.source.tree import SourceTree, fingerprint_tree, read_llama_version, read_marker
 
 
 def local_tree(path: Path) -> SourceTree:

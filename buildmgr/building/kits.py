@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildmgr import __version__, store
-from buildmgr.build import kit_sources
-from buildmgr.build.kit_sources import KitRequest, all_kits, kit_named
+from buildmgr.building import kit_sources
+from buildmgr.building.kit_sources import KitRequest, all_kits, kit_named
 from buildmgr.core.config import Dirs, ensure_writable
 from buildmgr.core.errors import UserError
 from buildmgr.core.fsutil import locked, sha256_file
