@@ -1,6 +1,6 @@
 """The cards' energy counters as bench's sampler read them alone (tune by energy), from a samples file: per process,
 reads a second, what each read's call took (files since 2026-12-06's evening), and the counter's update period from
-the updates its reads timed, as bench's energy takes them (limit.timed_updates).
+the updates its reads timed, as bench's energy takes them (energy.timed_updates).
 
     python bench/counter_reads.py FILE.samples.jsonl.gz…
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from buildmgr.bench.limit import timed_updates
+from buildmgr.bench.energy import timed_updates
 
 
 def main() -> None:

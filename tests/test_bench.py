@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from buildmgr.backends import EngineReading
 from buildmgr.backends.cuda import engines as cuda_engines
 from buildmgr.backends.hip import engines as hip_engines
-from buildmgr.bench import compare, limit, logs, rows, stats, verdicts
+from buildmgr.bench import bandwidth, compare, energy, limit, logs, rows, stats, verdicts
 from buildmgr.bench import config as cfg
 from buildmgr.bench.judge import HOST as HOST_ROLE
 from buildmgr.bench.judge import MIN_IDLE_SECONDS, Placed, Validity, Verdict, judge
@@ -757,16 +757,15 @@ def test_the_bandwidth_limit_of_a_decode_from_what_each_device_holds_and_its_kv_
 
 
 def test_energy_per_token_from_a_counter_and_unreadable_for_phases_too_short():
-    from buildmgr.bench import limit
 
     def reading(at: float) -> Sample:  # 300 W: 30 J per 0.1 s
         return Sample(at, (EngineReading(H200_PCI, 90.0, 1000, 1980, 300.0, (), 1e6 + at * 300_000),), None)
 
     long_ = [logs.Phase(1, "generation", 0.0, 2.0)]
-    [found] = limit.energy(long_, [reading(t / 10) for t in range(21)], {"CUDA0": H200_PCI}, {"generation": 128})
+    [found] = energy.per_card(long_, [reading(t / 10) for t in range(21)], {"CUDA0": H200_PCI}, {"generation": 128})
     assert found.joules == pytest.approx(600.0) and found.j_per_token == pytest.approx(600 / 128, rel=1e-4)
     short = [logs.Phase(1, "generation", 0.0, 0.15)]
-    [none] = limit.energy(short, [reading(t / 10) for t in range(3)], {"CUDA0": H200_PCI}, {"generation": 128})
+    [none] = energy.per_card(short, [reading(t / 10) for t in range(3)], {"CUDA0": H200_PCI}, {"generation": 128})
     assert none.joules is None and none.too_short and "its update period swamps" in (none.unknown or "")
 
 
@@ -779,7 +778,7 @@ def test_a_device_without_a_pci_id_is_not_read_through_the_cpu_s_counter():
         return Sample(at, (), None, 1e6 + at * 50_000)
 
     phases = [logs.Phase(1, "generation", 0.0, 2.0)]
-    found = limit.energy(
+    found = energy.per_card(
         phases, [reading(t / 10) for t in range(21)], {"Vulkan0": None, limit.CPU: None}, {"generation": 64}
     )
     by_device = {e.device: e for e in found}
@@ -788,21 +787,19 @@ def test_a_device_without_a_pci_id_is_not_read_through_the_cpu_s_counter():
 
 
 def test_the_cpu_bandwidth_is_measured_once_per_host_and_kept(tmp_path):
-    from buildmgr.bench import membw
-
-    first = membw.cpu_bandwidth(tmp_path, "h", "cpu")
+    first = bandwidth.cpu_bandwidth(tmp_path, "h", "cpu")
     assert first.gbs is not None and first.gbs > 0 and first.basis.startswith("measured here")
-    kept = json.loads((tmp_path / membw.FILE).read_text())
+    kept = json.loads((tmp_path / bandwidth.FILE).read_text())
     [key] = kept
     kept[key]["gbs"] = 12345.0
-    (tmp_path / membw.FILE).write_text(json.dumps(kept))
-    assert membw.cpu_bandwidth(tmp_path, "h", "cpu").gbs == 12345.0  # read back, not measured again
-    again = membw.cpu_bandwidth(tmp_path, "h", "cpu", again=True)  # asked: measured again, and kept
-    assert again.gbs != 12345.0 and json.loads((tmp_path / membw.FILE).read_text())[key]["gbs"] == again.gbs
+    (tmp_path / bandwidth.FILE).write_text(json.dumps(kept))
+    assert bandwidth.cpu_bandwidth(tmp_path, "h", "cpu").gbs == 12345.0  # read back, not measured again
+    again = bandwidth.cpu_bandwidth(tmp_path, "h", "cpu", again=True)  # asked: measured again, and kept
+    assert again.gbs != 12345.0 and json.loads((tmp_path / bandwidth.FILE).read_text())[key]["gbs"] == again.gbs
     # issue #48: one taken while other work kept the CPUs busy was kept, and every later limit took it
-    busy = membw.cpu_bandwidth(tmp_path / "other", "h", "cpu", busy=True)
+    busy = bandwidth.cpu_bandwidth(tmp_path / "other", "h", "cpu", busy=True)
     assert busy.basis.endswith("while the host was busy with other work: low, and not kept")
-    assert not (tmp_path / "other" / membw.FILE).exists()
+    assert not (tmp_path / "other" / bandwidth.FILE).exists()
 
 
 H200_31 = FIXTURES / "h200" / "bench31"  # bench/recorders/gpu-bench-steady.sh, 2026-12-02 (issue #31)
@@ -908,8 +905,8 @@ def test_two_names_of_one_card_count_its_energy_once():
     for config, names in (("layer", ("CUDA0", "CUDA1")), ("cross", ("CUDA0", "Vulkan0"))):
         for _, phases, samples in _recorded(config, SPLITS_33 / "samples.jsonl.gz"):
             tg = [p for p in phases if p.kind == "generation" and p.test == 2]
-            alone = limit.energy(tg, samples, {"CUDA0": H200_PCI}, {"generation": 128})
-            both = limit.energy(tg, samples, dict.fromkeys(names, H200_PCI) | {limit.CPU: None}, {"generation": 128})
+            alone = energy.per_card(tg, samples, {"CUDA0": H200_PCI}, {"generation": 128})
+            both = energy.per_card(tg, samples, dict.fromkeys(names, H200_PCI) | {limit.CPU: None}, {"generation": 128})
             cards = [e for e in both if e.device != limit.CPU]
             assert [e.device for e in cards] == ["+".join(names)]
             assert cards[0].joules == alone[0].joules and cards[0].j_per_token == alone[0].j_per_token
@@ -1057,11 +1054,11 @@ def test_energy_is_taken_over_the_repetitions_speed_is_and_a_cpu_that_ran_layers
     reps = [logs.Phase(3, kind, t, t + 0.5) for t in (1.0, 2.0, 3.0) for kind in ("prompt", "generation")]
     kept = steady_phases(list(reversed(reps)))
     assert sorted(p.start for p in kept) == [2.0, 2.0, 3.0, 3.0]  # the first of each kind left out
-    gpu = limit.Energy("CUDA0", "generation", "energy counter", 40.0, 1.0, None)
-    cpu = limit.Energy("CPU", "generation", "RAPL", None, 0.0, None, unknown="RAPL is not readable")
+    gpu = energy.Energy("CUDA0", "generation", "energy counter", 40.0, 1.0, None)
+    cpu = energy.Energy("CPU", "generation", "RAPL", None, 0.0, None, unknown="RAPL is not readable")
     phases = [logs.Phase(2, "generation", 1.0, 2.0), logs.Phase(2, "generation", 3.0, 4.0)]
-    assert limit.per_token([gpu, cpu], phases, {"generation": 100}, cpu_works=False) == pytest.approx(0.2)
-    assert limit.per_token([gpu, cpu], phases, {"generation": 100}, cpu_works=True) is None
+    assert energy.per_token([gpu, cpu], phases, {"generation": 100}, cpu_works=False) == pytest.approx(0.2)
+    assert energy.per_token([gpu, cpu], phases, {"generation": 100}, cpu_works=True) is None
 
 
 def _moe_model(path: Path) -> Path:
@@ -1233,7 +1230,7 @@ def test_energy_spans_abutting_repetitions_and_never_takes_a_trailing_power_aver
     whose counter was read is measured by its counter (over abutting repetitions as one span), or not at all; power
     readings count only where no counter moved, and only those a full averaging window inside the phases."""
 
-    def pooled(config: str, kind: str = "generation", model: str = "dense") -> tuple[limit.Energy, float]:
+    def pooled(config: str, kind: str = "generation", model: str = "dense") -> tuple[energy.Energy, float]:
         phases, samples = [], []  # the timed processes' repetitions of one test, as bench pools them for its row
         for round_, recorded, readings in _recorded(config, H100_48 / f"samples-{model}.jsonl.gz"):
             if round_ == 0:  # the warm-up process, kept apart
@@ -1242,7 +1239,7 @@ def test_energy_spans_abutting_repetitions_and_never_takes_a_trailing_power_aver
             timed = [p for p in recorded if p.kind == kind][1:]  # its first repetition kept apart
             phases += [p._replace(start=p.start + shift, end=p.end + shift) for p in timed]
             samples += [s._replace(at=s.at + shift) for s in readings]
-        [card, _] = limit.energy(phases, samples, {"CUDA0": H100_PCI, limit.CPU: None}, {kind: 64})
+        [card, _] = energy.per_card(phases, samples, {"CUDA0": H100_PCI, limit.CPU: None}, {kind: 64})
         return card, sum(p.end - p.start for p in phases)
 
     short, _ = pooled("cuda0")  # 0.27 s a process: before, 0.23 J/token from the trailing average
@@ -1264,10 +1261,10 @@ def test_energy_spans_abutting_repetitions_and_never_takes_a_trailing_power_aver
         return Sample(at, (EngineReading(H100_PCI, 90.0, 1000, 1980, watts, (), None),), None)
 
     busy = [logs.Phase(1, "generation", 1.0 + k, 2.0 + k) for k in range(3)]  # one span of 3 s, from 1.0 s
-    [found] = limit.energy(busy, [power_only(t / 10) for t in range(45)], {"CUDA0": H100_PCI}, {"generation": 100})
+    [found] = energy.per_card(busy, [power_only(t / 10) for t in range(45)], {"CUDA0": H100_PCI}, {"generation": 100})
     assert found.basis == "power readings × time" and found.joules == pytest.approx(300.0 * 3)
     short = [logs.Phase(1, "generation", 1.0, 1.8)]
-    [none] = limit.energy(short, [power_only(t / 10) for t in range(25)], {"CUDA0": H100_PCI}, {"generation": 100})
+    [none] = energy.per_card(short, [power_only(t / 10) for t in range(25)], {"CUDA0": H100_PCI}, {"generation": 100})
     assert none.joules is None and none.basis == "power readings × time" and "averages" in (none.unknown or "")
 
 
@@ -1295,8 +1292,8 @@ def test_a_counter_that_moves_in_steps_is_timed_by_its_own_updates_read_between_
             counted = tuple(CounterReading(t, H100_PCI, counter(t, phase)) for t in between if at - gap < t <= at)
             samples.append(Sample(at, (reading(at, phase),), None, counters=counted))
             at += gap
-        [card] = limit.energy(phases, samples, {"CUDA0": H100_PCI}, {"generation": 100})
-        assert card.joules is not None and card.basis == (limit.TIMED if alone else "energy counter")
+        [card] = energy.per_card(phases, samples, {"CUDA0": H100_PCI}, {"generation": 100})
+        assert card.joules is not None and card.basis == (energy.TIMED if alone else "energy counter")
         return card.joules / 0.62
 
     offsets = [(k * 0.0071, 0.5 + k * 0.0137) for k in range(30)]  # the counter's phase and the decode's start
@@ -1325,8 +1322,8 @@ def test_the_samples_file_keeps_the_counters_read_alone_and_they_replay_to_the_s
         for s in record["samples"]
     ]
     shifted = phase._replace(start=0.25, end=1.75)
-    [live] = limit.energy([phase], samples, {"CUDA0": H100_PCI}, {"generation": 10})
-    [again] = limit.energy([shifted], replayed, {"CUDA0": H100_PCI}, {"generation": 10})
+    [live] = energy.per_card([phase], samples, {"CUDA0": H100_PCI}, {"generation": 10})
+    [again] = energy.per_card([shifted], replayed, {"CUDA0": H100_PCI}, {"generation": 10})
     assert live.joules is not None and live.joules == pytest.approx(again.joules) == pytest.approx(10 * 1.5)
 
 

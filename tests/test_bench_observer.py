@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from buildmgr.backends.cuda.engines import NvmlEngines
+from buildmgr.bench import energy
 from buildmgr.bench.aggregate import observer_note, observer_share
 
 
@@ -244,19 +245,17 @@ def test_a_stepping_counter_is_read_around_its_updates_only_and_still_timed_by_t
     """The H100's counter moves every 0.1 s; read every 10 ms it cost a third of a core (docs/real-runs.md,
     2026-12-06). Once two updates are timed, the schedule reads it 20 ms before the next is due and every 10 ms until
     it moves: a few reads a step, the energy over a stretch as exact as before."""
-    from buildmgr.bench import limit
 
     for k in range(20):  # reads up to 8 ms late: the slack a loaded host needs
         readings = _polled(0.1, k * 0.0047, 5.0, late=0.008, jitter=0.003)
         assert len([r for r in readings if r[0] > 0.5]) < 40 * 4.5  # ten a step before
         for start in (0.6, 1.37, 2.9):
             inside = [r for r in readings if start <= r[0] <= start + 0.62]
-            span = limit._span(inside, True)
+            span = energy._span(inside, True)
             assert span is not None and abs(span[0] / 1000 / span[1] / 450 - 1) < 0.05
 
 
 def test_a_counter_that_moves_faster_than_the_reads_or_irregularly_is_read_every_10_ms() -> None:
-    from buildmgr.bench import limit
     from buildmgr.bench.sampling import COUNTER_INTERVAL
 
     fast = _polled(0.004, 0.0, 2.0)
@@ -264,23 +263,21 @@ def test_a_counter_that_moves_faster_than_the_reads_or_irregularly_is_read_every
     for k in range(10):  # updates 0.05 to 0.15 s apart
         readings = _polled(0.1, k * 0.003, 5.0, jitter=0.05)
         inside = [r for r in readings if 1.0 <= r[0] <= 3.0]
-        span = limit._span(inside, True)
+        span = energy._span(inside, True)
         assert span is not None and abs(span[0] / 1000 / span[1] / 450 - 1) < 0.1
 
 
 def test_a_change_read_long_after_the_reading_before_it_does_not_time_an_update() -> None:
     """Only a change between two reads close together says when the counter moved."""
-    from buildmgr.bench import limit
 
     readings = [(0.0, 0.0), (0.01, 45.0), (0.3, 45.0), (0.5, 180.0), (0.51, 225.0), (0.9, 225.0), (1.2, 405.0)]
-    assert limit._span(readings, True) == (225.0 - 45.0, 0.51 - 0.01)
+    assert energy._span(readings, True) == (225.0 - 45.0, 0.51 - 0.01)
 
 
 def test_the_sampler_reads_a_stepping_counter_as_its_clock_asks() -> None:
     import time
     from collections.abc import Collection
 
-    from buildmgr.bench import limit
     from buildmgr.bench.sampling import COUNTER_INTERVAL, Sampler
 
     card = "0000:00:06.0"
@@ -300,7 +297,7 @@ def test_the_sampler_reads_a_stepping_counter_as_its_clock_asks() -> None:
         time.sleep(1.5)
     assert source.reads < 0.7 * 1.5 / COUNTER_INTERVAL  # every 10 ms: 150
     readings = sorted((c.at, c.energy_mj) for s in sampler.samples or [] for c in s.counters)
-    span = limit._span(readings, True)
+    span = energy._span(readings, True)
     assert span is not None and span[1] > 0.5 and abs(span[0] / 1000 / span[1] / 450 - 1) < 0.05
 
 
@@ -308,7 +305,7 @@ def test_a_card_read_alone_whose_updates_were_never_timed_falls_back_to_the_samp
     """Reads alone that all came too late to time an update (a loaded host): the samples' own readings of the counter
     still give the energy, within a step, under the basis that says so, not an unknown that asks for a longer -n."""
     from buildmgr.backends import EngineReading
-    from buildmgr.bench import limit, logs
+    from buildmgr.bench import logs
     from buildmgr.bench.sampling import CounterReading, Sample
 
     card = "0000:00:06.0"
@@ -326,12 +323,12 @@ def test_a_card_read_alone_whose_updates_were_never_timed_falls_back_to_the_samp
         for t in range(1, 40)
     ]
     phases = [logs.Phase(1, "generation", 0.5, 3.5)]
-    [found] = limit.energy(phases, samples, {"CUDA0": card}, {"generation": 100})
+    [found] = energy.per_card(phases, samples, {"CUDA0": card}, {"generation": 100})
     assert found.basis == "energy counter" and found.joules is not None and abs(found.joules / 3.0 / 450 - 1) < 0.1
     around = [CounterReading(at, card, counter(at)) for s in samples for at in (s.at - 0.004, s.at + 0.004)]
     timed = [s._replace(counters=(*s.counters, *(c for c in around if s.at - 0.1 < c.at <= s.at))) for s in samples]
-    [again] = limit.energy(phases, timed, {"CUDA0": card}, {"generation": 100})
-    assert again.basis == limit.TIMED and again.joules is not None
+    [again] = energy.per_card(phases, timed, {"CUDA0": card}, {"generation": 100})
+    assert again.basis == energy.TIMED and again.joules is not None
 
 
 def test_the_share_is_kept_in_the_row_where_it_slows_llama_cpp_s_threads() -> None:

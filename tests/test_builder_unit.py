@@ -111,9 +111,9 @@ def test_generated_flags_for_hip_and_cuda_arches():
         SOURCE,
         toolchain(),
         2,
-        Arch((("GPU_TARGETS", value),), label),
-        {"rocm": "6.2.0"},
-        {"CMAKE_HIP_COMPILER": "/opt/rocm/llvm/bin/clang"},
+        arch=Arch((("GPU_TARGETS", value),), label),
+        backend_versions={"rocm": "6.2.0"},
+        host_defines={"CMAKE_HIP_COMPILER": "/opt/rocm/llvm/bin/clang"},
     )
     command = configure_command(plan, BuildTree(Path("/t")))
     assert {
@@ -128,9 +128,9 @@ def test_generated_flags_for_hip_and_cuda_arches():
         SOURCE,
         toolchain(),
         2,
-        Arch((("GPU_TARGETS", value),), label),
-        {"rocm": "6.3.0"},
-        {"CMAKE_HIP_COMPILER": "/elsewhere/clang"},
+        arch=Arch((("GPU_TARGETS", value),), label),
+        backend_versions={"rocm": "6.3.0"},
+        host_defines={"CMAKE_HIP_COMPILER": "/elsewhere/clang"},
     )
     assert other_rocm.digest != plan.digest  # tool versions are identity; tool paths are not
     same_rocm = make_plan(
@@ -138,9 +138,9 @@ def test_generated_flags_for_hip_and_cuda_arches():
         SOURCE,
         toolchain(),
         2,
-        Arch((("GPU_TARGETS", value),), label),
-        {"rocm": "6.2.0"},
-        {"CMAKE_HIP_COMPILER": "/elsewhere/clang"},
+        arch=Arch((("GPU_TARGETS", value),), label),
+        backend_versions={"rocm": "6.2.0"},
+        host_defines={"CMAKE_HIP_COMPILER": "/elsewhere/clang"},
     )
     assert same_rocm.digest == plan.digest
 
@@ -149,7 +149,7 @@ def test_generated_flags_for_hip_and_cuda_arches():
         SOURCE,
         toolchain(),
         2,
-        Arch((("CMAKE_CUDA_ARCHITECTURES", "86-real;89"),), "sm86_89"),
+        arch=Arch((("CMAKE_CUDA_ARCHITECTURES", "86-real;89"),), "sm86_89"),
     )
     command = configure_command(cuda, BuildTree(Path("/t")))
     assert {"-DGGML_CUDA=ON", "-DGGML_VULKAN=ON", "-DCMAKE_CUDA_ARCHITECTURES=86-real;89"} <= set(command)

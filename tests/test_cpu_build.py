@@ -21,7 +21,7 @@ import pytest
 from conftest import assert_user_error, buildmgr, make_env, user_recipe
 
 from buildmgr.artifacts import index
-from buildmgr.bench import membw
+from buildmgr.bench import energy
 from buildmgr.core.fsutil import sha256_file
 from buildmgr.devices import ggml_api
 
@@ -907,7 +907,7 @@ def test_tune_bad_input_is_one_line_and_a_build_without_the_fit_tool_says_how_to
     assert_user_error(
         buildmgr(env, "tune", "cpu", "-m", str(model), "--memory", "CPU=1MiB"), "even llama.cpp's own fit"
     )
-    if not membw.rapl_files():  # no energy counter here (a VM, or RAPL root-only): energy cannot be the objective
+    if not energy.rapl_files():  # no energy counter here (a VM, or RAPL root-only): energy cannot be the objective
         assert_user_error(
             buildmgr(env, "tune", "cpu", "-m", str(model), "--objective", "j_per_token"), "needs an energy counter"
         )

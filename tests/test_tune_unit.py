@@ -365,12 +365,15 @@ def test_an_incumbent_stands_on_its_processes_as_the_incumbent_and_a_winner_chos
     }
     ran: list[tuple[str, int]] = []
 
+    class Label(str):  # a candidate's plan, as far as the race reads it: its label, and no devices
+        roles = ()
+
     def run_once(p, bench_request, environ, sources, round_, bandwidth=None):  # type: ignore[no-untyped-def]
         ran.append((p, round_))
         return SimpleNamespace(p=p, failure=None, ran=SimpleNamespace(seconds=1.0), judgements={})
 
     monkeypatch.setattr(runner, "run_once", run_once)
-    monkeypatch.setattr(runner, "bandwidths", lambda p, host: None)
+    monkeypatch.setattr(runner.bandwidth, "per_device", lambda roles, host: None)
     monkeypatch.setattr(runner, "leader_share", lambda *args: None)
     monkeypatch.setattr(runner.measure, "units", lambda run, p, test, objective: Figure(next(reads[run.p])))
     bench_request = SimpleNamespace(workload=SimpleNamespace(tests=lambda: [(128, 0, 0), (0, 16, 0)]))
@@ -379,7 +382,7 @@ def test_an_incumbent_stands_on_its_processes_as_the_incumbent_and_a_winner_chos
     runs: dict[str, list[object]] = {}
 
     def stage(labels: list[str], first: int, carry: bool) -> int:
-        live = {label: (entries[label], label, None) for label in labels}
+        live = {label: (entries[label], Label(label), None) for label in labels}
         tuning = Tuning(request, {}, print, 0.0, Path("fit"), 512, {}, [], None, runs=runs)  # type: ignore[arg-type]
         rounds, _ = runner.race_all(tuning, live, entries[labels[0]], bench_request, first, carry=carry)  # type: ignore[arg-type]
         return rounds

@@ -12,11 +12,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from buildmgr import backends
-from buildmgr.bench import limit, logs, membw, rows
+from buildmgr.bench import bandwidth, energy, limit, logs, rows
 from buildmgr.bench.compare import first_usable
 from buildmgr.bench.config import BenchRequest
 from buildmgr.bench.judge import HOST, Judgement, Validity, partial, with_coverage, worst
-from buildmgr.bench.prepare import Planned, bandwidths
+from buildmgr.bench.prepare import Planned
 from buildmgr.bench.process import Run, peak_of, test_key
 from buildmgr.bench.sampling import Sample
 from buildmgr.bench.stats import CV_WARN, geomean, ratio, summarize
@@ -110,7 +110,7 @@ def rows_of(
     )
     load = runs_kept[-1].load if runs_kept else None
     held = limit.holdings(load, list(planned.devices)) if load is not None else ()
-    bandwidth = bandwidths(planned, host)
+    peaks = bandwidth.per_device(planned.roles, host)
     made = []
     for number, test in enumerate(request.workload.tests(), 1):
         steady: list[int] = []
@@ -189,7 +189,7 @@ def rows_of(
         if decode and load is not None and held:
             read = limit.read_per_token(held, load, number, test[2], test[1], planned.model_bytes)
             parallel = planned.config.placement.split_mode in ("row", "tensor")  # the devices read at once
-            found_limit = limit.decode_limit(read, bandwidth, summary.median, parallel)
+            found_limit = limit.decode_limit(read, peaks, summary.median, parallel)
             if found_limit.unknown:
                 notes.append(f"no bandwidth limit: {found_limit.unknown}")
             elif found_limit.percent is not None and found_limit.percent > 100:
@@ -197,7 +197,7 @@ def rows_of(
                     f"{found_limit.percent:.0f} % of the bandwidth limit: above it, so the limit counted bytes this "
                     "run did not read (a bug in buildmgr's limit: please report it with this row)"
                 )
-        energy, j_per_token = energy_per_token(planned, phases, samples, test, cpu_works)
+        spent, j_per_token = energy.of_test(planned.roles, phases, samples, test, cpu_works)
         first_summary = summarize(first)
         meta = rows.Meta(
             rows.SCHEMA,
@@ -228,7 +228,7 @@ def rows_of(
             limit_ts=found_limit.limit_ts if found_limit else None,
             limit_percent=found_limit.percent if found_limit else None,
             limit=found_limit,
-            energy=energy,
+            energy=spent,
             j_per_token=j_per_token,
             notes=tuple(notes),
             coverage=covered.summary() if covered is not None else None,
@@ -243,27 +243,6 @@ def cpu_computes(planned: Planned, load: logs.LoadLog | None) -> bool:
     """Whether the CPU computes part of the CONFIG: no device chosen, layers its load log left to the CPU, or an
     override keeping weights there."""
     return planned.config.cpu_overrides or bool(partial(load)) or any(r.name == HOST for r in planned.roles)
-
-
-def energy_per_token(
-    planned: Planned,
-    phases: Sequence[logs.Phase],
-    samples: Sequence[Sample],
-    test: tuple[int, int, int],
-    cpu_works: bool,
-) -> tuple[tuple[limit.Energy, ...], float | None]:
-    """Each card's and the CPU's energy over these phases, and the test's joules per token: None unless every device
-    that worked was read (the CPU's counter counts where the CPU computes; elsewhere it may be unreadable, RAPL
-    needing root). A CPU entry nothing could read says why."""
-    devices: dict[str, str | None] = {r.name: r.pci_bus_id for r in planned.roles if not r.on_cpu}
-    devices[limit.CPU] = None  # the CPU's packages, by RAPL
-    per_kind = {"prompt": test[0] or 0, "generation": test[1] or 0}
-    energy = limit.energy(phases, samples, devices, per_kind) if phases else ()
-    if any(e.device == limit.CPU and e.joules is None for e in energy) and not membw.rapl_files():
-        energy = tuple(
-            dataclasses.replace(e, unknown=membw.rapl_unreadable()) if e.device == limit.CPU else e for e in energy
-        )
-    return energy, limit.per_token(energy, phases, per_kind, cpu_works)
 
 
 def observer_share(runs: Sequence[Run], row: Mapping[str, Any] | None, cpu_works: bool) -> float | None:

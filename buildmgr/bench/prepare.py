@@ -1,6 +1,6 @@
 """Before anything runs: the command line's CONFIGs read and resolved, each checked against its build's devices here
-(`Planned`: its roles, PCI ids, environment and findings, and what its model's tensors weigh), the bandwidths and the
-host as rows record them, and whether something else keeps the host busy."""
+(`Planned`: its roles, PCI ids, environment and findings, and what its model's tensors weigh), the host as rows
+record it, and whether something else keeps the host busy."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildmgr import backends
-from buildmgr.bench import limit, membw, rows
+from buildmgr.bench import bandwidth, limit, rows
 from buildmgr.bench.config import Asked, BenchConfig, BenchRequest, parse_config, read_toml, resolve
 from buildmgr.bench.judge import BUSY_PERCENT, HOST, Placed
 from buildmgr.bench.sampling import cpu_times, services
@@ -132,22 +132,6 @@ def model_bytes(model: Path) -> limit.ModelBytes:
     return limit.ModelBytes(tensors, used / experts if used and experts else 1.0)
 
 
-def bandwidths(planned: Planned, host: rows.HostRow) -> dict[str, tuple[float | None, str]]:
-    """Each device's peak memory bandwidth and where it comes from: a card's from its vendor's library, a CPU-side
-    device's (the CPU, lavapipe) and the CPU's own buffers from the host's measurement."""
-    cards = {c.pci_bus_id: c for c in host.cards}
-    found: dict[str, tuple[float | None, str]] = {limit.CPU: (host.cpu_gbs, host.cpu_basis)}
-    for role in planned.roles:
-        card = cards.get(role.pci_bus_id or "")
-        if role.on_cpu:
-            found[role.name] = (host.cpu_gbs, host.cpu_basis)
-        elif card is not None:
-            found[role.name] = (card.peak_gbs, card.peak_basis)
-        else:
-            found[role.name] = (None, "no vendor library reports this card")
-    return found
-
-
 def host_record(
     dirs: Dirs, sources: Sequence[backends.EngineSource], *, busy: bool = False, again: bool = False
 ) -> rows.HostRow:
@@ -156,7 +140,7 @@ def host_record(
     cards = tuple(
         rows.CardRow(c.model, c.pci_bus_id, c.driver, c.peak_gbs, c.peak_basis) for s in sources for c in s.cards()
     )
-    measured = membw.cpu_bandwidth(dirs.cache, facts.hostname, facts.cpu, busy=busy, again=again)
+    measured = bandwidth.cpu_bandwidth(dirs.cache, facts.hostname, facts.cpu, busy=busy, again=again)
     return rows.HostRow(facts.hostname, facts.cpu, cards, measured.gbs, measured.basis)
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from buildmgr import backends
-from buildmgr.bench import limit, logs, membw
+from buildmgr.bench import energy, limit, logs
 from buildmgr.bench.config import BenchRequest
 from buildmgr.bench.judge import Judgement, judge, slowdowns
 from buildmgr.bench.prepare import Planned
@@ -78,7 +78,7 @@ def run_once(
     command += ["--progress", "-v", *planned.config.bench_args()]
     events: list[logs.Event] = []
     arrivals: list[float] = []
-    sampler = Sampler(sources, request.interval, rapl=membw.rapl_files(), counted=timed_cards(planned, request))
+    sampler = Sampler(sources, request.interval, cpu_energy=energy.cpu_reader(), counted=timed_cards(planned, request))
 
     def on_line(stream: str, line: str, at: float) -> None:
         if stream == "stdout":

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from buildmgr.bench.energy import Energy
 from buildmgr.bench.judge import Validity
-from buildmgr.bench.limit import Energy, Holding, Limit
+from buildmgr.bench.limit import Holding, Limit
 from buildmgr.bench.stats import geomean
 from buildmgr.core.errors import UserError
 from buildmgr.core.fsutil import read_user_text

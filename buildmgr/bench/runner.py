@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from buildmgr import backends
-from buildmgr.bench import logs, rows
+from buildmgr.bench import bandwidth, logs, rows
 from buildmgr.bench.aggregate import fa_auto_notes, pinned_notes, rows_of, with_baseline
 from buildmgr.bench.compare import compare
 from buildmgr.bench.config import BenchRequest
 from buildmgr.bench.judge import Validity, with_coverage
-from buildmgr.bench.prepare import Planned, bandwidths, busy_host, host_record, plan
+from buildmgr.bench.prepare import Planned, busy_host, host_record, plan
 from buildmgr.bench.process import Run, run_once
 from buildmgr.bench.verdicts import verdicts
 from buildmgr.core.errors import UserError
@@ -197,7 +197,7 @@ def bench(
                     sources,
                     round_,
                     functools.partial(on_event, p.config.label, round_),
-                    bandwidths(p, host),
+                    bandwidth.per_device(p.roles, host),
                 )
                 done.append(run)
                 executed.append((p, run))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Self
@@ -143,17 +143,6 @@ def services(proc: Path = Path("/proc"), skip: Sequence[int] = ()) -> list[tuple
     return sorted(found)
 
 
-def _rapl(files: Sequence[Path]) -> float | None:
-    """The packages' counters summed, in mJ (None where one cannot be read)."""
-    total = 0.0
-    for file in files:
-        try:
-            total += int(file.read_text()) / 1000
-        except (OSError, ValueError):
-            return None
-    return total
-
-
 @dataclass
 class Sampler:
     """Reads every source and the watched process every `interval` seconds on its own thread, until stopped, and the
@@ -163,7 +152,7 @@ class Sampler:
     interval: float
     pid: int | None = None
     samples: list[Sample] | None = None
-    rapl: Sequence[Path] = ()  # the CPU's energy counters (membw.rapl_files)
+    cpu_energy: Callable[[], float | None] | None = None  # the CPU's energy in mJ (energy.cpu_reader)
     counted: frozenset[str] = frozenset()  # the cards (PCI ids) whose counters are read alone between samples
 
     def __post_init__(self) -> None:
@@ -176,7 +165,7 @@ class Sampler:
     def read(self, counters: tuple[CounterReading, ...] = ()) -> Sample:
         started = time.monotonic()
         engines = tuple(r for source in self.sources for r in source.read())
-        energy = _rapl(self.rapl) if self.rapl else None
+        energy = self.cpu_energy() if self.cpu_energy else None
         process = read_process(self.pid) if self.pid else None
         return Sample(started, engines, process, energy, time.monotonic() - started, counters)
 

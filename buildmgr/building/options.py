@@ -236,11 +236,11 @@ def prepare(resolved: Resolved, dirs: Dirs) -> BuildPlan:
         tree,
         resolved.host.toolchain,
         resolved.jobs,
-        resolved.arch,
-        resolved.report.versions,
-        resolved.report.host_defines,
-        tuple(added.receipt.ref() for added in chosen),
-        tuple(target for fix in resolved.fixes for target in fix.left_out),
+        arch=resolved.arch,
+        backend_versions=resolved.report.versions,
+        host_defines=resolved.report.host_defines,
+        toolchains=tuple(added.receipt.ref() for added in chosen),
+        left_out=tuple(target for fix in resolved.fixes for target in fix.left_out),
     )
     return dataclasses.replace(
         plan,

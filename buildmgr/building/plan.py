@@ -94,12 +94,15 @@ def make_plan(
     source: SourceTree,
     toolchain: Toolchain,
     jobs: int,
+    *,
     arch: Arch = Arch(),
     backend_versions: dict[str, str] | None = None,
     host_defines: dict[str, str] | None = None,
     toolchains: tuple[ToolchainRef, ...] = (),
     left_out: tuple[str, ...] = (),
 ) -> BuildPlan:
+    """The plan and its build id: the identity is the source, every define, the targets, the toolchain and the
+    backends' versions, and, where there are any, the added toolchains and the targets a fix leaves out."""
     defines = {**BASE_DEFINES, **dict(recipe.defines), **dict(arch.defines), **source.cmake_defines()}
     resolved = tuple(sorted(defines.items()))
     versions = dict(sorted((backend_versions or {}).items()))

@@ -16,7 +16,7 @@ from buildmgr.tune.space import Objective
 DEFAULT_DEPTH = 0
 DEFAULT_N_PROMPT = 512
 DEFAULT_N_GEN = 64  # decode tokens per test: each process repeats it, so fewer than bench's 128
-# for energy: a GPU counter's timed updates must span 0.4 s of steady decode (bench.limit.MIN_TIMED_SECONDS) in
+# for energy: a GPU counter's timed updates must span 0.4 s of steady decode (bench.energy.MIN_TIMED_SECONDS) in
 # every process: 3 steady repetitions of 320 tokens last 0.64 s at 1,500 t/s, their updates spanning 0.5 s or more
 # where the counter steps every 0.1 s (an H100's), 0.4 s with one at either end not timed
 DEFAULT_N_GEN_ENERGY = 320

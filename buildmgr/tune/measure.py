@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from buildmgr.bench import limit
-from buildmgr.bench.aggregate import cpu_computes, energy_per_token, steady_phases
+from buildmgr.bench import energy, limit
+from buildmgr.bench.aggregate import cpu_computes, steady_phases
 from buildmgr.bench.prepare import Planned
 from buildmgr.bench.process import Run, test_key
 from buildmgr.bench.stats import geomean
@@ -42,10 +42,10 @@ def tokens_per_joule(run: Run, planned: Planned, test: tuple[int, int, int]) -> 
         return Figure(None, "printed no result for the test")
     phases = steady_phases([p for p in run.phases if p.test == index])
     cpu_works = cpu_computes(planned, run.load)
-    energy, joules = energy_per_token(planned, phases, run.samples, test, cpu_works)
+    spent, joules = energy.of_test(planned.roles, phases, run.samples, test, cpu_works)
     if joules:
-        return Figure(1 / joules, basis=", ".join(dict.fromkeys(e.basis for e in energy if e.joules is not None)))
-    missing = [e for e in energy if e.joules is None and (cpu_works or e.device != limit.CPU)]
+        return Figure(1 / joules, basis=", ".join(dict.fromkeys(e.basis for e in spent if e.joules is not None)))
+    missing = [e for e in spent if e.joules is None and (cpu_works or e.device != limit.CPU)]
     unread = [e for e in missing if not e.too_short]
     if unread:
         return Figure(None, "its energy was not read (" + "; ".join(f"{e.device}: {e.unknown}" for e in unread) + ")")

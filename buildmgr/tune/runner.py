@@ -14,11 +14,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from buildmgr import backends
+from buildmgr.bench import bandwidth, energy, rows
 from buildmgr.bench import config as bench_config
-from buildmgr.bench import membw, rows
 from buildmgr.bench.aggregate import rows_of
 from buildmgr.bench.judge import Validity
-from buildmgr.bench.prepare import Planned, bandwidths, model_context, plan
+from buildmgr.bench.prepare import Planned, model_context, plan
 from buildmgr.bench.process import Run, run_once, test_key
 from buildmgr.bench.runner import open_host, writable, write_samples
 from buildmgr.bench.stats import geomean, ratio
@@ -73,13 +73,7 @@ def race_all(
     stage's incumbent runs once more, in the first round; where that process reads as they predict it stands on all of
     them and runs no more (only its variations run), and where not (the host moved) it races every round on its fresh
     processes alone."""
-    request, environ, sources, host, started = (
-        tuning.request,
-        tuning.environ,
-        tuning.sources,
-        tuning.host,
-        tuning.started,
-    )
+    request, environ, sources, host = tuning.request, tuning.environ, tuning.sources, tuning.host
     say, notes, runs = tuning.say, tuning.notes, tuning.runs
     tests = bench_request.workload.tests()
     test = tests[0 if request.objective is space.Objective.PP else 1]
@@ -93,7 +87,7 @@ def race_all(
         incumbent.stage_units = held
     in_race = dict(live)
     for label, (entry, p, _) in list(in_race.items()) if request.warmup else []:  # round 0, kept apart
-        run = run_once(p, bench_request, environ, sources, 0, bandwidth=bandwidths(p, host))
+        run = run_once(p, bench_request, environ, sources, 0, bandwidth=bandwidth.per_device(p.roles, host))
         runs[label].append(run)
         if run.failure:
             entry.state, entry.reason = RaceState.FAILED, run.failure
@@ -108,7 +102,7 @@ def race_all(
             if standing and entry is incumbent and rounds > first_round:
                 continue
             ran += 1
-            run = run_once(p, bench_request, environ, sources, rounds, bandwidth=bandwidths(p, host))
+            run = run_once(p, bench_request, environ, sources, rounds, bandwidth=bandwidth.per_device(p.roles, host))
             runs[label].append(run)
             judged = run.judgements.get(tests.index(test) + 1)
             figure = measure.units(run, p, test, request.objective)
@@ -151,7 +145,7 @@ def race_all(
         for out in [] if request.grid else race.after_round(standings, rounds - first_round + 1, unit):
             entry = in_race.pop(out.label)[0]
             entry.state, entry.reason, entry.versus_best = RaceState.RACED_OUT, out.reason, out.ratio
-        elapsed = time.monotonic() - started
+        elapsed = time.monotonic() - tuning.started
         lead = (
             f", ahead: {race.best(standings).label} {race.speed(race.best(standings).value)} {unit}"
             if standings
@@ -184,10 +178,10 @@ def energy_readable() -> None:
     sources = backends.open_engines()
     for source in sources:
         source.close()
-    if not sources and not membw.rapl_files():
+    if not sources and not energy.rapl_files():
         raise UserError(
             "--objective j_per_token needs an energy counter, and none is readable here: no GPU library reports "
-            f"energy and {membw.rapl_unreadable()}; tune for tg or pp instead"
+            f"energy and {energy.rapl_unreadable()}; tune for tg or pp instead"
         )
 
 

@@ -1,18 +1,20 @@
-"""The CPU's side of the decode limit: its memory read bandwidth, measured here once (every core summing its own
-slice of an array far larger than the caches, best of a few passes) and kept per host in `<cache>/bench-host.json`;
-and its energy, from the kernel's RAPL counters where they can be read. No library or file states a CPU's bandwidth
-reliably, so it is measured rather than looked up."""
+"""Each device's peak memory bandwidth, the decode limit's other side, and where it comes from: a card's from its
+vendor's library (the backends read it), the CPU's measured here once (every core summing its own slice of an array
+far larger than the caches, best of a few passes) and kept per host in `<cache>/bench-host.json`. No library or file
+states a CPU's bandwidth reliably, so it is measured rather than looked up."""
 
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from buildmgr.bench.judge import Placed
+from buildmgr.bench.limit import CPU
+from buildmgr.bench.rows import HostRow
 from buildmgr.core import hostfacts
 from buildmgr.core.fsutil import atomic_write_text, locked
 from buildmgr.core.hostfacts import usable_cpus
@@ -20,7 +22,6 @@ from buildmgr.core.hostfacts import usable_cpus
 ARRAY_MIB = 1024  # far beyond any last-level cache: the sum reads memory
 PASSES = 3
 FILE = "bench-host.json"
-RAPL = Path("/sys/class/powercap")
 
 
 class Bandwidth(NamedTuple):
@@ -88,14 +89,17 @@ def cpu_bandwidth(cache: Path, hostname: str, cpu: str, *, busy: bool = False, a
         return made
 
 
-def rapl_files(root: Path = RAPL) -> list[Path]:
-    """Each CPU package's energy counter (µJ): intel-rapl:N/energy_uj, readable (often root only since 2020)."""
-    found = sorted(root.glob("intel-rapl:[0-9]*/energy_uj")) if root.is_dir() else []
-    return [f for f in found if ":" not in f.parent.name.split(":", 1)[1] and os.access(f, os.R_OK)]
-
-
-def rapl_unreadable(root: Path = RAPL) -> str:
-    """Why there is no CPU energy: no powercap zone, or counters only root may read."""
-    if not root.is_dir() or not list(root.glob("intel-rapl:[0-9]*")):
-        return "no RAPL energy counters here (/sys/class/powercap)"
-    return "RAPL's energy counters are not readable by this user (root only since Linux 5.10)"
+def per_device(roles: Sequence[Placed], host: HostRow) -> dict[str, tuple[float | None, str]]:
+    """Each device's peak memory bandwidth and where it comes from: a card's from its vendor's library, a CPU-side
+    device's (the CPU, lavapipe) and the CPU's own buffers from the host's measurement."""
+    cards = {c.pci_bus_id: c for c in host.cards}
+    found: dict[str, tuple[float | None, str]] = {CPU: (host.cpu_gbs, host.cpu_basis)}
+    for role in roles:
+        card = cards.get(role.pci_bus_id or "")
+        if role.on_cpu:
+            found[role.name] = (host.cpu_gbs, host.cpu_basis)
+        elif card is not None:
+            found[role.name] = (card.peak_gbs, card.peak_basis)
+        else:
+            found[role.name] = (None, "no vendor library reports this card")
+    return found
