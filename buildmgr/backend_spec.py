@@ -8,7 +8,6 @@ against 0.1 ms (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -298,6 +297,33 @@ class RemovedKernels(NamedTuple):
         return given in CMAKE_FALSE if self.value == "OFF" else given == self.value
 
 
+class ServerStarted(NamedTuple):
+    """What a remote backend's server prints before it listens (its device list read by the device-list reader)."""
+
+    protocol: str
+    endpoint: str
+    cache: str | None
+    transport: str
+    devices_text: str
+
+
+class RemoteServer(NamedTuple):
+    """A backend whose devices are other hosts', through a server program its builds carry (RPC's)."""
+
+    program: str
+    default_port: int
+    header: str  # installed under the prefix: the protocol version the build speaks
+    command: Callable[[str, str, int, tuple[str, ...], bool, int | None], list[str]]  # (server, bind, port …) → argv
+    protocol: Callable[[str], str | None]  # the header's text → major.minor.patch
+    started: Callable[[list[str]], ServerStarted | None]  # its output so far → the block, once whole
+    failure: Callable[[list[str]], str | None]  # its output → why it will not serve
+    client_lines: tuple[str, str]  # what it prints as a client connects, and as the client leaves
+    client_flag: str  # how a llama.cpp tool names the servers: --rpc HOST:PORT,…
+    add_server: str  # the function of its ggml registry that adds a server's devices, as the tools call it
+    refused: Callable[[str], str | None]  # a client's output → why the server refused it (another protocol …)
+    claims_every_op: bool = False  # its client says the remote device runs any op, whatever the server's card can
+
+
 class Backend(NamedTuple):
     """Everything about one backend as data: `backends/<name>/__init__.py` declares one as `BACKEND`, and the
     functions it names are in that package's modules, imported when first called (see `lazy`): a no-op build reads
@@ -339,6 +365,7 @@ class Backend(NamedTuple):
     # what a program that drives llama.cpp calls its library where that is not its device prefix in any case
     # (Ollama's `library=oneapi` for its SYCL runner; its `cuda`, `ROCm` … are the prefix already)
     library_names: tuple[str, ...] = ()
+    remote: RemoteServer | None = None  # its devices are other hosts', through this server
     kits: tuple[Kit, ...] = ()  # toolchains `buildmgr toolchain add` assembles for it
     # the instruction-set defines of a build that lists its CPU's features (GGML_NATIVE=OFF), and the /proc/cpuinfo
     # flags a CPU must have for each: what an artifact of them needs of a host
@@ -370,10 +397,3 @@ def resolve_lazy(module: str, name: str) -> Callable[..., Any]:
         found = getattr(found, part)
     function: Callable[..., Any] = found
     return function
-
-
-def one_to_one(devices: list[Any], rows: list[Any], same: Callable[[Any, Any], bool]) -> dict[str, Any]:
-    """Device name → the one row (of nvidia-smi, vulkaninfo …) it matches, where that row matches no other device."""
-    matches = {d.name: [r for r in rows if same(d, r)] for d in devices}
-    claimed = Counter(id(r) for found in matches.values() for r in found)
-    return {name: found[0] for name, found in matches.items() if len(found) == 1 and claimed[id(found[0])] == 1}

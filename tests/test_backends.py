@@ -467,3 +467,27 @@ def test_a_host_without_kfd_says_it_has_no_hip_device(tmp_path, monkeypatch):
     assert hip_device_code.why_absent({}, {}).startswith("no HIP device on this host")
     (tmp_path / "kfd").write_text("")
     assert hip_device_code.why_absent({}, {}) == "no device found"
+
+
+def test_the_rpc_servers_start_up_block_and_failures_are_read_from_what_it_printed():
+    """The H100's ggml-rpc-server log (fixtures/h100/rpc68/second/server.log, issue #68): the block is whole only once
+    its transport line came; its device list is read by the device-list reader; a line it fails with is named."""
+    from buildmgr.devices.captures import parse_list_devices
+
+    _, remote = backends.remote()
+    lines = (Path(__file__).parent / "fixtures" / "h100" / "rpc68" / "second" / "server.log").read_text().splitlines()
+    end = next(i for i, line in enumerate(lines) if line.startswith("  transport"))
+    assert remote.started(lines[:end]) is None  # printed up to the transport line: not listening yet
+    block = remote.started(lines[: end + 1])
+    assert block is not None
+    assert (block.protocol, block.endpoint, block.cache) == ("7.0.0", "127.0.0.1:50052", None)
+    assert block.transport == "TCP (RDMA auto-negotiate enabled)"
+    [device] = parse_list_devices(block.devices_text)
+    assert (device.name, device.description, device.memory_total_mib) == ("CUDA0", "NVIDIA H100 80GB HBM3", 81079)
+    assert remote.failure(lines) is None
+    listing = ["error: unknown device: Vulkan9", "available devices:", "  CPU: AMD EPYC (24016 MiB, 21904 MiB free)"]
+    assert remote.failure(listing) == "it has no device 'Vulkan9' here (it has: CPU)"
+    assert remote.failure([*lines[: end + 1], "Failed to create server socket"]).startswith("could not listen there")
+    assert remote.refused("RPC server version mismatch: 6.1.0\nRPC handshake failed") == (
+        "the server speaks RPC protocol 6.1.0"
+    )

@@ -260,6 +260,12 @@ LINES_AT_THE_PIN = {
         "pre-allocated tensor (%s) in a buffer (%s) that cannot run the operation (%s)",
         ("blk.0.ffn_up.weight", "CUDA1", "MUL_MAT"),
     ),
+    # the RPC client's abort when its server died under it (the H100's server aborted in fattn.cu, issue #68)
+    "remote-op-unsupported": (
+        "ggml/src/ggml-rpc/ggml-rpc.cpp",
+        "Remote RPC server crashed or returned malformed response",
+        (),
+    ),
 }
 
 
@@ -305,3 +311,56 @@ def test_wording_never_contradicts_the_flags_given():
     placements, _ = parse("llama-bench", ["-dev", "none/CUDA0"], {})
     [none] = check(placements[0], h200x2())
     assert none.rule == "invalid-device" and none.fix == "write -dev none, or leave none out of the list (CUDA0)"
+
+
+def test_a_remote_device_under_fa_auto_is_warned_of_as_the_h100_server_aborted():
+    """Issue #68 on an H100 (tests/fixtures/h100/rpc68/second): `-dev RPC0` with -fa left to auto crashed the server
+    (fattn.cu 'fatal error': its build has no FlashAttention kernels, and ggml-rpc's client claims every op for the
+    remote device); with -fa 0 it ran. The check warns of the first and says nothing of the second."""
+    import json
+
+    from buildmgr.core.device_records import Device
+    from buildmgr.placement import rules
+
+    run = Path(__file__).parent / "fixtures" / "h100" / "rpc68" / "second"
+    [build] = json.loads((run / "devices.json").read_text())["builds"].values()
+    devices, _ = assign_physical_ids([Device.from_json(d) for d in build["probe"]["devices"]])
+    here = Here(tuple(devices), default_selection(devices), PIN)
+    endpoint = json.loads((run / "serve.json").read_text())["endpoint"]
+    for fa, outcome in (("auto", "crashed"), ("0", "ran")):
+        checked = json.loads((run / f"check-fa{fa}.json").read_text())["tests"][0]
+        assert checked["verify"]["result"] == outcome
+        args = ["-rpc", endpoint, "-dev", "RPC0", *(["-fa", fa] if fa != "auto" else [])]
+        [placement], _ = parse_bench(args)
+        assert placement.servers == (endpoint,)
+        warned = [f for f in check(placement, here) if f.rule == rules.REMOTE_OP]
+        assert bool(warned) == (outcome == "crashed"), warned
+        assert describe(placement).startswith(f"--rpc {endpoint} -dev RPC0")  # the servers before the names
+
+
+def test_a_remote_device_named_before_its_server_is_added_is_refused_as_llama_cpp_refuses_it():
+    """llama.cpp looks a -dev name up as it reads it (common/arg.cpp; llama-bench's parse_devices_arg), and adds a
+    server's devices as it reads --rpc; its variables come first, in the order it defines the options (--rpc before
+    -dev). So RPC0 before --rpc is 'invalid device'; after it, or with the servers in LLAMA_ARG_RPC, it is a name."""
+    import json
+
+    from buildmgr.core.device_records import Device
+
+    run = Path(__file__).parent / "fixtures" / "h100" / "rpc68" / "second"
+    [build] = json.loads((run / "devices.json").read_text())["builds"].values()
+    devices, _ = assign_physical_ids([Device.from_json(d) for d in build["probe"]["devices"]])
+    here = Here(tuple(devices), default_selection(devices), PIN)
+    endpoint = "127.0.0.1:50052"
+
+    def refused(args: list[str], environ: dict[str, str] | None = None, bench: bool = False) -> list[str]:
+        placement = parse_bench(args)[0][0] if bench else parse_common(args, environ or {})[0]
+        return [f.subject for f in check(placement, here) if f.rule == "invalid-device"]
+
+    assert refused(["-dev", "RPC0", "--rpc", endpoint, "-fa", "off"]) == ["-dev RPC0"]
+    assert refused(["--rpc", endpoint, "-dev", "RPC0", "-fa", "off"]) == []
+    assert refused(["--rpc", endpoint, "-fa", "off"], {"LLAMA_ARG_DEVICE": "RPC0"}) == ["LLAMA_ARG_DEVICE RPC0"]
+    assert refused(["-dev", "RPC0", "-fa", "off"], {"LLAMA_ARG_RPC": endpoint}) == []
+    assert refused(["-dev", "CUDA0", "--rpc", endpoint]) == []  # a local name is a name before any server
+    assert refused(["-dev", "RPC0", "-rpc", endpoint, "-fa", "0"], bench=True) == ["-dev RPC0"]
+    twice, _ = parse_common(["--rpc", endpoint, "--rpc", "127.0.0.1:50053"], {})
+    assert twice.servers == (endpoint, "127.0.0.1:50053")  # each --rpc adds its servers, as llama.cpp's does

@@ -12,7 +12,19 @@ CONTRACTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["import
 def modules() -> set[str]:
     """Every module and package of buildmgr, dotted below it (cli, bench.runner, backends …); the packages whose
     modules sit in different layers are listed by module."""
-    split = {"core", "tools", "trust", "devices", "proof", "building", "placement", "artifacts", "bench", "tune"}
+    split = {
+        "core",
+        "tools",
+        "trust",
+        "devices",
+        "proof",
+        "building",
+        "placement",
+        "artifacts",
+        "bench",
+        "tune",
+        "fleet",
+    }
     found = set()
     for path in (ROOT / "buildmgr").iterdir():
         name = path.stem

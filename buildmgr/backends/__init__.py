@@ -26,6 +26,7 @@ from buildmgr.backend_spec import (
     Layered,
     LogDevice,
     NameRole,
+    RemoteServer,
     RemovedKernels,
     Report,
     RuntimeFault,
@@ -113,6 +114,11 @@ def arch_options(names: tuple[str, ...] | None = None) -> list[ArchOption]:
 
 def captures() -> list[tuple[str, Capture]]:
     return [(b.name, b.capture) for b in all_backends() if b.capture is not None]
+
+
+def remote() -> tuple[str, RemoteServer]:
+    """The backend whose devices are other hosts' (RPC), and its server."""
+    return next((b.name, b.remote) for b in all_backends() if b.remote is not None)
 
 
 def device_codes() -> list[tuple[str, DeviceCode]]:

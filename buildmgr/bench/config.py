@@ -234,6 +234,7 @@ class BenchRequest:
     # timed by them: only where energy decides (tune by energy), for each read costs the CPU llama.cpp may compute on
     # (an H100: a third of a core at 100 reads a second, docs/real-runs.md 2026-12-06)
     timed_energy: bool = False
+    network_timeout: float = 30.0  # seconds a server a CONFIG's --rpc names may take to take a connection
 
 
 DEFAULT_REQUEST = BenchRequest(None, (), DEFAULT_WORKLOAD)

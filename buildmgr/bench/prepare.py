@@ -22,6 +22,7 @@ from buildmgr.core.device_records import Role as DeviceRole
 from buildmgr.core.errors import UserError
 from buildmgr.core.findings import Finding, errors
 from buildmgr.devices import identity
+from buildmgr.fleet import endpoints
 from buildmgr.placement.check import check, memory_findings, model_devices, read_gguf, weights_per_device
 
 if TYPE_CHECKING:
@@ -88,7 +89,10 @@ def plan(dirs: Dirs, request: BenchRequest, environ: Mapping[str, str]) -> list[
     for config in request.configs:
         build = store.find(dirs, config.build)
         build.installed_tool("llama-bench")
-        here, _ = here_for(dirs, build, environ)
+        servers = config.placement.servers
+        if servers:
+            endpoints.ready_for(build, servers, request.network_timeout, f"CONFIG {config.label!r}: --rpc")
+        here, _ = here_for(dirs, build, environ, servers)
         found = check(config.placement, here)
         unknown = [f for f in found if f.rule == "invalid-device"]
         if unknown:

@@ -159,7 +159,7 @@ def configure_command(plan: BuildPlan, tree: BuildTree, launchers: dict[str, str
 def _prove_backends(plan: BuildPlan, reply: Reply, log: Path) -> None:
     """Fail before compiling if configure silently dropped a backend or ignored one of our options."""
     asked = dict(BASE_DEFINES) | dict(plan.recipe.defines) | dict(plan.arch.defines)
-    problems = fileapi.backend_problems(reply, plan.recipe.backends)
+    problems = fileapi.backend_problems(reply, plan.recipe.backends) + fileapi.missing_targets(reply, plan.targets)
     ignored = fileapi.ignored_options(reply, asked)
     if ignored:
         problems.append(

@@ -46,6 +46,7 @@ COMMANDS = {
     "publish": "repos",
     "repo": "repos",
     "install": "repos",
+    "rpc": "rpc",
 }
 TAKES_A_TOOL = ("run", "check")  # `-- TOOL ARGS…` after buildmgr's own arguments
 BUILD_HELP = "build id, or a recipe name for its newest build"  # every command's BUILD argument
@@ -91,6 +92,13 @@ def command(
         parser.add_argument("--json", action="store_true", help="print JSON for scripts")
     parser.set_defaults(func=func)
     return parser
+
+
+def network_timeout_s(ctx: Context) -> float:
+    """How long another host may take to answer (a repository, a server --rpc names): the network timeout setting."""
+    from buildmgr.artifacts.repo.net import Limits
+
+    return Limits.parse(ctx.settings.network_timeout).timeout_s
 
 
 class _Help(argparse.HelpFormatter):

@@ -4,6 +4,7 @@ rows of any earlier run or of llama-bench's own JSON."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,7 +13,7 @@ from buildmgr import backends
 from buildmgr.bench.compare import FORMATS
 from buildmgr.bench.config import DEFAULT_REQUEST, Workload
 from buildmgr.bench.rows import RANKS
-from buildmgr.cli import command, render
+from buildmgr.cli import command, network_timeout_s, render
 from buildmgr.core.config import Context
 from buildmgr.core.errors import UserError
 
@@ -130,6 +131,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         args.remeasure_cpu,
     )
     request, notes = planning.prepare(asked, (lambda: plot.require(args.plot)) if args.plot else lambda: None)
+    request = dataclasses.replace(request, network_timeout=network_timeout_s(ctx))
     status = _Status(request.workload)
     with status:
         result = runner.bench(ctx.dirs, request, ctx.environ, render.say, notes, status.update)

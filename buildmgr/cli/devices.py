@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from buildmgr import backends
-from buildmgr.cli import command, render
+from buildmgr.cli import command, network_timeout_s, render
 from buildmgr.core.config import Context, ensure_writable
 from buildmgr.core.errors import UserError
 
@@ -31,7 +31,8 @@ def register(sub: Subparsers, name: str) -> None:
         "which environment variables move the names. Results are kept in the inventory and probed again when a "
         "build, a driver or the environment changes. --parse reads the devices out of any pasted log or tool "
         "output instead, for a host buildmgr does not run on.",
-        example="buildmgr devices\nbuildmgr devices --suggest\nllama-cli --list-devices 2>&1 | buildmgr devices --parse -",
+        example="buildmgr devices\nbuildmgr devices --suggest\nbuildmgr devices --rpc 192.168.1.20:50052\n"
+        "llama-cli --list-devices 2>&1 | buildmgr devices --parse -",
     )
     p.add_argument("--refresh", action="store_true", help="probe every build again")
     p.add_argument("--json", action="store_true", help="print the cards, their names and the notes as JSON")
@@ -42,6 +43,22 @@ def register(sub: Subparsers, name: str) -> None:
         metavar="NAME=VALUE",
         help=f"preview the names under another enumeration environment (e.g. {backends.enumeration_variables()[0]}=1): "
         "a fresh probe, not stored",
+    )
+    p.add_argument(
+        "--rpc",
+        metavar="HOST:PORT,…",
+        help="preview with these RPC servers' devices added, as a tool's --rpc adds them (each build with the RPC "
+        "backend asked, each server's reach checked first): a fresh probe, not stored",
+    )
+    p.add_argument(
+        "--fleet",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="FILE",
+        help="like --rpc, the servers read from what 'buildmgr rpc serve --json' printed on each host (one a line; "
+        "repeatable): each remote device is named with the device, build and protocol behind it, and a server "
+        "speaking another protocol than a build here is refused before anything connects",
     )
     p.add_argument(
         "--suggest",
@@ -149,7 +166,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     if args.parse is not None:
         return _parse(args)
     warn_untrusted_installs(ctx, store.installed(ctx.dirs))
-    if args.env:
+    if args.rpc is not None or args.fleet:
+        data = _remote(args, ctx)
+    elif args.env:
         environ = dict(ctx.environ) | _env_assignments(args.env)
         data = inventory.preview(store.installed(ctx.dirs), environ)
         ctx.warn("preview under " + " ".join(f"{k}={v}" for k, v in (data.preview_env or {}).items()) + " (not stored)")
@@ -170,6 +189,21 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     else:
         render.devices_table(data.cards, data.builds, data.notes)
     return 0
+
+
+def _remote(args: argparse.Namespace, ctx: Context) -> Inventory:
+    """--rpc or --fleet: every build with the remote backend probed with the servers added (fleet/devices)."""
+    from buildmgr import store
+    from buildmgr.fleet import devices, endpoints, reports
+
+    if args.rpc is not None and args.fleet:
+        raise UserError("--rpc and --fleet both name the servers: give one of them")
+    fleet = reports.read(args.fleet) if args.fleet else ()
+    servers = endpoints.parse(",".join(r.endpoint for r in fleet) if fleet else args.rpc)
+    environ = dict(ctx.environ) | _env_assignments(args.env)
+    data = devices.preview(store.installed(ctx.dirs), servers, fleet, environ, network_timeout_s(ctx))
+    ctx.warn(f"preview with {backends.remote()[1].client_flag} {','.join(servers)} (not stored)")
+    return data
 
 
 def _removed_kernels(ctx: Context, data: Inventory) -> list[str]:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildmgr.cli import BUILD_HELP, command, render
+from buildmgr.cli import BUILD_HELP, command, network_timeout_s, render
 from buildmgr.core.config import Context
 from buildmgr.core.errors import UserError
 
@@ -79,7 +79,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     if args.check:
         from buildmgr.placement.run import run_check
 
-        report = run_check(ctx.dirs, build, command, ctx.environ, model=None, run_verify=False)
+        report = run_check(
+            ctx.dirs, build, command, ctx.environ, model=None, run_verify=False, timeout_s=network_timeout_s(ctx)
+        )
         render.placement(report, outcome_on_stdout=False)  # the tool's own output is the result
         if report.refused:
             return 1
@@ -103,6 +105,7 @@ def check(args: argparse.Namespace, ctx: Context) -> int:
         model=args.model,
         run_verify=args.verify,
         run_coverage=args.model is not None,
+        timeout_s=network_timeout_s(ctx),
     )
     if args.json:
         print(json.dumps(report.to_json(), indent=2))

@@ -1,11 +1,13 @@
 """The device records every layer shares: a device as llama.cpp names it, a card as the kernel sees it, what
-llama.cpp does with a device when no `-dev` is given, and PCI ids in one spelling. Nothing here knows a vendor:
+llama.cpp does with a device when no `-dev` is given, PCI ids in one spelling, and devices matched one to one with a
+vendor tool's rows. Nothing here knows a vendor:
 the backend modules hold their own tools' records; this module sits below them and below the probe."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, NewType
@@ -174,3 +176,10 @@ class Selection:
         if self.state is State.USED:
             return f"used ({self.reason})" if self.reason else "used"
         return f"{self.state.value}: {self.reason}" if self.reason else self.state.value
+
+
+def one_to_one(devices: list[Any], rows: list[Any], same: Callable[[Any, Any], bool]) -> dict[str, Any]:
+    """Device name → the one row (of nvidia-smi, vulkaninfo …) it matches, where that row matches no other device."""
+    matches = {d.name: [r for r in rows if same(d, r)] for d in devices}
+    claimed = Counter(id(r) for found in matches.values() for r in found)
+    return {name: found[0] for name, found in matches.items() if len(found) == 1 and claimed[id(found[0])] == 1}

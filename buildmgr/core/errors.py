@@ -39,6 +39,13 @@ class CannotRunHere(BuildmgrError):
     exit_code = 1
 
 
+class Unreachable(BuildmgrError):
+    """Another host named on the command line (an RPC server) that takes no connection, or refuses the client: each
+    named with why; nothing was written."""
+
+    exit_code = 1
+
+
 class RepositoryFault(BuildmgrError):
     """A binary repository that cannot be read, or whose files are not what its index and signatures say (a changed
     blob, a missing file, a bad signature): nothing was installed."""

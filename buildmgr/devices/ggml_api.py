@@ -93,11 +93,13 @@ def _text(value: bytes | None) -> str | None:
     return value.decode("utf-8", "replace") if value is not None else None
 
 
-def read_devices(lib_dir: Path, backend_dir: Path | None = None) -> list[dict[str, object]]:
-    """Every device ggml registers, in registry order (the order llama.cpp walks them)."""
-    for name in ("libggml-base.so", "libggml.so"):
-        ctypes.CDLL(str(lib_dir / name), mode=ctypes.RTLD_GLOBAL)
-    ggml = ctypes.CDLL(str(lib_dir / "libggml.so"))
+def read_devices(
+    lib_dir: Path, backend_dir: Path | None = None, remote: tuple[str, str, list[str]] | None = None
+) -> list[dict[str, object]]:
+    """Every device ggml registers, in registry order (the order llama.cpp walks them); with `remote` (a registry's
+    name, its function that adds a server, the servers), the servers' devices too, added as llama.cpp's tools add
+    them for --rpc (each server's registry registered after the others)."""
+    ggml = _loaded(lib_dir)
     ggml.ggml_backend_dev_count.restype = ctypes.c_size_t
     ggml.ggml_backend_dev_get.restype = ctypes.c_void_p
     ggml.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
@@ -109,6 +111,8 @@ def read_devices(lib_dir: Path, backend_dir: Path | None = None) -> list[dict[st
     if backend_dir is not None:  # a GGML_BACKEND_DL build: its backends are modules loaded at run time
         ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
         ggml.ggml_backend_load_all_from_path(str(backend_dir).encode())
+    if remote is not None:
+        _add_servers(ggml, *remote)
     devices = []
     for index in range(ggml.ggml_backend_dev_count()):
         device = ggml.ggml_backend_dev_get(index)
@@ -130,10 +134,118 @@ def read_devices(lib_dir: Path, backend_dir: Path | None = None) -> list[dict[st
     return devices
 
 
+class InitParams(ctypes.Structure):
+    """struct ggml_init_params (ggml.h)."""
+
+    _fields_ = [("mem_size", ctypes.c_size_t), ("mem_buffer", ctypes.c_void_p), ("no_alloc", ctypes.c_bool)]
+
+
+def measure_link(
+    lib_dir: Path, registry: str, function: str, server: str, size: int, rounds: int, pings: int
+) -> dict[str, object]:
+    """A server's link as ggml's own client crosses it: `pings` round trips (each a device-memory query, which the
+    server answers at once), then `rounds` of one tensor of `size` bytes written to a buffer on the server (a
+    round trip after it, for a write is not answered) and read back. Every sample kept, in seconds."""
+    import os
+    import time
+
+    ggml = _loaded(lib_dir)
+    ggml.ggml_backend_reg_dev_get.restype = ctypes.c_void_p
+    ggml.ggml_backend_reg_dev_get.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    size_p = ctypes.POINTER(ctypes.c_size_t)
+    ggml.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, size_p, size_p]
+    ggml.ggml_backend_dev_buffer_type.restype = ctypes.c_void_p
+    ggml.ggml_backend_dev_buffer_type.argtypes = [ctypes.c_void_p]
+    ggml.ggml_backend_buft_alloc_buffer.restype = ctypes.c_void_p
+    ggml.ggml_backend_buft_alloc_buffer.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    ggml.ggml_backend_buffer_get_base.restype = ctypes.c_void_p
+    ggml.ggml_backend_buffer_get_base.argtypes = [ctypes.c_void_p]
+    ggml.ggml_backend_buffer_free.argtypes = [ctypes.c_void_p]
+    ggml.ggml_init.restype = ctypes.c_void_p
+    ggml.ggml_init.argtypes = [InitParams]
+    ggml.ggml_free.argtypes = [ctypes.c_void_p]
+    ggml.ggml_new_tensor_1d.restype = ctypes.c_void_p
+    ggml.ggml_new_tensor_1d.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64]
+    ggml.ggml_backend_tensor_alloc.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    ggml.ggml_backend_tensor_set.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
+    ggml.ggml_backend_tensor_get.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
+    [reg] = _add_servers(ggml, registry, function, [server])
+    device = ggml.ggml_backend_reg_dev_get(reg, 0)
+    free, total = ctypes.c_size_t(), ctypes.c_size_t()
+
+    def ping() -> float:
+        start = time.perf_counter()
+        ggml.ggml_backend_dev_memory(device, ctypes.byref(free), ctypes.byref(total))
+        return time.perf_counter() - start
+
+    size -= size % 4  # a tensor of F32 (type 0, the one ggml will never renumber)
+    # the buffer holds the client's connection, as a model's buffers do: without one, each query connects anew
+    buffer = ggml.ggml_backend_buft_alloc_buffer(ggml.ggml_backend_dev_buffer_type(device), size)
+    trips = [ping() for _ in range(pings)]
+    context = ggml.ggml_init(InitParams(1 << 20, None, True))
+    tensor = ggml.ggml_new_tensor_1d(context, 0, size // 4)
+    ggml.ggml_backend_tensor_alloc(buffer, tensor, ggml.ggml_backend_buffer_get_base(buffer))
+    data = ctypes.create_string_buffer(os.urandom(size), size)
+    up, down = [], []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        ggml.ggml_backend_tensor_set(tensor, data, 0, size)
+        ping()  # answered only once the write before it is done: the server takes one command at a time
+        up.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        ggml.ggml_backend_tensor_get(tensor, data, 0, size)
+        down.append(time.perf_counter() - start)
+    ggml.ggml_backend_buffer_free(buffer)
+    ggml.ggml_free(context)
+    return {"server": server, "bytes": size, "round_trips_s": trips, "upload_s": up, "download_s": down}
+
+
+def _loaded(lib_dir: Path) -> ctypes.CDLL:
+    for name in ("libggml-base.so", "libggml.so"):
+        ctypes.CDLL(str(lib_dir / name), mode=ctypes.RTLD_GLOBAL)
+    return ctypes.CDLL(str(lib_dir / "libggml.so"))
+
+
+def _add_servers(ggml: ctypes.CDLL, registry: str, function: str, servers: list[str]) -> list[int]:
+    ggml.ggml_backend_reg_by_name.restype = ctypes.c_void_p
+    ggml.ggml_backend_reg_by_name.argtypes = [ctypes.c_char_p]
+    ggml.ggml_backend_reg_get_proc_address.restype = ctypes.c_void_p
+    ggml.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    ggml.ggml_backend_register.argtypes = [ctypes.c_void_p]
+    reg = ggml.ggml_backend_reg_by_name(registry.encode())
+    if not reg:
+        raise SystemExit(f"this build has no {registry} backend")
+    address = ggml.ggml_backend_reg_get_proc_address(reg, function.encode())
+    if not address:
+        raise SystemExit(f"its {registry} backend has no {function}")
+    add = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(address)
+    registries = []
+    for server in servers:
+        added = add(server.encode())
+        if not added:
+            raise SystemExit(f"{server} has no devices")
+        ggml.ggml_backend_register(added)
+        registries.append(added)
+    return registries
+
+
 def main(argv: list[str]) -> int:
+    """LIB_DIR [BACKEND_DIR] [--remote REGISTRY FUNCTION SERVER,…], or LIB_DIR --link REGISTRY FUNCTION SERVER BYTES
+    ROUNDS PINGS"""
+    if "--link" in argv:
+        registry, function, server, size, rounds, pings = argv[argv.index("--link") + 1 :]
+        found = measure_link(Path(argv[0]), registry, function, server, int(size), int(rounds), int(pings))
+        sys.stdout.write(MARKER + json.dumps(found) + "\n")
+        sys.stdout.flush()
+        return 0
+    remote = None
+    if "--remote" in argv:
+        at = argv.index("--remote")
+        registry, function, servers = argv[at + 1 : at + 4]
+        remote, argv = (registry, function, servers.split(",")), argv[:at]
     lib_dir = Path(argv[0])
     backend_dir = Path(argv[1]) if len(argv) > 1 else None
-    devices = read_devices(lib_dir, backend_dir)
+    devices = read_devices(lib_dir, backend_dir, remote)
     sys.stdout.write(MARKER + json.dumps(devices) + "\n")
     sys.stdout.flush()
     return 0

@@ -19,7 +19,7 @@ from buildmgr import backends, store
 from buildmgr.core import hostfacts
 from buildmgr.core.config import Dirs
 from buildmgr.core.device_records import Captures, Device, DrmCard, Selection, alone_id, plain_name, qualified
-from buildmgr.core.errors import UserError
+from buildmgr.core.errors import Unreachable, UserError
 from buildmgr.core.fsutil import atomic_write_text, locked
 from buildmgr.core.jsonshape import NewerSchema, ShapeError
 from buildmgr.devices import identity
@@ -215,7 +215,10 @@ def environment_changes(builds: Mapping[str, BuildEntry], environ: Mapping[str, 
 
 
 def _probe_all(
-    builds: list[store.Build], environ: Mapping[str, str], probed: Mapping[str, ProbeResult] | None = None
+    builds: list[store.Build],
+    environ: Mapping[str, str],
+    probed: Mapping[str, ProbeResult] | None = None,
+    servers: tuple[str, ...] = (),
 ) -> tuple[dict[str, ProbeResult], dict[str, Any]]:
     """Every build's probe and each vendor tool wanted whatever the probes find, at once: each waits on driver
     start-up, not on the others. `probed`: builds probed a moment ago under this environment (their smoke run's)."""
@@ -225,7 +228,9 @@ def _probe_all(
     early = [(name, capture) for name, capture in backends.captures() if capture.wanted(())]
     with ThreadPoolExecutor(max_workers=len(builds) + len(early) + 1) as pool:
         captured = {name: pool.submit(run_capture, capture, environ) for name, capture in early}
-        probes = {b.id: pool.submit(probe_build, b.prefix, environ) for b in builds if b.id not in known}
+        probes = {
+            b.id: pool.submit(probe_build, b.prefix, environ, servers=servers) for b in builds if b.id not in known
+        }
         return known | {k: f.result() for k, f in probes.items()}, {k: f.result() for k, f in captured.items()}
 
 
@@ -268,9 +273,10 @@ def refresh(
     return inventory
 
 
-def preview(builds: list[store.Build], environ: Mapping[str, str]) -> Inventory:
-    """What the names would be under another environment: a fresh probe of every build, stored nowhere."""
-    results, captured = _probe_all(builds, environ)
+def preview(builds: list[store.Build], environ: Mapping[str, str], servers: tuple[str, ...] = ()) -> Inventory:
+    """What the names would be under another environment, or with remote servers (HOST:PORT) added as a tool's
+    --rpc adds them: a fresh probe of every build, stored nowhere."""
+    results, captured = _probe_all(builds, environ, servers=servers)
     inventory = replace(Inventory.empty(), preview_env=enumeration_env(environ))
     for build in builds:
         inventory = record_probe(inventory, build, results[build.id])
@@ -313,16 +319,19 @@ class View:
     fresh: bool  # probed afresh (the stored probe was of another environment)
 
 
-def placement_view(dirs: Dirs, build: store.Build, environ: Mapping[str, str]) -> View:
-    """The stored probe serves when its enumeration variables are today's; otherwise the build is probed afresh,
-    and names that now mean another card than at the stored probe are in `moved`."""
+def placement_view(dirs: Dirs, build: store.Build, environ: Mapping[str, str], servers: tuple[str, ...] = ()) -> View:
+    """The stored probe serves when its enumeration variables are today's and no remote server is named; otherwise
+    the build is probed afresh (with `servers`' devices added as --rpc adds them; Unreachable where that probe
+    fails), and names that now mean another card than at the stored probe are in `moved`."""
     inventory = read(dirs) or Inventory.empty()
     entry = inventory.builds.get(build.id)
     stored = {d.name: d for d in build_devices(inventory, build.id)}
-    if entry is not None and not environment_changes({build.id: entry}, environ):
+    if entry is not None and not servers and not environment_changes({build.id: entry}, environ):
         devices = list(stored.values())
         return View(tuple(devices), identity.default_selection(devices), {}, False)
-    result = probe_build(build.prefix, environ)
+    result = probe_build(build.prefix, environ, servers=servers)
+    if servers and not result.ok:
+        raise Unreachable(f"{build.id} could not use the servers {','.join(servers)}: {result.error}")
     devices, _ = identity.assign_physical_ids(list(result.devices))
     return View(tuple(devices), identity.default_selection(devices), moved_names(stored, devices), True)
 

@@ -23,7 +23,7 @@ from buildmgr.devices.captures import parse_list_devices
 from buildmgr.devices.captures.record import role_of, with_role
 
 PROBE_TIMEOUT_S = 60
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the API child imports buildmgr from here
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the API child imports buildmgr from here
 
 
 def read_drm_cards(root: Path = Path("/sys/class/drm")) -> list[DrmCard]:
@@ -85,8 +85,9 @@ def backend_module_dir(prefix: Path) -> Path | None:
     return prefix / "bin" if any((prefix / "bin").glob("libggml-*.so")) else None
 
 
-def _api_command(prefix: Path) -> tuple[list[str] | None, str]:
-    """The API child's command line, or why it cannot run on this prefix."""
+def _api_command(prefix: Path, servers: tuple[str, ...] = ()) -> tuple[list[str] | None, str]:
+    """The API child's command line (with `servers`, their devices added as the tools add them), or why it cannot
+    run on this prefix."""
     from buildmgr.devices import ggml_api
 
     lib = prefix / "lib"
@@ -100,7 +101,11 @@ def _api_command(prefix: Path) -> tuple[list[str] | None, str]:
                 problems
             )
     modules = backend_module_dir(prefix)
-    return [sys.executable, "-m", "buildmgr.devices.ggml_api", str(lib), *([str(modules)] if modules else [])], ""
+    command = [sys.executable, "-m", "buildmgr.devices.ggml_api", str(lib), *([str(modules)] if modules else [])]
+    if servers:
+        registry, remote = backends.remote()
+        command += ["--remote", registry, remote.add_server, ",".join(servers)]
+    return command, ""
 
 
 def api_devices(ran: proc.Ran) -> tuple[list[Device] | None, str]:
@@ -136,8 +141,11 @@ def cross_check(api: list[Device], listed: list[Device]) -> tuple[str, ...]:
     )
 
 
-def probe_build(prefix: Path, environ: Mapping[str, str], timeout: float = PROBE_TIMEOUT_S) -> ProbeResult:
-    """Ask the build's own libraries (ggml's device API, in a child) and its tool's --list-devices, together.
+def probe_build(
+    prefix: Path, environ: Mapping[str, str], timeout: float = PROBE_TIMEOUT_S, servers: tuple[str, ...] = ()
+) -> ProbeResult:
+    """Ask the build's own libraries (ggml's device API, in a child) and its tool's --list-devices, together; with
+    `servers` (HOST:PORT of remote backends' servers), their devices too, as llama.cpp's tools name them.
 
     The API is the answer; the parse is the cross-check, and the fallback when the API cannot run.
     """
@@ -146,10 +154,12 @@ def probe_build(prefix: Path, environ: Mapping[str, str], timeout: float = PROBE
     recorded = enumeration_env(environ)
     if tool is None:
         return ProbeResult(False, (), 0.0, "", recorded, error="no llama tool in the prefix")
-    api_command, api_error = _api_command(prefix)
-    child_env = environ | {"PYTHONPATH": os.pathsep.join(filter(None, (_PACKAGE_ROOT, environ.get("PYTHONPATH"))))}
+    api_command, api_error = _api_command(prefix, servers)
+    child_env = environ | {"PYTHONPATH": os.pathsep.join(filter(None, (PACKAGE_ROOT, environ.get("PYTHONPATH"))))}
     start = time.monotonic()
-    commands = [[str(tool), "--list-devices"]] + ([api_command] if api_command else [])
+    registry, server = backends.remote()
+    remote = [server.client_flag, ",".join(servers)] if servers else []  # before: the tool lists as it reads it
+    commands = [[str(tool), *remote, "--list-devices"]] + ([api_command] if api_command else [])
     listed_run, *api_run = proc.run_together(commands, timeout=timeout, env=child_env)
     seconds = round(time.monotonic() - start, 3)
     output = listed_run.stdout + listed_run.stderr
@@ -165,6 +175,11 @@ def probe_build(prefix: Path, environ: Mapping[str, str], timeout: float = PROBE
     if api_run:
         api, api_error = api_devices(api_run[0])
     failed = ProbeResult(False, (), seconds, tool.name, recorded, output=output, api_error=api_error)
+    if servers and not any(d.backend == registry for d in api or listed or ()):
+        # a client that a server refused aborts, and says why only in what it printed
+        refused = server.refused(output + "".join(r.output for r in api_run))
+        why = refused or list_error or api_error or "no device of the servers appeared"
+        return replace(failed, error=why)
     if api is not None:
         mismatches = cross_check(api, listed) if listed is not None else (f"--list-devices failed: {list_error}",)
         return replace(failed, ok=True, devices=tuple(api), method="ggml-api", mismatches=mismatches)

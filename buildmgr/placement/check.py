@@ -17,6 +17,7 @@ from buildmgr.core.device_records import Device, Role, Selection
 from buildmgr.core.errors import UserError
 from buildmgr.core.findings import Finding, Severity
 from buildmgr.placement import rules
+from buildmgr.placement.remote import remote_findings
 from buildmgr.placement.syntax import COMMON, Placement, bench_args
 
 if TYPE_CHECKING:
@@ -139,6 +140,7 @@ def check(placement: Placement, here: Here) -> list[Finding]:
     findings += _check_overrides(placement, here, chosen)
     findings += _check_split(placement, here, chosen, by_name)
     findings += removed_findings(placement, here.removed, chosen)
+    findings += remote_findings(placement, here.devices, here.commit, chosen)
     return findings
 
 

@@ -82,6 +82,13 @@ RULES = (
         "model load fails: invalid value for main_gpu",
         "2×H200",
     ),
+    _rule(
+        "remote-op-unsupported",
+        r"Remote RPC server crashed or returned malformed response",
+        "the server aborts on an op its card has no kernel for, and every client of it fails (seen: -fa auto on a "
+        "server built without FlashAttention kernels, fattn.cu 'fatal error')",
+        "H100",
+    ),
     _rule("load-failed", r"failed to load model", "model load failed"),
 )
 BY_ID = {rule.id: rule for rule in RULES}
@@ -90,6 +97,7 @@ NO_EQUALS_FORM = "no-equals-form"
 BENCH_COMMA = "bench-comma"
 ONE_CARD_TWICE = "one-card-twice"
 CROSS_BACKEND_LAYER = "cross-backend-layer"
+REMOTE_OP = "remote-op-unsupported"
 # Not a failure: llama.cpp runs, with the ops the build's defines left out on the CPU (the run --check refuses it).
 KERNELS_REMOVED = "kernels-removed"
 

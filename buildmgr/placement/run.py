@@ -109,13 +109,13 @@ def removed_kernels(build: Build) -> list[RemovedKernels]:
     return backends.removed_kernels(recipe.backends, recipe.resolved_defines)
 
 
-def here_for(dirs: Dirs, build: Build, environ: Mapping[str, str]) -> tuple[Here, bool]:
-    """The build's devices here under this environment, as the checks take them; and whether they were probed afresh
-    (the stored probe was of another environment)."""
+def here_for(dirs: Dirs, build: Build, environ: Mapping[str, str], servers: tuple[str, ...] = ()) -> tuple[Here, bool]:
+    """The build's devices here under this environment (with `servers`, theirs too, as --rpc adds them), as the
+    checks take them; and whether they were probed afresh (the stored probe was of another environment)."""
     from buildmgr.core import hostfacts
     from buildmgr.devices import inventory
 
-    view = inventory.placement_view(dirs, build, environ)
+    view = inventory.placement_view(dirs, build, environ, servers)
     here = Here(
         view.devices,
         view.default,
@@ -137,9 +137,11 @@ def run_check(
     model: Path | None,
     run_verify: bool,
     run_coverage: bool = False,
+    timeout_s: float = 30.0,
 ) -> CheckReport:
     """Parse TOOL ARGS… (TOOL checked by the caller), check every placement against the build's devices here, with
-    `run_coverage` run it once on the model to see where each op runs, and with `run_verify` prove the check."""
+    `run_coverage` run it once on the model to see where each op runs, and with `run_verify` prove the check; a
+    command that names RPC servers (--rpc) is checked against their devices too, each server asked first."""
     from buildmgr.core.config import ensure_writable
     from buildmgr.core.errors import UserError
     from buildmgr.proof.models import tiny_model
@@ -150,7 +152,12 @@ def run_check(
         raise UserError(f"model {user_model} is a directory: name the GGUF file")
     if user_model is not None and not user_model.is_file():
         raise UserError(f"model {user_model} does not exist")
-    here, fresh = here_for(dirs, build, environ)
+    servers = next((p.servers for p in placements if p.servers), ())
+    if servers:
+        from buildmgr.fleet import endpoints
+
+        endpoints.ready_for(build, servers, timeout_s)
+    here, fresh = here_for(dirs, build, environ, servers)
     tests = []
     for candidate in placements:
         if user_model is not None and candidate.model is None:  # --model: the model the command would load

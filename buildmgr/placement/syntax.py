@@ -50,6 +50,7 @@ OPTIONS = (
     Option("cpu_moe", ("-cmoe", "--cpu-moe"), "LLAMA_ARG_CPU_MOE", takes_value=False),
     Option("flash_attn", ("-fa", "--flash-attn"), "LLAMA_ARG_FLASH_ATTN"),
     Option("model", ("-m", "--model"), "LLAMA_ARG_MODEL"),
+    Option("servers", ("--rpc",), "LLAMA_ARG_RPC"),  # other hosts' servers: their devices join as RPC0, RPC1 …
 )
 # common/arg.cpp at the pin (is_truthy, is_falsey, is_autoy): -fa's spellings, as llama.cpp resolves them
 FLASH_ATTN = {"on": "on", "enabled": "on", "true": "on", "1": "on", "off": "off", "disabled": "off", "false": "off"}
@@ -71,6 +72,9 @@ class Placement:
     cpu_moe: bool = False
     flash_attn: str = "auto"  # on | off | auto: llama.cpp's default uses it where the layer's device can
     model: str | None = None
+    servers: tuple[str, ...] = ()  # --rpc HOST:PORT,…: the servers whose devices the placement may name
+    # -dev names read before any --rpc: llama.cpp looks a name up as it reads it, so a server's device is not one yet
+    named_early: tuple[str, ...] = ()
     spelled: dict[str, str] = field(default_factory=dict)  # key → how the user wrote it, for messages
 
     def flag(self, key: str) -> str:
@@ -88,6 +92,7 @@ class Placement:
             "n_cpu_moe": self.n_cpu_moe,
             "flash_attn": self.flash_attn,
             "model": self.model,
+            "servers": list(self.servers),
         }
 
 
@@ -141,6 +146,8 @@ def _apply(values: dict[str, Any], key: str, value: str, flag: str) -> None:
         values[key] = values.get(key, ()) + _overrides(value, flag, COMMON.overrides)  # env and command line both apply
     elif key == "cpu_moe":
         values[key] = True
+    elif key == "servers":  # as given (llama.cpp strips nothing); each --rpc adds its servers after the others
+        values[key] = values.get(key, ()) + tuple(value.split(","))
     elif key == "flash_attn":
         if value not in FLASH_ATTN:
             raise UserError(f"{flag} {value!r}: one of on, off, auto (llama.cpp fails on it)")
@@ -163,6 +170,8 @@ def parse_common(args: list[str], environ: dict[str, str]) -> tuple[Placement, l
         if option.env in environ and (option.takes_value or environ[option.env].lower() in ("1", "true", "on", "yes")):
             _apply(values, option.key, environ[option.env], option.env)
             spelled[option.key] = option.env
+    # llama.cpp handles the variables in the order it defines the options (--rpc before -dev), then the command line
+    early = list(values.get("devices", ())) if "servers" not in values else []
     index = 0
     while index < len(args):
         arg = args[index]
@@ -192,13 +201,17 @@ def parse_common(args: list[str], environ: dict[str, str]) -> tuple[Placement, l
             raise UserError(f"{arg} needs a value")
         _apply(values, option.key, value, arg)
         spelled[option.key] = arg
-    return Placement(**values, spelled=spelled), findings
+        if option.key == "devices" and "servers" not in values:
+            early += values["devices"]
+    return Placement(**values, spelled=spelled, named_early=tuple(early) if "servers" in values else ()), findings
 
 
 def parse_bench(args: list[str]) -> tuple[list[Placement], list[Finding]]:
     """llama-bench's own syntax: ',' separates tests, '/' joins devices (and -ts entries) within one test."""
     lists: dict[str, list[Any]] = {}
     findings = []
+    servers: tuple[str, ...] = ()
+    early: list[str] = []
     index = 0
     while index < len(args):
         arg, index = args[index], index + 1
@@ -214,11 +227,16 @@ def parse_bench(args: list[str]) -> tuple[list[Placement], list[Finding]]:
                 )
             )
             continue
-        option = BY_FLAG.get(arg)
+        option = BY_FLAG.get("--rpc" if arg == "-rpc" else arg)
         if option is None or option.key in ("cpu_moe", "n_cpu_moe") or index >= len(args):
             continue
         value, index = args[index], index + 1
+        if option.key == "servers":  # one list of servers for every test: its commas are not tests
+            servers += _apply_one("servers", value, arg)
+            continue
         combos = value.split(BENCH.tests)
+        if option.key == "devices" and not servers:
+            early += [name for combo in combos for name in combo.split(BENCH.devices) if name != "none"]
         if option.key == "devices":
             lists["devices"] = [() if c == "none" else tuple(c.split(BENCH.devices)) for c in combos]
             if len(combos) > 1 and all(BENCH.devices not in c and c != "none" for c in combos):
@@ -246,10 +264,12 @@ def parse_bench(args: list[str]) -> tuple[list[Placement], list[Finding]]:
         elif option.key == "model":
             lists["model"] = combos
     keys = list(lists)
+    named_early = tuple(early) if servers else ()
     placements = [
-        Placement(**dict(zip(keys, combo, strict=False))) for combo in itertools.product(*(lists[k] for k in keys))
+        Placement(**dict(zip(keys, combo, strict=False)), servers=servers, named_early=named_early)
+        for combo in itertools.product(*(lists[k] for k in keys))
     ]
-    return placements or [Placement()], findings
+    return placements or [Placement(servers=servers, named_early=named_early)], findings
 
 
 def _apply_one(key: str, value: str, flag: str) -> Any:
@@ -293,7 +313,8 @@ def shaping_args(tool: str, args: list[str]) -> list[str]:
 
 def write(placement: Placement, syntax: Syntax, layers: bool = False) -> list[str]:
     """The placement as arguments in a tool's syntax (with `layers`, -ngl too where it is a number)."""
-    words = []
+    # the servers first: llama.cpp adds their devices as it reads --rpc, and a -dev before it cannot name them
+    words = ["--rpc", ",".join(placement.servers)] if placement.servers else []
     if placement.devices is not None:
         words += ["-dev", syntax.devices.join(placement.devices) or "none"]
     words += ["-sm", placement.split_mode, "-mg", str(placement.main_gpu)]

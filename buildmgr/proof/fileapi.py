@@ -23,6 +23,21 @@ def ignored_options(reply: Reply, requested: dict[str, str]) -> list[str]:
     )
 
 
+def missing_targets(reply: Reply, wanted: tuple[str, ...]) -> list[str]:
+    """A recipe's targets this llama.cpp does not have (a tool renamed, as rpc-server became ggml-rpc-server), each
+    with the name nearest it: said before compiling, where ninja would stop at the first with "unknown target"."""
+    import difflib
+
+    names = sorted(t.name for t in reply.configuration.targets)
+    problems = []
+    for target in wanted:
+        if target not in names:
+            close = difflib.get_close_matches(target, names, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            problems.append(f"the recipe's target {target} is not a target of this llama.cpp{hint}")
+    return problems
+
+
 def backend_problems(reply: Reply, wanted: tuple[str, ...]) -> list[str]:
     """What is missing from the configured project for each wanted backend (empty: all there)."""
     target_names = {t.name for t in reply.configuration.targets}

@@ -9,9 +9,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from buildmgr.backend_spec import one_to_one
 from buildmgr.backends.cuda import NAME
 from buildmgr.core import proc
+from buildmgr.core.device_records import one_to_one
 
 if TYPE_CHECKING:
     from buildmgr.core.device_records import Captures, Device

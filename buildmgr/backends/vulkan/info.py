@@ -9,9 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from buildmgr.backend_spec import one_to_one
 from buildmgr.backends.vulkan import NAME
-from buildmgr.core.device_records import Role
+from buildmgr.core.device_records import Role, one_to_one
 
 if TYPE_CHECKING:
     from buildmgr.core.device_records import Captures, Device

@@ -1,0 +1,1 @@
+"""Other hosts: llama.cpp's RPC server served from a build, and the devices a fleet of them exposes."""
