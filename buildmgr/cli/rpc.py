@@ -79,14 +79,14 @@ def rpc_command(args: argparse.Namespace, ctx: Context) -> int:
         allow_network=args.allow_network,
     )
     if request.on_network:
-        render.warn(serve.UNSAFE.format(where=f"{args.bind}:{args.port}", port=args.port))
+        render.warn(serve.UNSAFE.format(program=remote()[1].program, where=f"{args.bind}:{args.port}", port=args.port))
 
     def ready(serving: Serving) -> None:
         if args.json:
             print(json.dumps(serving.to_json()), flush=True)
             return
         render.result(
-            f"{serving.build_id}: ggml-rpc-server listens on {serving.endpoint} (protocol {serving.protocol}, "
+            f"{serving.build_id}: {remote()[1].program} listens on {serving.endpoint} (protocol {serving.protocol}, "
             f"{serving.transport}); clients: --rpc {serving.endpoint}"
         )
         for device in serving.devices:

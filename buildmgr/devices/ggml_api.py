@@ -89,6 +89,12 @@ def layout_mismatches(header: str) -> list[str]:
     return problems
 
 
+def answer(stdout: str) -> str | None:
+    """The JSON the child printed after MARKER, None where it printed none."""
+    line = next((ln for ln in stdout.splitlines() if ln.startswith(MARKER)), None)
+    return line[len(MARKER) :] if line is not None else None
+
+
 def _text(value: bytes | None) -> str | None:
     return value.decode("utf-8", "replace") if value is not None else None
 

@@ -108,16 +108,21 @@ def _api_command(prefix: Path, servers: tuple[str, ...] = ()) -> tuple[list[str]
     return command, ""
 
 
+def child_environ(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a child that imports buildmgr from where this one does (the API child)."""
+    return dict(environ) | {"PYTHONPATH": os.pathsep.join(filter(None, (PACKAGE_ROOT, environ.get("PYTHONPATH"))))}
+
+
 def api_devices(ran: proc.Ran) -> tuple[list[Device] | None, str]:
-    from buildmgr.devices.ggml_api import MARKER
+    from buildmgr.devices.ggml_api import MARKER, answer
 
     if not ran.ok:
         return None, ran.failure()
-    line = next((ln for ln in ran.stdout.splitlines() if ln.startswith(MARKER)), None)
-    if line is None:
+    said = answer(ran.stdout)
+    if said is None:
         return None, f"no {MARKER!r} line in its output"
     try:
-        records = json.loads(line[len(MARKER) :])
+        records = json.loads(said)
     except ValueError as err:
         return None, f"unreadable answer (not JSON: {err})"
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
@@ -155,7 +160,7 @@ def probe_build(
     if tool is None:
         return ProbeResult(False, (), 0.0, "", recorded, error="no llama tool in the prefix")
     api_command, api_error = _api_command(prefix, servers)
-    child_env = environ | {"PYTHONPATH": os.pathsep.join(filter(None, (PACKAGE_ROOT, environ.get("PYTHONPATH"))))}
+    child_env = child_environ(environ)
     start = time.monotonic()
     registry, server = backends.remote()
     remote = [server.client_flag, ",".join(servers)] if servers else []  # before: the tool lists as it reads it

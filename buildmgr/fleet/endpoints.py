@@ -62,13 +62,18 @@ def ready_for(build: Build, servers: tuple[str, ...], timeout: float, option: st
     """Before a build's tool is pointed at servers: the build has the remote backend (else llama.cpp stops at
     --rpc), each server is HOST:PORT as its client reads them, and each takes a connection within `timeout` (its
     client aborts on one it cannot reach)."""
+    require_remote(build, f"llama.cpp stops at {option} ('RPC not supported in this build')")
+    check(parse(",".join(servers), option), timeout)
+
+
+def require_remote(build: Build, why: str) -> None:
+    """UserError where the build lacks the remote backend, saying `why` that matters and which recipe has it."""
     registry, _ = backends.remote()
     if registry not in build.receipt.recipe.backends:
+        part = backends.backend(registry).names.recipe
         raise UserError(
-            f"build {build.id} has no {registry} backend: llama.cpp stops at {option} ('RPC not supported in this "
-            f"build'); use a build with +{backends.backend(registry).names.recipe}"
+            f"build {build.id} has no {registry} backend: {why}; use a build with +{part} (e.g. cpu+{part})"
         )
-    check(parse(",".join(servers), option), timeout)
 
 
 def build_protocol(build: Build) -> str | None:

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from buildmgr import backends
 from buildmgr.core import proc
 from buildmgr.core.errors import Unreachable
-from buildmgr.devices.ggml_api import MARKER
-from buildmgr.devices.probe import PACKAGE_ROOT
+from buildmgr.devices.ggml_api import answer
+from buildmgr.devices.probe import child_environ
 
 if TYPE_CHECKING:
     from buildmgr.store import Build
@@ -64,13 +64,12 @@ def measure(build: Build, server: str, size_mib: int, timeout: float) -> Link:
         sys.executable, "-m", "buildmgr.devices.ggml_api", str(build.prefix / "lib"), "--link", registry,
         remote.add_server, server, str(size_mib << 20), str(ROUNDS), str(PINGS),
     ]  # fmt: skip
-    env = dict(os.environ) | {"PYTHONPATH": os.pathsep.join(filter(None, (PACKAGE_ROOT, os.environ.get("PYTHONPATH"))))}
-    ran = proc.run(command, timeout=timeout, env=env)
-    line = next((ln for ln in ran.stdout.splitlines() if ln.startswith(MARKER)), None)
-    if not ran.ok or line is None:
+    ran = proc.run(command, timeout=timeout, env=child_environ(os.environ))
+    said = answer(ran.stdout)
+    if not ran.ok or said is None:
         why = remote.refused(ran.output) or ran.failure()
         raise Unreachable(f"{build.id} could not measure the link to {server}: {why}")
-    found = json.loads(line[len(MARKER) :])
+    found = json.loads(said)
     return Link(
         server,
         build.id,

@@ -26,6 +26,7 @@ from buildmgr import backends
 from buildmgr.core import proc
 from buildmgr.core.errors import BuildFailed, UserError
 from buildmgr.devices.captures import parse_list_devices
+from buildmgr.fleet.endpoints import require_remote
 from buildmgr.trust.repo_location import on_this_machine
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 STARTUP_S = 120.0  # a server initialises every device it exposes before it listens (a GPU's context: seconds)
 TAIL_LINES = 12
 UNSAFE = (
-    "ggml-rpc-server has no authentication or encryption: anyone who reaches {where} can run code on its devices "
+    "{program} has no authentication or encryption: anyone who reaches {where} can run code on its devices "
     "and read what it holds. Reach it through an SSH tunnel (ssh -N -L {port}:127.0.0.1:{port} HOST on the client, "
     "the server left on loopback) or on a private network only."
 )
@@ -111,24 +112,21 @@ def resolve(
     allow_network: bool,
 ) -> ServeRequest:
     """The request checked: a build with the server, a port, a loopback address unless the network is allowed."""
-    name, remote = backends.remote()
-    if name not in build.receipt.recipe.backends:
-        part = backends.backend(name).names.recipe
-        raise UserError(
-            f"build {build.id} has no {name} backend: build a recipe with +{part} (e.g. 'buildmgr build cpu+{part}') "
-            "and serve that"
-        )
+    remote = backends.remote()[1]
+    require_remote(build, f"it has no {remote.program} to serve")
     server = build.installed_tool(remote.program)
     if not 0 < port < 65536:
-        raise UserError(f"--port {port} is no TCP port: give one from 1 to 65535 (llama.cpp's default is 50052)")
+        raise UserError(
+            f"--port {port} is no TCP port: give one from 1 to 65535 (llama.cpp's default is {remote.default_port})"
+        )
     if threads is not None and threads < 1:
         raise UserError(f"--threads {threads} must be at least 1")
     try:  # the server's transport takes an IPv4 address only (inet_addr in ggml-rpc's transport)
         address = ipaddress.IPv4Address(bind)
     except ValueError:
         raise UserError(
-            f"--bind {bind!r} is not an IPv4 address: ggml-rpc-server listens on one IPv4 address (127.0.0.1, or this "
-            "host's address on a private network)"
+            f"--bind {bind!r} is not an IPv4 address: {remote.program} listens on one IPv4 address (127.0.0.1, or "
+            "this host's address on a private network)"
         ) from None
     if address.is_unspecified:
         raise UserError(
@@ -137,7 +135,7 @@ def resolve(
         )
     if not on_this_machine(bind) and not allow_network:
         raise UserError(
-            f"--bind {bind} is not loopback and ggml-rpc-server has no authentication: add --allow-network on a "
+            f"--bind {bind} is not loopback and {remote.program} has no authentication: add --allow-network on a "
             f"private network, or leave it on 127.0.0.1 and reach it through an SSH tunnel (ssh -N -L "
             f"{port}:127.0.0.1:{port} HOST)"
         )
